@@ -1,0 +1,47 @@
+"""Persistent state for the gpupool control plane (SQLite or PostgreSQL).
+
+Why a separate layer: the scheduling engine stays pure; this package stores
+manifests as JSON, keeps workload lifecycle, events, tokens, approvals and the
+hash-chained audit log, and migrates itself on open.
+"""
+
+from gpupool.store.errors import Conflict, NotFound, StoreError, ValidationFailed
+from gpupool.store.records import (
+    KEEP,
+    ApprovalRecord,
+    EventRecord,
+    IssuedToken,
+    ObjectRecord,
+    PhaseChange,
+    TokenRecord,
+    WorkloadRecord,
+)
+from gpupool.store.store import (
+    ALLOWED_TRANSITIONS,
+    DEFAULT_URL,
+    OBJECT_KINDS,
+    TERMINAL_PHASES,
+    Store,
+    run_migrations,
+)
+
+__all__ = [
+    "ALLOWED_TRANSITIONS",
+    "DEFAULT_URL",
+    "KEEP",
+    "OBJECT_KINDS",
+    "TERMINAL_PHASES",
+    "ApprovalRecord",
+    "Conflict",
+    "EventRecord",
+    "IssuedToken",
+    "NotFound",
+    "ObjectRecord",
+    "PhaseChange",
+    "Store",
+    "StoreError",
+    "TokenRecord",
+    "ValidationFailed",
+    "WorkloadRecord",
+    "run_migrations",
+]

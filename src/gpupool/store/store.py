@@ -1,0 +1,1009 @@
+"""The persistent store: typed repository over SQLAlchemy, migrated on open.
+
+Why: the control plane needs durable, transactional state on SQLite (default,
+single node) and PostgreSQL (HA). Each public method is one transaction;
+mutations that must be audited take an ``AuditEntry`` and write the
+hash-chained record in the same transaction, so state and audit never diverge.
+Manifests are stored as JSON so this layer does not depend on the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TextIO
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+from gpupool import audit as auditlog
+from gpupool.audit import AuditEntry, AuditRecord, VerifyResult
+from gpupool.auth import Principal, Role, generate_token, hash_token, token_matches
+from gpupool.store.errors import Conflict, NotFound, ValidationFailed
+from gpupool.store.records import (
+    API_VERSION,
+    KEEP,
+    ApprovalRecord,
+    EventRecord,
+    IssuedToken,
+    ObjectRecord,
+    PhaseChange,
+    TokenRecord,
+    WorkloadRecord,
+    _Keep,
+)
+from gpupool.store.schema import (
+    PHASES,
+    ApprovalRow,
+    AuditAnchorRow,
+    AuditRow,
+    EventRow,
+    ObjectRow,
+    TokenRow,
+    WorkloadRow,
+)
+
+DEFAULT_URL = "sqlite:///./.gpupool/gpupool.db"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+OBJECT_KINDS = ("ResourcePool", "Queue", "PriorityClass", "Cluster")
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed", "Cancelled", "Rejected"})
+ALLOWED_TRANSITIONS: Mapping[str, frozenset[str]] = {
+    "Pending": frozenset({"AwaitingApproval", "Admitted", "Rejected", "Cancelled", "Failed"}),
+    "AwaitingApproval": frozenset({"Pending", "Admitted", "Rejected", "Cancelled"}),
+    "Admitted": frozenset({"Running", "Pending", "Preempted", "Cancelled", "Failed", "Succeeded"}),
+    "Running": frozenset({"Succeeded", "Failed", "Cancelled", "Preempted"}),
+    "Preempted": frozenset({"Pending", "Cancelled", "Failed"}),
+    **{p: frozenset() for p in TERMINAL_PHASES},
+}
+WARNING_PHASES = frozenset({"Failed", "Rejected", "Preempted"})
+EVENT_TYPES = ("Normal", "Warning")
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+Clock = Callable[[], datetime]
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _json_copy(value: Any, field: str) -> Any:
+    """Normalise through JSON: rejects non-JSON values early and detaches from caller's objects."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(field, f"not JSON-serialisable: {exc}") from exc
+
+
+def _canonical(value: Any) -> str:
+    return auditlog.canonical_json(value)
+
+
+def _check_name(name: Any, field: str = "metadata.name") -> str:
+    if not isinstance(name, str) or not name:
+        raise ValidationFailed(field, "required, must be a non-empty string")
+    if not NAME_RE.match(name):
+        raise ValidationFailed(
+            field, f"{name!r} is not a valid name (lowercase letters, digits, '-', '.'; at most 253 chars)"
+        )
+    return name
+
+
+def _check_str_map(value: Any, field: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ValidationFailed(field, "must be a mapping of strings to strings")
+    return dict(value)
+
+
+def _check_manifest(manifest: Any, kinds: Collection[str]) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """Validate the envelope; returns (kind, name, metadata, spec)."""
+    if not isinstance(manifest, Mapping):
+        raise ValidationFailed("manifest", "must be a mapping")
+    if manifest.get("apiVersion") != API_VERSION:
+        raise ValidationFailed("apiVersion", f"must be {API_VERSION!r}, got {manifest.get('apiVersion')!r}")
+    kind = manifest.get("kind")
+    if kind not in kinds:
+        raise ValidationFailed("kind", f"must be one of {sorted(kinds)}, got {kind!r}")
+    meta = manifest.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise ValidationFailed("metadata", "required, must be a mapping")
+    name = _check_name(meta.get("name"))
+    spec = manifest.get("spec", {})
+    if not isinstance(spec, Mapping):
+        raise ValidationFailed("spec", "must be a mapping")
+    return str(kind), name, dict(meta), _json_copy(dict(spec), "spec")
+
+
+def _create_engine(url: str, echo: bool) -> Engine:
+    """SQLite: WAL, foreign keys, busy timeout, explicit BEGIN (IMMEDIATE for writers). PG: pre-ping."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return sa.create_engine(u, echo=echo, pool_pre_ping=True)
+    db = u.database or ""
+    memory = db in ("", ":memory:") or "mode=memory" in db or u.query.get("mode") == "memory"
+    kwargs: dict[str, Any] = {
+        "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    }
+    if memory:
+        kwargs["poolclass"] = StaticPool
+    else:
+        Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(u, echo=echo, **kwargs)
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _on_begin)
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        # Writers take the write lock up front: no lock-upgrade deadlocks, appends serialize.
+        mode = conn.get_execution_options().get("gpupool_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def run_migrations(engine: Engine) -> None:
+    """Upgrade the database to head, serialized against other processes doing the same."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    locked = engine.execution_options(gpupool_begin="IMMEDIATE")
+    with locked.connect() as conn, conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(7461931)"))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+
+
+def _obj(row: ObjectRow) -> ObjectRecord:
+    return ObjectRecord(
+        row.kind,
+        row.name,
+        row.spec,
+        row.labels,
+        row.annotations,
+        row.resource_version,
+        row.created_at,
+        row.updated_at,
+    )
+
+
+def _wl(row: WorkloadRow) -> WorkloadRecord:
+    return WorkloadRecord(
+        seq=row.seq,
+        name=row.name,
+        queue=row.queue,
+        priority_class=row.priority_class,
+        owner=row.owner,
+        manifest=row.manifest,
+        phase=row.phase,
+        placement=row.placement,
+        reason=row.reason,
+        submitted_at=row.submitted_at,
+        admitted_at=row.admitted_at,
+        finished_at=row.finished_at,
+        resource_version=row.resource_version,
+    )
+
+
+def _ev(row: EventRow) -> EventRecord:
+    return EventRecord(row.id, row.workload, row.type, row.reason, row.message, row.at)
+
+
+def _tok(row: TokenRow) -> TokenRecord:
+    return TokenRecord(row.id, row.name, row.role, row.scope, row.created_at, row.revoked, row.revoked_at)
+
+
+def _appr(row: ApprovalRow) -> ApprovalRecord:
+    return ApprovalRecord(
+        row.id,
+        row.workload,
+        row.requested_by,
+        row.state,
+        row.approver,
+        row.reason,
+        row.requested_at,
+        row.decided_at,
+        row.expires_at,
+    )
+
+
+def _aud(row: AuditRow) -> AuditRecord:
+    return AuditRecord(
+        row.seq, row.at, row.actor, row.action, row.kind, row.name, row.detail, row.prev_hash, row.hash
+    )
+
+
+def _check_version(field_owner: str, current: int, expected: int | None) -> None:
+    if expected is not None and current != expected:
+        raise Conflict(
+            "metadata.resourceVersion",
+            f"{field_owner} was modified: expected version {expected}, current is {current}",
+        )
+
+
+class Store:
+    """Repository over the gpupool database. Thread-safe; one transaction per call."""
+
+    def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
+        self.engine = engine
+        self.clock: Clock = clock or _utcnow
+        sqlite = engine.dialect.name == "sqlite"
+        writer = engine.execution_options(gpupool_begin="IMMEDIATE") if sqlite else engine
+        snapshot = engine if sqlite else engine.execution_options(isolation_level="REPEATABLE READ")
+        self._reader = sessionmaker(engine, expire_on_commit=False)
+        self._writer = sessionmaker(writer, expire_on_commit=False)
+        self._snapshot = sessionmaker(snapshot, expire_on_commit=False)
+
+    @classmethod
+    def open(cls, url: str = DEFAULT_URL, *, clock: Clock | None = None, echo: bool = False) -> Store:
+        """Connect and migrate to the latest schema (``alembic upgrade head``); no separate step."""
+        engine = _create_engine(url, echo)
+        try:
+            run_migrations(engine)
+        except Exception:
+            engine.dispose()
+            raise
+        return cls(engine, clock=clock)
+
+    def close(self) -> None:
+        """Release pooled connections."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return str(self.engine.dialect.name)
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _write(self) -> Iterator[Session]:
+        with self._writer.begin() as s:
+            yield s
+
+    @contextmanager
+    def _read(self, snapshot: bool = False) -> Iterator[Session]:
+        with (self._snapshot if snapshot else self._reader).begin() as s:
+            yield s
+
+    def _now(self, at: datetime | None) -> datetime:
+        now = at if at is not None else self.clock()
+        if now.tzinfo is None:
+            raise ValidationFailed("at", "times must be timezone-aware")
+        return now.astimezone(UTC)
+
+    def _audit(
+        self, s: Session, entry: AuditEntry | None, at: datetime, kind: str = "", name: str = ""
+    ) -> AuditRecord | None:
+        """Append to the chain inside the caller's transaction (anchor row locked last)."""
+        if entry is None:
+            return None
+        entry = replace(entry, kind=entry.kind or kind, name=entry.name or name)
+        anchor = s.execute(
+            sa.select(AuditAnchorRow)
+            .where(AuditAnchorRow.id == 1)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        ).scalar_one()
+        try:
+            rec = auditlog.chain(entry, seq=anchor.count + 1, at=at, prev_hash=anchor.head_hash)
+        except ValueError as exc:
+            raise ValidationFailed("audit", str(exc)) from exc
+        s.add(
+            AuditRow(
+                seq=rec.seq,
+                at=rec.at,
+                actor=rec.actor,
+                action=rec.action,
+                kind=rec.kind,
+                name=rec.name,
+                detail=dict(rec.detail),
+                prev_hash=rec.prev_hash,
+                hash=rec.hash,
+            )
+        )
+        anchor.count = rec.seq
+        anchor.head_hash = rec.hash
+        s.flush()
+        return rec
+
+    # ------------------------------------------------------------------ objects
+
+    def apply_object(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        expected_version: int | None = None,
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]:
+        """Create or update (kubectl-apply semantics). Unchanged content bumps nothing and audits nothing."""
+        return self._put_object(manifest, "apply", expected_version, audit, at)
+
+    def create_object(
+        self, manifest: Mapping[str, Any], *, audit: AuditEntry | None = None, at: datetime | None = None
+    ) -> ObjectRecord:
+        """Create; Conflict if kind+name exists."""
+        return self._put_object(manifest, "create", None, audit, at)[0]
+
+    def update_object(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        expected_version: int | None = None,
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> ObjectRecord:
+        """Update; NotFound if missing, Conflict if ``expected_version`` is stale."""
+        return self._put_object(manifest, "update", expected_version, audit, at)[0]
+
+    def _put_object(
+        self,
+        manifest: Mapping[str, Any],
+        mode: Literal["apply", "create", "update"],
+        expected_version: int | None,
+        audit: AuditEntry | None,
+        at: datetime | None,
+    ) -> tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]:
+        kind, name, meta, spec = _check_manifest(manifest, OBJECT_KINDS)
+        labels = _check_str_map(meta.get("labels"), "metadata.labels")
+        annotations = _check_str_map(meta.get("annotations"), "metadata.annotations")
+        now = self._now(at)
+        try:
+            with self._write() as s:
+                row = s.execute(
+                    sa.select(ObjectRow)
+                    .where(ObjectRow.kind == kind, ObjectRow.name == name)
+                    .with_for_update()
+                ).scalar_one_or_none()
+                if row is None:
+                    if mode == "update":
+                        raise NotFound(kind, name)
+                    if expected_version not in (None, 0):
+                        raise Conflict("metadata.resourceVersion", f"{kind} {name!r} does not exist")
+                    row = ObjectRow(
+                        kind=kind,
+                        name=name,
+                        spec=spec,
+                        labels=labels,
+                        annotations=annotations,
+                        resource_version=1,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    s.add(row)
+                    s.flush()
+                    self._audit(s, audit, now, kind, name)
+                    return _obj(row), "created"
+                if mode == "create":
+                    raise Conflict("metadata.name", f"{kind} {name!r} already exists")
+                _check_version(f"{kind} {name!r}", row.resource_version, expected_version)
+                same = (_canonical(row.spec), _canonical(row.labels), _canonical(row.annotations)) == (
+                    _canonical(spec),
+                    _canonical(labels),
+                    _canonical(annotations),
+                )
+                if same:
+                    return _obj(row), "unchanged"
+                row.spec, row.labels, row.annotations = spec, labels, annotations
+                row.resource_version += 1
+                row.updated_at = now
+                s.flush()
+                self._audit(s, audit, now, kind, name)
+                return _obj(row), "updated"
+        except IntegrityError as exc:  # concurrent create of the same kind+name
+            raise Conflict("metadata.name", f"{kind} {name!r} already exists") from exc
+
+    def get_object(self, kind: str, name: str) -> ObjectRecord:
+        """One object; NotFound if missing."""
+        with self._read() as s:
+            row = s.execute(
+                sa.select(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name)
+            ).scalar_one_or_none()
+            if row is None:
+                raise NotFound(kind, name)
+            return _obj(row)
+
+    def list_objects(self, kind: str | None = None) -> list[ObjectRecord]:
+        """All objects (of one kind), ordered by kind then name."""
+        if kind is not None and kind not in OBJECT_KINDS:
+            raise ValidationFailed("kind", f"must be one of {list(OBJECT_KINDS)}, got {kind!r}")
+        q = sa.select(ObjectRow).order_by(ObjectRow.kind, ObjectRow.name)
+        if kind is not None:
+            q = q.where(ObjectRow.kind == kind)
+        with self._read() as s:
+            return [_obj(r) for r in s.execute(q).scalars()]
+
+    def delete_object(
+        self,
+        kind: str,
+        name: str,
+        *,
+        expected_version: int | None = None,
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> ObjectRecord:
+        """Delete and return the last state; NotFound if missing."""
+        now = self._now(at)
+        with self._write() as s:
+            row = s.execute(
+                sa.select(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name).with_for_update()
+            ).scalar_one_or_none()
+            if row is None:
+                raise NotFound(kind, name)
+            _check_version(f"{kind} {name!r}", row.resource_version, expected_version)
+            rec = _obj(row)
+            s.delete(row)
+            s.flush()
+            self._audit(s, audit, now, kind, name)
+            return rec
+
+    # ---------------------------------------------------------------- workloads
+
+    def submit_workload(
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        owner: str,
+        phase: Literal["Pending", "AwaitingApproval"] = "Pending",
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> tuple[WorkloadRecord, bool]:
+        """Submit; idempotent by name. Returns (record, created).
+
+        Same name with the same manifest (ignoring ``status``) and owner returns
+        the existing row with created=False; anything different is a Conflict.
+        """
+        _kind, name, _meta, spec = _check_manifest(manifest, ("Workload",))
+        queue = spec.get("queue")
+        if not isinstance(queue, str) or not queue:
+            raise ValidationFailed("spec.queue", "required, must be a non-empty string")
+        _check_name(queue, "spec.queue")
+        pc = spec.get("priorityClass")
+        if pc is not None and (not isinstance(pc, str) or not pc):
+            raise ValidationFailed("spec.priorityClass", "must be a non-empty string when given")
+        if not isinstance(owner, str) or not owner:
+            raise ValidationFailed("owner", "required, must be a non-empty string")
+        if phase not in ("Pending", "AwaitingApproval"):
+            raise ValidationFailed("phase", "initial phase must be Pending or AwaitingApproval")
+        stored = _json_copy({k: v for k, v in manifest.items() if k != "status"}, "manifest")
+        now = self._now(at)
+
+        def existing(s: Session) -> WorkloadRecord | None:
+            row = s.execute(sa.select(WorkloadRow).where(WorkloadRow.name == name)).scalar_one_or_none()
+            if row is None:
+                return None
+            if row.owner != owner:
+                raise Conflict(
+                    "metadata.name", f"workload {name!r} already exists (submitted by another owner)"
+                )
+            if _canonical(row.manifest) != _canonical(stored):
+                raise Conflict("metadata.name", f"workload {name!r} already exists with a different manifest")
+            return _wl(row)
+
+        try:
+            with self._write() as s:
+                found = existing(s)
+                if found is not None:
+                    return found, False
+                row = WorkloadRow(
+                    name=name,
+                    queue=queue,
+                    priority_class=pc,
+                    owner=owner,
+                    manifest=stored,
+                    phase=phase,
+                    placement=None,
+                    reason="",
+                    submitted_at=now,
+                    admitted_at=None,
+                    finished_at=None,
+                    resource_version=1,
+                )
+                s.add(row)
+                s.flush()
+                s.add(
+                    EventRow(
+                        workload=name, type="Normal", reason="Submitted", message=f"queue {queue}", at=now
+                    )
+                )
+                self._audit(s, audit, now, "Workload", name)
+                return _wl(row), True
+        except IntegrityError:
+            # Lost a race with a concurrent submit of the same name: compare with the winner.
+            with self._read() as s:
+                found = existing(s)
+            if found is None:
+                raise
+            return found, False
+
+    def get_workload(self, name: str) -> WorkloadRecord:
+        """One workload; NotFound if missing."""
+        with self._read() as s:
+            row = s.execute(sa.select(WorkloadRow).where(WorkloadRow.name == name)).scalar_one_or_none()
+            if row is None:
+                raise NotFound("Workload", name)
+            return _wl(row)
+
+    def list_workloads(
+        self,
+        *,
+        queues: Collection[str] | None = None,
+        phases: Collection[str] | None = None,
+        owner: str | None = None,
+        after_seq: int = 0,
+        limit: int | None = None,
+    ) -> list[WorkloadRecord]:
+        """Workloads in arrival order, filtered; ``after_seq``/``limit`` page through them."""
+        if phases is not None:
+            bad = sorted(set(phases) - set(PHASES))
+            if bad:
+                raise ValidationFailed("phase", f"unknown phases {bad}")
+        if limit is not None and limit < 0:
+            raise ValidationFailed("limit", "must be >= 0")
+        q = sa.select(WorkloadRow).where(WorkloadRow.seq > after_seq).order_by(WorkloadRow.seq)
+        if queues is not None:
+            q = q.where(WorkloadRow.queue.in_(list(queues)))
+        if phases is not None:
+            q = q.where(WorkloadRow.phase.in_(list(phases)))
+        if owner is not None:
+            q = q.where(WorkloadRow.owner == owner)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as s:
+            return [_wl(r) for r in s.execute(q).scalars()]
+
+    def transition_workload(
+        self,
+        name: str,
+        phase: str,
+        *,
+        reason: str = "",
+        placement: Mapping[str, Any] | _Keep | None = KEEP,
+        expected_version: int | None = None,
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> WorkloadRecord:
+        """Move one workload to ``phase`` (see ALLOWED_TRANSITIONS); records an event."""
+        change = PhaseChange(name, phase, reason, placement, expected_version)
+        return self.apply_transitions([change], audit=[audit] if audit else None, at=at)[0]
+
+    def apply_transitions(
+        self,
+        changes: Sequence[PhaseChange],
+        *,
+        audit: Sequence[AuditEntry] | None = None,
+        at: datetime | None = None,
+    ) -> list[WorkloadRecord]:
+        """Apply several phase changes atomically (e.g. one scheduling cycle): all or none.
+
+        Entering Admitted sets admitted_at; a terminal phase sets finished_at;
+        Pending/AwaitingApproval clear the placement unless one is given.
+        ``audit`` entries (any number) are appended in the same transaction.
+        """
+        now = self._now(at)
+        names = [c.name for c in changes]
+        if len(set(names)) != len(names):
+            raise ValidationFailed("changes", "a workload appears more than once")
+        for c in changes:
+            if c.phase not in PHASES:
+                raise ValidationFailed("phase", f"unknown phase {c.phase!r}; one of {list(PHASES)}")
+        out: dict[str, WorkloadRecord] = {}
+        with self._write() as s:
+            rows = {
+                r.name: r
+                for r in s.execute(
+                    sa.select(WorkloadRow)
+                    .where(WorkloadRow.name.in_(names))
+                    .order_by(WorkloadRow.name)
+                    .with_for_update()
+                ).scalars()
+            }
+            for c in changes:
+                row = rows.get(c.name)
+                if row is None:
+                    raise NotFound("Workload", c.name)
+                _check_version(f"workload {c.name!r}", row.resource_version, c.expected_version)
+                old = row.phase
+                same_ok = c.phase == old and old not in TERMINAL_PHASES
+                if not same_ok and c.phase not in ALLOWED_TRANSITIONS[old]:
+                    raise Conflict("phase", f"workload {c.name!r} cannot go from {old} to {c.phase}")
+                row.phase = c.phase
+                row.reason = c.reason
+                if not isinstance(c.placement, _Keep):
+                    row.placement = (
+                        None if c.placement is None else _json_copy(dict(c.placement), "placement")
+                    )
+                elif c.phase in ("Pending", "AwaitingApproval"):
+                    row.placement = None
+                if c.phase == "Admitted" and old != "Admitted":
+                    row.admitted_at = now
+                if c.phase in TERMINAL_PHASES:
+                    row.finished_at = now
+                row.resource_version += 1
+                s.add(
+                    EventRow(
+                        workload=c.name,
+                        type="Warning" if c.phase in WARNING_PHASES else "Normal",
+                        reason=c.phase,
+                        message=c.reason or f"{old} -> {c.phase}",
+                        at=now,
+                    )
+                )
+            s.flush()
+            for entry in audit or ():
+                self._audit(s, entry, now, "Workload", names[0] if len(names) == 1 else "")
+            out = {n: _wl(rows[n]) for n in names}
+        return [out[n] for n in names]
+
+    # ------------------------------------------------------------------- events
+
+    def add_event(
+        self, workload: str, type: str, reason: str, message: str = "", *, at: datetime | None = None
+    ) -> EventRecord:
+        """Record an event against a workload (NotFound if the workload is unknown)."""
+        if type not in EVENT_TYPES:
+            raise ValidationFailed("type", f"must be one of {list(EVENT_TYPES)}")
+        if not reason:
+            raise ValidationFailed("reason", "required")
+        now = self._now(at)
+        with self._write() as s:
+            if s.execute(sa.select(WorkloadRow.seq).where(WorkloadRow.name == workload)).first() is None:
+                raise NotFound("Workload", workload)
+            row = EventRow(workload=workload, type=type, reason=reason, message=message, at=now)
+            s.add(row)
+            s.flush()
+            return _ev(row)
+
+    def list_events(self, workload: str | None = None, *, limit: int | None = None) -> list[EventRecord]:
+        """Events oldest first, optionally for one workload; ``limit`` keeps the newest."""
+        q = sa.select(EventRow).order_by(EventRow.id.desc())
+        if workload is not None:
+            q = q.where(EventRow.workload == workload)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as s:
+            return [_ev(r) for r in reversed(s.execute(q).scalars().all())]
+
+    # -------------------------------------------------------------------- audit
+
+    def append_audit(self, entry: AuditEntry, *, at: datetime | None = None) -> AuditRecord:
+        """Append a standalone audit record (e.g. a denied request or a login)."""
+        now = self._now(at)
+        with self._write() as s:
+            rec = self._audit(s, entry, now)
+            assert rec is not None
+            return rec
+
+    def audit_records(self, *, after_seq: int = 0, limit: int | None = None) -> list[AuditRecord]:
+        """Audit records in seq order."""
+        q = sa.select(AuditRow).where(AuditRow.seq > after_seq).order_by(AuditRow.seq)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._read() as s:
+            return [_aud(r) for r in s.execute(q).scalars()]
+
+    def audit_head(self) -> tuple[int, str]:
+        """(count, head hash) from the anchor; keep a copy elsewhere to detect wholesale rewrites."""
+        with self._read() as s:
+            anchor = s.get_one(AuditAnchorRow, 1)
+            return anchor.count, anchor.head_hash
+
+    def _iter_audit(self, s: Session) -> Iterator[AuditRecord]:
+        q = sa.select(AuditRow).order_by(AuditRow.seq).execution_options(yield_per=1000)
+        for row in s.execute(q).scalars():
+            yield _aud(row)
+            s.expunge(row)
+
+    def verify_audit(
+        self, *, expected_count: int | None = None, expected_head: str | None = None
+    ) -> VerifyResult:
+        """Verify the whole chain against the anchor (and optional external expectations), one snapshot."""
+        with self._read(snapshot=True) as s:
+            anchor = s.get_one(AuditAnchorRow, 1)
+            count, head = anchor.count, anchor.head_hash
+            result = auditlog.verify(self._iter_audit(s), expected_count=count, expected_head=head)
+        if result.ok and (expected_count is not None or expected_head is not None):
+            result = auditlog.verify(
+                self.audit_records(), expected_count=expected_count, expected_head=expected_head
+            )
+        return result
+
+    def export_audit(self, fmt: Literal["jsonl", "csv"], out: TextIO) -> int:
+        """Stream the audit log as JSONL or CSV; returns the number of records."""
+        if fmt not in ("jsonl", "csv"):
+            raise ValidationFailed("format", "must be 'jsonl' or 'csv'")
+        with self._read(snapshot=True) as s:
+            records = self._iter_audit(s)
+            return (
+                auditlog.export_jsonl(records, out) if fmt == "jsonl" else auditlog.export_csv(records, out)
+            )
+
+    # ------------------------------------------------------------------- tokens
+
+    def create_token(
+        self,
+        name: str,
+        role: Role | str,
+        scope: str | None = None,
+        *,
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> IssuedToken:
+        """Issue a token; the plaintext is returned once and only its sha256 is stored."""
+        if not isinstance(name, str) or not name.strip():
+            raise ValidationFailed("name", "required")
+        try:
+            r = Role(role)
+        except ValueError as exc:
+            raise ValidationFailed("role", f"must be one of {[x.value for x in Role]}") from exc
+        if r in (Role.QUEUE_ADMIN, Role.MEMBER) and not scope:
+            raise ValidationFailed("scope", f"{r.value} tokens need a queue scope")
+        if r is Role.PLATFORM_ADMIN and scope:
+            raise ValidationFailed("scope", "platform-admin tokens are cluster-wide; omit scope")
+        if scope is not None:
+            _check_name(scope, "scope")
+        now = self._now(at)
+        plaintext, digest = generate_token()
+        with self._write() as s:
+            row = TokenRow(
+                token_hash=digest,
+                name=name,
+                role=r.value,
+                scope=scope,
+                created_at=now,
+                revoked=False,
+                revoked_at=None,
+            )
+            s.add(row)
+            s.flush()
+            detail_entry = None
+            if audit is not None:
+                detail = {"role": r.value, "scope": scope, "id": row.id, **dict(audit.detail)}
+                detail_entry = replace(audit, detail=detail)
+            self._audit(s, detail_entry, now, "Token", name)
+            return IssuedToken(_tok(row), plaintext)
+
+    def authenticate(self, token: str) -> Principal | None:
+        """The principal for a presented token, or None if unknown or revoked (O(1) by hash)."""
+        if not token:
+            return None
+        digest = hash_token(token)
+        with self._read() as s:
+            row = s.execute(sa.select(TokenRow).where(TokenRow.token_hash == digest)).scalar_one_or_none()
+            if row is None or row.revoked or not token_matches(token, row.token_hash):
+                return None
+            return Principal(name=row.name, role=Role(row.role), scope=row.scope, token_id=row.id)
+
+    def revoke_token(
+        self, token_id: int, *, audit: AuditEntry | None = None, at: datetime | None = None
+    ) -> TokenRecord:
+        """Revoke (idempotent); NotFound for an unknown id."""
+        now = self._now(at)
+        with self._write() as s:
+            row = s.get(TokenRow, token_id, with_for_update=True)
+            if row is None:
+                raise NotFound("Token", str(token_id))
+            if not row.revoked:
+                row.revoked = True
+                row.revoked_at = now
+                s.flush()
+                self._audit(s, audit, now, "Token", row.name)
+            return _tok(row)
+
+    def list_tokens(self, *, include_revoked: bool = True) -> list[TokenRecord]:
+        """Token metadata, oldest first."""
+        q = sa.select(TokenRow).order_by(TokenRow.id)
+        if not include_revoked:
+            q = q.where(TokenRow.revoked.is_(False))
+        with self._read() as s:
+            return [_tok(r) for r in s.execute(q).scalars()]
+
+    def ensure_bootstrap_admin(
+        self, *, name: str = "bootstrap-admin", at: datetime | None = None
+    ) -> str | None:
+        """On first start (no tokens at all) create a platform-admin token and return it; else None.
+
+        Safe against concurrent first starts: the audit anchor is locked before checking.
+        """
+        now = self._now(at)
+        with self._write() as s:
+            s.execute(sa.select(AuditAnchorRow).where(AuditAnchorRow.id == 1).with_for_update()).scalar_one()
+            if s.execute(sa.select(TokenRow.id).limit(1)).first() is not None:
+                return None
+            plaintext, digest = generate_token()
+            row = TokenRow(
+                token_hash=digest,
+                name=name,
+                role=Role.PLATFORM_ADMIN.value,
+                scope=None,
+                created_at=now,
+                revoked=False,
+                revoked_at=None,
+            )
+            s.add(row)
+            s.flush()
+            entry = AuditEntry(
+                actor="system", action="token.bootstrap", detail={"role": Role.PLATFORM_ADMIN.value}
+            )
+            self._audit(s, entry, now, "Token", name)
+            return plaintext
+
+    # ---------------------------------------------------------------- approvals
+
+    def request_approval(
+        self,
+        workload: str,
+        requested_by: str,
+        *,
+        expires_at: datetime,
+        reason: str = "",
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> ApprovalRecord:
+        """Open an approval request; Conflict if one is already pending for the workload."""
+        now = self._now(at)
+        exp = self._now(expires_at)
+        if exp <= now:
+            raise ValidationFailed("expires_at", "must be in the future")
+        if not requested_by:
+            raise ValidationFailed("requested_by", "required")
+        with self._write() as s:
+            if s.execute(sa.select(WorkloadRow.seq).where(WorkloadRow.name == workload)).first() is None:
+                raise NotFound("Workload", workload)
+            pending = s.execute(
+                sa.select(ApprovalRow.id).where(
+                    ApprovalRow.workload == workload, ApprovalRow.state == "Pending"
+                )
+            ).first()
+            if pending is not None:
+                raise Conflict("workload", f"workload {workload!r} already has pending approval {pending[0]}")
+            row = ApprovalRow(
+                workload=workload,
+                requested_by=requested_by,
+                state="Pending",
+                approver=None,
+                reason=reason,
+                requested_at=now,
+                decided_at=None,
+                expires_at=exp,
+            )
+            s.add(row)
+            s.flush()
+            self._audit(s, audit, now, "Workload", workload)
+            return _appr(row)
+
+    def decide_approval(
+        self,
+        approval_id: int,
+        *,
+        approver: str,
+        approve: bool,
+        reason: str = "",
+        allow_self_approval: bool = False,
+        audit: AuditEntry | None = None,
+        at: datetime | None = None,
+    ) -> ApprovalRecord:
+        """Approve or reject a pending request, atomically moving an AwaitingApproval workload
+        to Pending (approved) or Rejected. Conflict if already decided or expired, or (by
+        default) if the approver is the requester (four-eyes)."""
+        now = self._now(at)
+        if not approver:
+            raise ValidationFailed("approver", "required")
+        with self._write() as s:
+            row = s.get(ApprovalRow, approval_id, with_for_update=True)
+            if row is None:
+                raise NotFound("Approval", str(approval_id))
+            if row.state != "Pending":
+                raise Conflict("state", f"approval {approval_id} is already {row.state}")
+            if row.expires_at <= now:
+                raise Conflict(
+                    "expires_at", f"approval {approval_id} expired at {row.expires_at.isoformat()}"
+                )
+            if approver == row.requested_by and not allow_self_approval:
+                raise Conflict("approver", "the requester cannot approve their own request")
+            row.state = "Approved" if approve else "Rejected"
+            row.approver = approver
+            row.reason = reason or row.reason
+            row.decided_at = now
+            wl = s.execute(
+                sa.select(WorkloadRow).where(WorkloadRow.name == row.workload).with_for_update()
+            ).scalar_one()
+            if wl.phase == "AwaitingApproval":
+                self._set_phase(
+                    s, wl, "Pending" if approve else "Rejected", reason or f"{row.state} by {approver}", now
+                )
+            s.flush()
+            self._audit(s, audit, now, "Workload", row.workload)
+            return _appr(row)
+
+    def _set_phase(self, s: Session, wl: WorkloadRow, phase: str, reason: str, now: datetime) -> None:
+        old = wl.phase
+        wl.phase = phase
+        wl.reason = reason
+        wl.resource_version += 1
+        if phase in TERMINAL_PHASES:
+            wl.finished_at = now
+        s.add(
+            EventRow(
+                workload=wl.name,
+                type="Warning" if phase in WARNING_PHASES else "Normal",
+                reason=phase,
+                message=reason or f"{old} -> {phase}",
+                at=now,
+            )
+        )
+
+    def expire_approvals(self, *, actor: str = "system", at: datetime | None = None) -> list[ApprovalRecord]:
+        """Mark overdue pending approvals Expired; their AwaitingApproval workloads become Rejected."""
+        now = self._now(at)
+        with self._write() as s:
+            rows = (
+                s.execute(
+                    sa.select(ApprovalRow)
+                    .where(ApprovalRow.state == "Pending", ApprovalRow.expires_at <= now)
+                    .order_by(ApprovalRow.id)
+                    .with_for_update()
+                )
+                .scalars()
+                .all()
+            )
+            for row in rows:
+                row.state = "Expired"
+                row.decided_at = now
+                wl = s.execute(sa.select(WorkloadRow).where(WorkloadRow.name == row.workload)).scalar_one()
+                if wl.phase == "AwaitingApproval":
+                    self._set_phase(s, wl, "Rejected", "approval expired", now)
+            s.flush()
+            for row in rows:
+                entry = AuditEntry(actor=actor, action="approval.expire", detail={"approval": row.id})
+                self._audit(s, entry, now, "Workload", row.workload)
+            return [_appr(r) for r in rows]
+
+    def get_approval(self, approval_id: int) -> ApprovalRecord:
+        """One approval; NotFound if missing."""
+        with self._read() as s:
+            row = s.get(ApprovalRow, approval_id)
+            if row is None:
+                raise NotFound("Approval", str(approval_id))
+            return _appr(row)
+
+    def list_approvals(
+        self, *, state: str | None = None, workload: str | None = None
+    ) -> list[ApprovalRecord]:
+        """Approvals oldest first, filtered by state and/or workload."""
+        q = sa.select(ApprovalRow).order_by(ApprovalRow.id)
+        if state is not None:
+            q = q.where(ApprovalRow.state == state)
+        if workload is not None:
+            q = q.where(ApprovalRow.workload == workload)
+        with self._read() as s:
+            return [_appr(r) for r in s.execute(q).scalars()]
