@@ -1,0 +1,1 @@
+"""Benchmarks: each runs gpupool and a baseline in the same process and reports both."""

@@ -1,0 +1,159 @@
+"""Entry point: ``gpupool demo | schedule | validate | bench ...``.
+
+Errors a user can act on are printed as one clear message and exit 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from gpupool.cli.render import decisions_json, decisions_table
+from gpupool.engine import apply_decisions, decide
+from gpupool.engine.invariants import check_cycle
+from gpupool.manifests import ManifestError, load_bundle
+from gpupool.model import Snapshot
+
+app = typer.Typer(
+    help="gpupool: a governed GPU compute scheduling platform.", no_args_is_help=True, add_completion=False
+)
+bench_app = typer.Typer(
+    help="Benchmarks that print figures (ratios against a baseline run in the same process)."
+)
+app.add_typer(bench_app, name="bench")
+console = Console()
+err_console = Console(stderr=True)
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
+def fail(msg: str, code: int = 2) -> None:
+    """Print an actionable error and exit without a traceback."""
+    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _load(paths: list[Path]) -> Snapshot:
+    for p in paths:
+        if not p.exists():
+            fail(f"{p}: no such file or directory")
+    try:
+        b = load_bundle(paths)
+    except ManifestError as exc:
+        fail(
+            f"{len(exc.errors)} problem(s) in the manifests; nothing was applied:\n  "
+            + "\n  ".join(exc.errors)
+        )
+        raise AssertionError from exc  # unreachable
+    return Snapshot(
+        tuple(b.nodes), tuple(b.pools), tuple(b.queues), tuple(b.priority_classes), tuple(b.workloads)
+    )
+
+
+@app.command()
+def validate(
+    files: list[Path] = typer.Option(..., "-f", "--filename", help="YAML files or directories"),
+) -> None:
+    """Check manifests and report every problem with its file, object and field."""
+    s = _load(files)
+    console.print(
+        f"[green]valid[/]: {len(s.nodes)} nodes, {len(s.pools)} pools, {len(s.queues)} queues, "
+        f"{len(s.priority_classes)} priority classes, {len(s.pending)} workloads"
+    )
+
+
+@app.command()
+def schedule(
+    files: list[Path] = typer.Option(..., "-f", "--filename", help="YAML files or directories"),
+    output: Output = typer.Option(Output.table, "-o", "--output"),
+) -> None:
+    """Run one scheduling cycle offline on manifests and show what the engine decided and why."""
+    s = _load(files)
+    d = decide(s)
+    after = apply_decisions(s, d)
+    problems = check_cycle(s, d, after)
+    if output is Output.json:
+        out = decisions_json(d)
+        out["invariantViolations"] = problems
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
+    else:
+        console.print(decisions_table(d, {w.name: w for w in s.pending}))
+        _capacity(after)
+        if problems:
+            err_console.print("[red]invariant violations:[/] " + "; ".join(problems))
+    if problems:
+        raise typer.Exit(1)
+
+
+def _capacity(s: Snapshot) -> None:
+    from rich.table import Table
+
+    t = Table(title="Pools after the cycle")
+    for c in ("pool", "nodes", "GPUs", "allocated", "ratio"):
+        t.add_column(c)
+    for p in s.pools:
+        nodes = [n for n in s.nodes if p.selects(n)]
+        cap = sum(n.gpu_count for n in nodes) * 1000
+        used = sum(
+            pp.gpu_milli * len(pp.devices)
+            for r in s.running
+            if r.admission.pool == p.name
+            for pp in r.admission.pods
+        )
+        t.add_row(
+            p.name,
+            str(len(nodes)),
+            f"{cap / 1000:g}",
+            f"{used / 1000:g}",
+            f"{100 * used / cap:.1f}%" if cap else "-",
+        )
+    console.print(t)
+
+
+@app.command()
+def demo() -> None:
+    """Run the engine on the example cluster and workloads in examples/."""
+    if not EXAMPLES.exists():
+        fail(f"examples not found at {EXAMPLES}")
+    console.print(f"[bold]gpupool demo[/]: one scheduling cycle over {EXAMPLES}")
+    schedule([EXAMPLES], Output.table)
+
+
+@bench_app.command("engine")
+def bench_engine(
+    nodes: int = typer.Option(5000, help="nodes (8 GPUs each, 4 GPU models)"),
+    queues: int = typer.Option(1000, help="leaf queues"),
+    cohorts: int = typer.Option(10, help="cohorts (top-level queues)"),
+    workloads: int = typer.Option(50000, help="pending workloads"),
+    seed: int = typer.Option(1),
+    output: Output = typer.Option(Output.table, "-o", "--output"),
+) -> None:
+    """One full scheduling cycle on a large synthetic cluster, against a naive first-fit baseline."""
+    from gpupool.bench.engine import format_result, run_engine_bench
+
+    res = run_engine_bench(
+        nodes, queues, cohorts, workloads, seed, progress=None if output is Output.json else console.print
+    )
+    if output is Output.json:
+        sys.stdout.write(json.dumps(res) + "\n")
+    else:
+        console.print(format_result(res))
+
+
+def main() -> None:
+    """Console-script entry point; turns unexpected errors into one line, not a traceback."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        sys.exit(130)

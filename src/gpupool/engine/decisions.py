@@ -1,0 +1,100 @@
+"""What one scheduling cycle decides. Every decision carries a reason a person can read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpupool.model import PodPlacement, Workload
+
+
+class PreemptRule(StrEnum):
+    WITHIN_QUEUE = "WithinQueueLowerPriority"
+    RECLAIM = "ReclaimWithinCohort"
+    BORROW = "BorrowWithinCohortLowerPriority"
+
+
+class PendingCode(StrEnum):
+    QUOTA = "QuotaExceeded"
+    CAPACITY = "InsufficientCapacity"
+    TOPOLOGY = "TopologyUnsatisfiable"
+    NO_POOL = "NoMatchingPool"
+    BLOCKED = "BlockedByHead"
+    INVALID = "Invalid"
+    UNKNOWN_QUEUE = "UnknownQueue"
+    SKIPPED = "NotConsidered"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    workload: str
+    queue: str
+    pool: str
+    pods: tuple[PodPlacement, ...]
+    borrowing: bool
+    reason: str
+    #: Victims that must be evicted before the pods start (empty when nothing is preempted).
+    after_evicting: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    workload: str
+    queue: str
+    priority: int
+    rule: PreemptRule
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    preemptor: str
+    queue: str
+    victims: tuple[Victim, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    workload: str
+    queue: str
+    code: PendingCode
+    reason: str
+
+
+@dataclass(slots=True)
+class Decisions:
+    admitted: list[Admit] = field(default_factory=list)
+    preempted: list[Preempt] = field(default_factory=list)
+    pending: list[Pending] = field(default_factory=list)
+    #: Workloads looked at in this cycle (for throughput figures).
+    considered: int = 0
+
+    def admitted_names(self) -> list[str]:
+        return [a.workload for a in self.admitted]
+
+    def victims(self) -> list[str]:
+        return [v.workload for p in self.preempted for v in p.victims]
+
+    def by_workload(self) -> dict[str, Admit | Pending]:
+        out: dict[str, Admit | Pending] = {p.workload: p for p in self.pending}
+        out.update({a.workload: a for a in self.admitted})
+        return out
+
+    def summary(self) -> dict[str, int]:
+        return {
+            "admitted": len(self.admitted),
+            "preemptions": len(self.preempted),
+            "victims": len(self.victims()),
+            "pending": len(self.pending),
+            "considered": self.considered,
+        }
+
+
+def describe_workload(w: Workload) -> str:
+    """A compact shape for messages, e.g. '2x8 GPU' or '1x0.5 GPU'."""
+    parts = []
+    for g in w.pod_groups:
+        r = g.request
+        gpu = f"{r.gpus}" if r.gpus else f"{r.gpu_milli / 1000:g}"
+        parts.append(f"{g.replicas}x{gpu} GPU")
+    return " + ".join(parts)

@@ -1,0 +1,187 @@
+"""One reusable invariant checker, run after every cycle by tests and by the simulator.
+
+It recomputes everything from the snapshot and the decisions, independently of the engine's
+incremental bookkeeping, so a bookkeeping bug cannot hide itself.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from gpupool.engine.decisions import Decisions, PreemptRule
+from gpupool.engine.state import QuotaState
+from gpupool.model import (
+    ZERO,
+    Node,
+    Running,
+    Snapshot,
+    TopologyMode,
+    vadd,
+    vle,
+)
+
+
+def check_state(snapshot: Snapshot) -> list[str]:
+    """Capacity and quota invariants of a snapshot's running set."""
+    errs: list[str] = []
+    nodes: dict[str, Node] = {n.name: n for n in snapshot.nodes}
+    dev_milli: dict[tuple[str, int], int] = defaultdict(int)
+    dev_mem: dict[tuple[str, int], int] = defaultdict(int)
+    node_use: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    pools = {p.name: p for p in snapshot.pools}
+    for r in snapshot.running:
+        for p in r.admission.pods:
+            n = nodes.get(p.node)
+            if n is None:
+                errs.append(f"{r.name}: placed on unknown node {p.node}")
+                continue
+            pool = pools.get(r.admission.pool)
+            if pool is not None and not pool.selects(n):
+                errs.append(f"{r.name}: node {p.node} is not in pool {r.admission.pool}")
+            if r.workload.gpu_models and p.devices and n.gpu_model not in r.workload.gpu_models:
+                errs.append(
+                    f"{r.name}: GPU model {n.gpu_model} not allowed ({', '.join(r.workload.gpu_models)})"
+                )
+            if len(set(p.devices)) != len(p.devices):
+                errs.append(f"{r.name}: pod {p.group}-{p.index} lists a device twice")
+            for d in p.devices:
+                if not 0 <= d < n.gpu_count:
+                    errs.append(f"{r.name}: device {d} does not exist on {p.node}")
+                dev_milli[(p.node, d)] += p.gpu_milli
+                dev_mem[(p.node, d)] += p.gpu_memory_mib
+            u = node_use[p.node]
+            u[0] += p.cpu_milli
+            u[1] += p.memory_mib
+            u[2] += p.rdma
+    for (node, d), m in dev_milli.items():
+        if m > 1000:
+            errs.append(f"device {node}/{d} over-committed: {m} milli-GPU")
+        if dev_mem[(node, d)] > nodes[node].gpu_memory_mib:
+            errs.append(
+                f"device {node}/{d} memory over-committed: {dev_mem[(node, d)]}Mi > {nodes[node].gpu_memory_mib}Mi"
+            )
+    for node, (c, m, rd) in node_use.items():
+        n = nodes[node]
+        if c > n.cpu_milli or m > n.memory_mib or rd > n.rdma:
+            errs.append(
+                f"node {node} over-committed: cpu {c}/{n.cpu_milli}, memory {m}/{n.memory_mib}, rdma {rd}/{n.rdma}"
+            )
+    errs.extend(check_quota(snapshot, snapshot.running))
+    return errs
+
+
+def _quota_state(snapshot: Snapshot, running: tuple[Running, ...] | list[Running]) -> QuotaState:
+    cap: dict[str, tuple[int, int, int]] = {p.name: ZERO for p in snapshot.pools}
+    for n in snapshot.nodes:
+        for p in snapshot.pools:
+            if p.selects(n):
+                cap[p.name] = vadd(cap[p.name], (n.gpu_count * 1000, n.cpu_milli, n.memory_mib))
+                break
+    qs = QuotaState(snapshot.queues, [p.name for p in snapshot.pools], cap)
+    for r in running:
+        if r.workload.queue in qs.queues and r.admission.pool in cap:
+            qs.add(r.workload.queue, r.admission.pool, r.admission.quota_vec())
+    return qs
+
+
+def check_quota(snapshot: Snapshot, running: tuple[Running, ...] | list[Running]) -> list[str]:
+    qs = _quota_state(snapshot, running)
+    errs = []
+    for (name, pool), e in qs.E.items():
+        if not vle(e, qs.limit[(name, pool)]):
+            errs.append(
+                f"queue {name} above its limit in pool {pool}: effective use {e} > limit {qs.limit[(name, pool)]}"
+            )
+    return errs
+
+
+def check_decisions(before: Snapshot, decisions: Decisions) -> list[str]:
+    """Gang all-or-nothing, legal victims, nothing admitted twice, topology honoured."""
+    errs: list[str] = []
+    pending = {w.name: w for w in before.pending}
+    running = {r.name: r for r in before.running}
+    nodes = {n.name: n for n in before.nodes}
+    seen: set[str] = set()
+    for a in decisions.admitted:
+        w = pending.get(a.workload)
+        if w is None:
+            errs.append(f"{a.workload}: admitted but was not pending")
+            continue
+        if a.workload in seen:
+            errs.append(f"{a.workload}: admitted twice")
+        seen.add(a.workload)
+        if not w.min_pods <= len(a.pods) <= w.pod_count:
+            errs.append(
+                f"{a.workload}: gang broken: {len(a.pods)} pods placed, needs {w.min_pods}..{w.pod_count}"
+            )
+        groups = {g.name: g for g in w.pod_groups}
+        keys = set()
+        for p in a.pods:
+            g = groups.get(p.group)
+            if g is None or not 0 <= p.index < g.replicas:
+                errs.append(f"{a.workload}: placed a pod {p.group}-{p.index} that does not exist")
+                continue
+            keys.add((p.group, p.index))
+            r = g.request
+            if r.gpus and (len(p.devices) != r.gpus or p.gpu_milli != 1000):
+                errs.append(
+                    f"{a.workload}: pod {p.group}-{p.index} got {len(p.devices)} devices for {r.gpus} GPUs"
+                )
+            if r.fractional and (len(p.devices) != 1 or p.gpu_milli != r.gpu_milli):
+                errs.append(
+                    f"{a.workload}: fractional pod {p.group}-{p.index} not on exactly one device share"
+                )
+            if r.gpu_memory_mib and p.gpu_memory_mib < r.gpu_memory_mib:
+                errs.append(f"{a.workload}: pod {p.group}-{p.index} got less GPU memory than requested")
+            n = nodes.get(p.node)
+            if n is not None:
+                for t in n.taints:
+                    if t.effect != "PreferNoSchedule" and not any(tol.tolerates(t) for tol in w.tolerations):
+                        errs.append(
+                            f"{a.workload}: placed on {n.name} whose taint {t.key} it does not tolerate"
+                        )
+                if not n.schedulable:
+                    errs.append(f"{a.workload}: placed on unschedulable node {n.name}")
+        if len(keys) != len(a.pods):
+            errs.append(f"{a.workload}: a pod was placed twice")
+        if w.topology is not None and w.topology.mode is TopologyMode.REQUIRED and a.pods:
+            doms = {nodes[p.node].domain(w.topology.scope) for p in a.pods if p.node in nodes}
+            if len(doms) > 1:
+                errs.append(f"{a.workload}: required topology {w.topology.scope} spans {sorted(doms)}")
+    pools = {p.name: p for p in before.pools}
+    qs = _quota_state(before, before.running)
+    victims: set[str] = set()
+    for pe in decisions.preempted:
+        w = pending.get(pe.preemptor)
+        if w is None:
+            errs.append(f"{pe.preemptor}: preempted for but was not pending")
+            continue
+        for v in pe.victims:
+            vr = running.get(v.workload)
+            if vr is None:
+                errs.append(f"{v.workload}: victim is not running")
+                continue
+            if v.workload in victims:
+                errs.append(f"{v.workload}: evicted twice")
+            victims.add(v.workload)
+            vw = vr.workload
+            pool = pools.get(vr.admission.pool)
+            if not vw.preemptible or (pool is not None and not pool.preemptible):
+                errs.append(f"{v.workload}: preempted but its class or pool is not preemptible")
+            if v.rule is PreemptRule.WITHIN_QUEUE and not (vw.queue == w.queue and vw.priority < w.priority):
+                errs.append(f"{v.workload}: within-queue victim must be in {w.queue} with lower priority")
+            if v.rule in (PreemptRule.RECLAIM, PreemptRule.BORROW):
+                if vw.queue == w.queue or qs.root.get(vw.queue) != qs.root.get(w.queue):
+                    errs.append(f"{v.workload}: cohort victim must be in another queue of the same cohort")
+                elif not qs.is_borrowing(vw.queue, vr.admission.pool, qs.common_ancestor(w.queue, vw.queue)):
+                    errs.append(f"{v.workload}: reclaimed from queue {vw.queue} which was not borrowing")
+                if v.rule is PreemptRule.BORROW and not vw.priority < w.priority:
+                    errs.append(f"{v.workload}: borrow-preemption needs a lower-priority victim")
+            if vr.workload.priority >= w.priority and v.rule is not PreemptRule.RECLAIM:
+                errs.append(f"{v.workload}: victim priority {vw.priority} not below preemptor {w.priority}")
+    return errs
+
+
+def check_cycle(before: Snapshot, decisions: Decisions, after: Snapshot) -> list[str]:
+    """Everything: decisions legal and the resulting state within capacity and quota."""
+    return check_decisions(before, decisions) + check_state(after)

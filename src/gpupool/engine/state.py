@@ -1,0 +1,425 @@
+"""Mutable working state for one scheduling cycle, with checkpoint and rollback.
+
+The engine tries admissions and preemptions on this state and rolls back what it does not keep
+(KAI's "statement" idea), so a cycle never needs to copy the cluster. Nodes are kept in buckets
+by free whole GPUs and partially used devices in buckets by free milli-GPU (YuniKorn's idea of a
+sorted node structure), so placement never rescans the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from gpupool.model import (
+    UNLIMITED,
+    ZERO,
+    Node,
+    PodPlacement,
+    Queue,
+    ResourcePool,
+    TopologyScope,
+    Vec,
+    vadd,
+    vle,
+    vmax,
+    vsub,
+)
+
+FRAC_BUCKET = 50  # milli-GPU per bucket of the partial-device index
+N_FRAC_BUCKETS = 1000 // FRAC_BUCKET
+
+
+class PoolIndex:
+    """Per pool and GPU model: nodes by free whole GPUs, partial devices by free milli."""
+
+    __slots__ = ("max_gpus", "model", "nodes", "partial", "whole")
+
+    def __init__(self, model: str, max_gpus: int) -> None:
+        self.model = model
+        self.max_gpus = max_gpus
+        self.nodes: list[int] = []
+        # whole[k]: ordered set of node indices with exactly k fully free devices
+        self.whole: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
+        # partial[b]: ordered set of (node, device) with free milli in [b*50, b*50+50), 0 < free < 1000
+        self.partial: list[dict[tuple[int, int], None]] = [{} for _ in range(N_FRAC_BUCKETS)]
+
+    def largest_free_block(self) -> int:
+        for k in range(self.max_gpus, -1, -1):
+            if self.whole[k]:
+                return k
+        return 0
+
+
+class ClusterState:
+    """Free capacity of every node and device, and the indexes over it."""
+
+    def __init__(self, nodes: Iterable[Node], pools: Iterable[ResourcePool]) -> None:
+        self.nodes: list[Node] = list(nodes)
+        self.index: dict[str, int] = {n.name: i for i, n in enumerate(self.nodes)}
+        self.free_cpu = [n.cpu_milli for n in self.nodes]
+        self.free_mem = [n.memory_mib for n in self.nodes]
+        self.free_rdma = [n.rdma for n in self.nodes]
+        self.dev_milli = [[1000] * n.gpu_count for n in self.nodes]
+        self.dev_mem = [[n.gpu_memory_mib] * n.gpu_count for n in self.nodes]
+        self.free_whole = [n.gpu_count for n in self.nodes]
+        self.pools: dict[str, ResourcePool] = {p.name: p for p in pools}
+        self.pool_of: list[str | None] = []
+        self.by_pool: dict[str, dict[str, PoolIndex]] = {p: {} for p in self.pools}
+        self.capacity: dict[str, Vec] = {p: ZERO for p in self.pools}
+        # topology: (pool, scope) -> domain -> [node indices]; free whole GPUs per (pool, scope, domain)
+        self.domains: dict[tuple[str, TopologyScope], dict[str, list[int]]] = {}
+        self.domain_free: dict[tuple[str, TopologyScope, str], int] = {}
+        self._node_domains: list[tuple[tuple[str, TopologyScope, str], ...]] = []
+        self.log: list[tuple[int, int, tuple[int, ...], int, int, int, int, int]] = []
+        self._idx_cache: dict[tuple[str, tuple[str, ...]], list[PoolIndex]] = {}
+        for i, n in enumerate(self.nodes):
+            pool = next((p.name for p in self.pools.values() if p.selects(n)), None)
+            self.pool_of.append(pool)
+            doms: list[tuple[str, TopologyScope, str]] = []
+            if pool is not None and n.schedulable:
+                self.capacity[pool] = vadd(
+                    self.capacity[pool], (n.gpu_count * 1000, n.cpu_milli, n.memory_mib)
+                )
+                idx = self.by_pool[pool].get(n.gpu_model)
+                if idx is None:
+                    idx = self.by_pool[pool][n.gpu_model] = PoolIndex(n.gpu_model, n.gpu_count)
+                if n.gpu_count > idx.max_gpus:
+                    idx.whole.extend({} for _ in range(n.gpu_count - idx.max_gpus))
+                    idx.max_gpus = n.gpu_count
+                idx.nodes.append(i)
+                idx.whole[n.gpu_count][i] = None
+                for scope in (TopologyScope.NVLINK, TopologyScope.RACK):
+                    key = n.domain(scope)
+                    self.domains.setdefault((pool, scope), {}).setdefault(key, []).append(i)
+                    dk = (pool, scope, key)
+                    self.domain_free[dk] = self.domain_free.get(dk, 0) + n.gpu_count
+                    doms.append(dk)
+            self._node_domains.append(tuple(doms))
+
+    # -- transactions -------------------------------------------------------------------------
+    def checkpoint(self) -> int:
+        return len(self.log)
+
+    def rollback(self, cp: int) -> None:
+        log = self.log
+        while len(log) > cp:
+            sign, i, devs, milli, mem, cpu, nmem, rdma = log.pop()
+            self._apply(-sign, i, devs, milli, mem, cpu, nmem, rdma)
+
+    def allocate(
+        self, i: int, devs: tuple[int, ...], milli: int, mem: int, cpu: int, nmem: int, rdma: int
+    ) -> None:
+        self._apply(1, i, devs, milli, mem, cpu, nmem, rdma)
+        self.log.append((1, i, devs, milli, mem, cpu, nmem, rdma))
+
+    def release(
+        self, i: int, devs: tuple[int, ...], milli: int, mem: int, cpu: int, nmem: int, rdma: int
+    ) -> None:
+        self._apply(-1, i, devs, milli, mem, cpu, nmem, rdma)
+        self.log.append((-1, i, devs, milli, mem, cpu, nmem, rdma))
+
+    def allocate_pod(self, p: PodPlacement) -> None:
+        self.allocate(
+            self.index[p.node], p.devices, p.gpu_milli, p.gpu_memory_mib, p.cpu_milli, p.memory_mib, p.rdma
+        )
+
+    def release_pod(self, p: PodPlacement) -> None:
+        self.release(
+            self.index[p.node], p.devices, p.gpu_milli, p.gpu_memory_mib, p.cpu_milli, p.memory_mib, p.rdma
+        )
+
+    def commit(self) -> None:
+        """Forget the undo log (the caller keeps what it did)."""
+        self.log.clear()
+
+    def _apply(
+        self, sign: int, i: int, devs: tuple[int, ...], milli: int, mem: int, cpu: int, nmem: int, rdma: int
+    ) -> None:
+        self.free_cpu[i] -= sign * cpu
+        self.free_mem[i] -= sign * nmem
+        self.free_rdma[i] -= sign * rdma
+        if not devs:
+            return
+        pool = self.pool_of[i]
+        idx = (
+            self.by_pool[pool][self.nodes[i].gpu_model]
+            if pool is not None and self.nodes[i].schedulable
+            else None
+        )
+        dm = self.dev_milli[i]
+        dmem = self.dev_mem[i]
+        old_whole = self.free_whole[i]
+        whole = old_whole
+        for d in devs:
+            before = dm[d]
+            after = before - sign * milli
+            dm[d] = after
+            dmem[d] -= sign * mem
+            if before == 1000:
+                whole -= 1
+            if after == 1000:
+                whole += 1
+            if idx is not None:
+                if 0 < before < 1000:
+                    idx.partial[before // FRAC_BUCKET].pop((i, d), None)
+                if 0 < after < 1000:
+                    idx.partial[after // FRAC_BUCKET][(i, d)] = None
+        if whole != old_whole:
+            self.free_whole[i] = whole
+            if idx is not None:
+                idx.whole[old_whole].pop(i, None)
+                idx.whole[whole][i] = None
+                delta = whole - old_whole
+                for dk in self._node_domains[i]:
+                    self.domain_free[dk] += delta
+
+    # -- queries ------------------------------------------------------------------------------
+    def pool_indexes(self, pool: str, models: tuple[str, ...]) -> list[PoolIndex]:
+        key = (pool, models)
+        got = self._idx_cache.get(key)
+        if got is None:
+            per_model = self.by_pool.get(pool, {})
+            got = [per_model[m] for m in sorted(per_model) if not models or m in models]
+            self._idx_cache[key] = got
+        return got
+
+    def used_gpu_milli(self, pool: str | None = None) -> int:
+        total = 0
+        for i, n in enumerate(self.nodes):
+            if pool is not None and self.pool_of[i] != pool:
+                continue
+            total += n.gpu_count * 1000 - sum(self.dev_milli[i])
+        return total
+
+
+class QuotaState:
+    """Usage and limits of the queue tree per pool, with borrowing and lending.
+
+    For a queue n in pool p: G = guarantee, limit = G + borrowing limit (root: G), R = G - lending
+    limit (the part nobody else may use). Effective usage E(leaf) = usage; E(n) = sum over children
+    c of max(E(c), R(c)). Admission needs E <= limit at every node on the path to the root.
+    """
+
+    def __init__(self, queues: Iterable[Queue], pools: Iterable[str], capacity: dict[str, Vec]) -> None:
+        qs = list(queues)
+        self.queues: dict[str, Queue] = {q.name: q for q in qs}
+        self.children: dict[str, list[str]] = {q.name: [] for q in qs}
+        for q in qs:
+            if q.parent is not None and q.parent in self.children:
+                self.children[q.parent].append(q.name)
+        self.path: dict[str, tuple[str, ...]] = {}
+        for q in qs:
+            path = [q.name]
+            seen = {q.name}
+            cur = q
+            while cur.parent is not None and cur.parent in self.queues and cur.parent not in seen:
+                seen.add(cur.parent)
+                path.append(cur.parent)
+                cur = self.queues[cur.parent]
+            self.path[q.name] = tuple(path)
+        self.root: dict[str, str] = {q: p[-1] for q, p in self.path.items()}
+        self.pools = list(pools)
+        self.capacity = capacity
+        self.G: dict[tuple[str, str], Vec] = {}
+        self.limit: dict[tuple[str, str], Vec] = {}
+        self.R: dict[tuple[str, str], Vec] = {}
+        self.usable: dict[tuple[str, str], bool] = {}
+        self.U: dict[tuple[str, str], Vec] = {}  # subtree actual usage
+        self.E: dict[tuple[str, str], Vec] = {}  # effective usage (with reservations)
+        self.log: list[tuple[str, str, Vec]] = []
+        self._share: dict[str, float] = {}
+        for pool in self.pools:
+            for name in self._post_order():
+                self._init_node(name, pool)
+            for name in self.queues:
+                self.usable[(name, pool)] = any(
+                    self.queues[a].quota(pool) is not None for a in self.path[name]
+                )
+
+    def _post_order(self) -> Iterator[str]:
+        seen: set[str] = set()
+
+        def visit(n: str) -> Iterator[str]:
+            seen.add(n)
+            for c in self.children[n]:
+                if c not in seen:
+                    yield from visit(c)
+            yield n
+
+        for name in self.queues:
+            if name not in seen and self.root[name] == name:
+                yield from visit(name)
+        for name in self.queues:  # cycles: still initialise
+            if name not in seen:
+                yield from visit(name)
+
+    def _init_node(self, name: str, pool: str) -> None:
+        q = self.queues[name]
+        spec = q.quota(pool)
+        kids = self.children[name]
+        child_g = ZERO
+        for c in kids:
+            child_g = vadd(child_g, self.G[(c, pool)])
+        child_g = tuple(min(x, UNLIMITED) for x in child_g)  # type: ignore[assignment]
+        if spec is not None:
+            g = vmax(spec.guarantee, child_g) if kids else spec.guarantee
+        else:
+            g = child_g if kids else (0, UNLIMITED, UNLIMITED)
+        is_root = self.root[name] == name
+        if is_root:
+            limit = g
+        elif spec is not None and spec.borrowing_limit is not None:
+            limit = tuple(min(UNLIMITED, a + b) for a, b in zip(g, spec.borrowing_limit, strict=True))  # type: ignore[assignment]
+        else:
+            limit = (UNLIMITED, UNLIMITED, UNLIMITED)
+        if spec is not None and spec.lending_limit is not None:
+            r = tuple(max(0, a - b) for a, b in zip(g, spec.lending_limit, strict=True))
+        else:
+            r = ZERO
+        key = (name, pool)
+        self.G[key] = g
+        self.limit[key] = limit
+        self.R[key] = r  # type: ignore[assignment]
+        self.U[key] = ZERO
+        e = ZERO
+        for c in kids:
+            e = vadd(e, vmax(self.E[(c, pool)], self.R[(c, pool)]))
+        self.E[key] = e
+
+    # -- transactions -------------------------------------------------------------------------
+    def checkpoint(self) -> int:
+        return len(self.log)
+
+    def rollback(self, cp: int) -> None:
+        while len(self.log) > cp:
+            leaf, pool, vec = self.log.pop()
+            self._change(leaf, pool, vsub(ZERO, vec))
+
+    def commit(self) -> None:
+        self.log.clear()
+
+    def add(self, leaf: str, pool: str, vec: Vec) -> None:
+        self._change(leaf, pool, vec)
+        self.log.append((leaf, pool, vec))
+
+    def remove(self, leaf: str, pool: str, vec: Vec) -> None:
+        neg = vsub(ZERO, vec)
+        self._change(leaf, pool, neg)
+        self.log.append((leaf, pool, neg))
+
+    def _change(self, leaf: str, pool: str, vec: Vec) -> None:
+        path = self.path[leaf]
+        E, R, U = self.E, self.R, self.U
+        prev_old = prev_new = ZERO
+        cache = self._share
+        for depth, n in enumerate(path):
+            cache.pop(n, None)
+            key = (n, pool)
+            U[key] = vadd(U[key], vec)
+            old = E[key]
+            if depth == 0:
+                new = vadd(old, vec)
+            else:
+                child = (path[depth - 1], pool)
+                r = R[child]
+                new = vadd(vsub(old, vmax(prev_old, r)), vmax(prev_new, r))
+            E[key] = new
+            prev_old, prev_new = old, new
+
+    # -- queries ------------------------------------------------------------------------------
+    def check(self, leaf: str, pool: str, vec: Vec) -> tuple[bool, bool, str | None, tuple[str, int] | None]:
+        """Can ``vec`` be added at ``leaf``? Returns (fits, borrowing, blocking queue, blocking dim).
+
+        Hot path of every admission attempt: arithmetic is written out per dimension.
+        """
+        E, R, G, L = self.E, self.R, self.G, self.limit
+        v0, v1, v2 = vec
+        borrowing = False
+        o0 = o1 = o2 = n0 = n1 = n2 = 0
+        first = True
+        child: str = leaf
+        for n in self.path[leaf]:
+            key = (n, pool)
+            old = E[key]
+            if first:
+                a0, a1, a2 = old[0] + v0, old[1] + v1, old[2] + v2
+                first = False
+            else:
+                r0, r1, r2 = R[(child, pool)]
+                a0 = old[0] - (o0 if o0 > r0 else r0) + (n0 if n0 > r0 else r0)
+                a1 = old[1] - (o1 if o1 > r1 else r1) + (n1 if n1 > r1 else r1)
+                a2 = old[2] - (o2 if o2 > r2 else r2) + (n2 if n2 > r2 else r2)
+            lim = L[key]
+            if a0 > lim[0]:
+                return False, borrowing, n, (n, 0)
+            if a1 > lim[1]:
+                return False, borrowing, n, (n, 1)
+            if a2 > lim[2]:
+                return False, borrowing, n, (n, 2)
+            if not borrowing:
+                g = G[key]
+                if a0 > g[0] or a1 > g[1] or a2 > g[2]:
+                    borrowing = True
+            o0, o1, o2 = old
+            n0, n1, n2 = a0, a1, a2
+            child = n
+        return True, borrowing, None, None
+
+    def within_guarantee(self, leaf: str, pool: str, vec: Vec) -> bool:
+        """Would ``vec`` fit under the guarantee of the leaf and every ancestor below the root?"""
+        path = self.path[leaf]
+        E, R, G = self.E, self.R, self.G
+        prev_old = prev_new = ZERO
+        for depth, n in enumerate(path):
+            key = (n, pool)
+            old = E[key]
+            if depth == 0:
+                new = vadd(old, vec)
+            else:
+                r = R[(path[depth - 1], pool)]
+                new = vadd(vsub(old, vmax(prev_old, r)), vmax(prev_new, r))
+            if (depth < len(path) - 1 or len(path) == 1) and not vle(new, G[key]):
+                return False
+            prev_old, prev_new = old, new
+        return True
+
+    def is_borrowing(self, leaf: str, pool: str, stop_at: str | None = None) -> bool:
+        """Is the leaf (or an ancestor below ``stop_at``) using more than its guarantee?"""
+        for n in self.path[leaf]:
+            if n == stop_at:
+                return False
+            key = (n, pool)
+            if not vle(self.U[key], self.G[key]):
+                return True
+        return False
+
+    def share(self, name: str) -> float:
+        """Dominant-resource share of a queue node: usage over guarantee (or pool capacity)."""
+        cached = self._share.get(name)
+        if cached is not None:
+            return cached
+        best = 0.0
+        for pool in self.pools:
+            u = self.U[(name, pool)]
+            if u == ZERO:
+                continue
+            g = self.G[(name, pool)]
+            cap = self.capacity.get(pool, ZERO)
+            for d in range(3):
+                if u[d] <= 0:
+                    continue
+                den = g[d] if 0 < g[d] < UNLIMITED else cap[d]
+                if den > 0:
+                    s = u[d] / den
+                    if s > best:
+                        best = s
+        self._share[name] = best
+        return best
+
+    def common_ancestor(self, a: str, b: str) -> str | None:
+        pa = self.path[a]
+        pb = set(self.path[b])
+        for n in pa:
+            if n in pb:
+                return n
+        return None

@@ -1,0 +1,344 @@
+"""Plain typed data for the scheduling engine: nodes, pools, queues, priority classes, workloads.
+
+Everything here is immutable and integer-valued (milli-GPU, milli-CPU, MiB) so that snapshots
+can be shared, hashed and compared, and the engine stays deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+GPU: Final = "nvidia.com/gpu"
+CPU: Final = "cpu"
+MEMORY: Final = "memory"
+#: Resources that quotas govern, in the order of a quota vector.
+QUOTA_RESOURCES: Final = (GPU, CPU, MEMORY)
+#: A quota dimension that is not set is not governed.
+UNLIMITED: Final = 1 << 62
+
+Vec = tuple[int, int, int]
+ZERO: Final[Vec] = (0, 0, 0)
+
+
+def vadd(a: Vec, b: Vec) -> Vec:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+def vsub(a: Vec, b: Vec) -> Vec:
+    return (a[0] - b[0], a[1] - b[1], a[2] - b[2])
+
+
+def vmax(a: Vec, b: Vec) -> Vec:
+    return (max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2]))
+
+
+def vle(a: Vec, b: Vec) -> bool:
+    return a[0] <= b[0] and a[1] <= b[1] and a[2] <= b[2]
+
+
+class WorkloadType(StrEnum):
+    TRAINING = "training"
+    FINE_TUNING = "fine-tuning"
+    INFERENCE = "inference"
+    EVALUATION = "evaluation"
+    BATCH = "batch"
+
+
+class QueueingStrategy(StrEnum):
+    STRICT_FIFO = "StrictFIFO"
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+
+
+class TopologyScope(StrEnum):
+    NODE = "node"
+    NVLINK = "nvlink"
+    RACK = "rack"
+
+
+class TopologyMode(StrEnum):
+    REQUIRED = "Required"
+    PREFERRED = "Preferred"
+
+
+class PlacementPolicy(StrEnum):
+    BINPACK = "BinPack"
+    SPREAD = "Spread"
+
+
+class ReclaimPolicy(StrEnum):
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    ANY = "Any"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str
+    value: str | None = None  # None: any value (operator Exists)
+    effect: str | None = None
+
+    def tolerates(self, t: Taint) -> bool:
+        return (
+            (self.key == t.key or self.key == "*")
+            and (self.value is None or self.value == t.value)
+            and (self.effect is None or self.effect == t.effect)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One machine. Devices are indexed 0..gpu_count-1; all devices on a node are the same model."""
+
+    name: str
+    gpu_model: str
+    gpu_count: int
+    gpu_memory_mib: int
+    cpu_milli: int
+    memory_mib: int
+    rdma: int = 0
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
+    nvlink_domain: str = ""
+    rack: str = ""
+    schedulable: bool = True
+
+    @property
+    def label_map(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    def domain(self, scope: TopologyScope) -> str:
+        if scope is TopologyScope.NODE:
+            return self.name
+        if scope is TopologyScope.NVLINK:
+            return self.nvlink_domain or self.name
+        return self.rack or self.nvlink_domain or self.name
+
+
+@dataclass(frozen=True, slots=True)
+class ResourcePool:
+    """A service-catalog entry (资源池): which nodes, who may be preempted, what it costs."""
+
+    name: str
+    node_selector: tuple[tuple[str, str], ...] = ()
+    gpu_models: tuple[str, ...] = ()
+    description: str = ""
+    preemptible: bool = True
+    requires_approval: bool = False
+    price_per_gpu_hour: float = 0.0
+    placement: PlacementPolicy = PlacementPolicy.BINPACK
+    sla_tier: str = ""
+    environment: str = ""
+
+    def selects(self, node: Node) -> bool:
+        labels = node.label_map
+        if any(labels.get(k) != v for k, v in self.node_selector):
+            return False
+        return not self.gpu_models or node.gpu_model in self.gpu_models
+
+
+@dataclass(frozen=True, slots=True)
+class PoolQuota:
+    """A queue's quota in one pool, as quota vectors (gpu milli, cpu milli, memory MiB).
+
+    ``borrowing_limit`` / ``lending_limit`` of None mean unlimited / lend everything.
+    """
+
+    pool: str
+    guarantee: Vec = ZERO
+    borrowing_limit: Vec | None = None
+    lending_limit: Vec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPolicy:
+    within_queue: ReclaimPolicy = ReclaimPolicy.LOWER_PRIORITY
+    reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
+    borrow_within_cohort: ReclaimPolicy = ReclaimPolicy.NEVER
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A node of the queue tree (队列): org -> team -> project. Workloads go to leaves."""
+
+    name: str
+    parent: str | None = None
+    weight: float = 1.0
+    strategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
+    preemption: PreemptionPolicy = PreemptionPolicy()
+    quotas: tuple[PoolQuota, ...] = ()
+    requires_approval: bool = False
+    description: str = ""
+
+    def quota(self, pool: str) -> PoolQuota | None:
+        for q in self.quotas:
+            if q.pool == pool:
+                return q
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool = True
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """Per-pod resources. ``gpus`` whole devices, or a fraction of one device (``gpu_milli`` < 1000)."""
+
+    gpus: int = 0
+    gpu_milli: int = 0
+    gpu_memory_mib: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    rdma: int = 0
+
+    @property
+    def fractional(self) -> bool:
+        return self.gpus == 0 and self.gpu_milli > 0
+
+    @property
+    def total_gpu_milli(self) -> int:
+        return self.gpus * 1000 if self.gpus else self.gpu_milli
+
+    def quota_vec(self) -> Vec:
+        return (self.total_gpu_milli, self.cpu_milli, self.memory_mib)
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    name: str
+    replicas: int
+    request: PodRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    scope: TopologyScope
+    mode: TopologyMode = TopologyMode.REQUIRED
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """A unit of admission: all its pods are admitted together (gang) or not at all.
+
+    ``arrival`` orders workloads within a queue (a submit sequence number or a timestamp).
+    ``priority`` and ``preemptible`` are resolved from the priority class when the workload is built.
+    """
+
+    name: str
+    queue: str
+    pod_groups: tuple[PodGroup, ...]
+    priority_class: str = ""
+    priority: int = 0
+    preemptible: bool = True
+    type: WorkloadType = WorkloadType.BATCH
+    pool: str | None = None
+    gpu_models: tuple[str, ...] = ()
+    gang_min: int | None = None
+    topology: Topology | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: tuple[tuple[str, str], ...] = ()
+    expected_duration_s: float | None = None
+    arrival: float = 0.0
+
+    @property
+    def pod_count(self) -> int:
+        return sum(g.replicas for g in self.pod_groups)
+
+    @property
+    def min_pods(self) -> int:
+        return self.pod_count if self.gang_min is None else min(self.gang_min, self.pod_count)
+
+    def quota_vec(self) -> Vec:
+        g = c = m = 0
+        for pg in self.pod_groups:
+            r = pg.request
+            g += r.total_gpu_milli * pg.replicas
+            c += r.cpu_milli * pg.replicas
+            m += r.memory_mib * pg.replicas
+        return (g, c, m)
+
+    @property
+    def gpu_milli(self) -> int:
+        return self.quota_vec()[0]
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """Where one pod runs: the node and device indices, and the share of each device it holds."""
+
+    group: str
+    index: int
+    node: str
+    devices: tuple[int, ...]
+    gpu_milli: int  # per device (1000 for a whole GPU)
+    gpu_memory_mib: int  # per device (the isolation limit for a fractional pod)
+    cpu_milli: int
+    memory_mib: int
+    rdma: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    pool: str
+    pods: tuple[PodPlacement, ...]
+    borrowing: bool = False
+    admitted_at: float = 0.0
+
+    def quota_vec(self) -> Vec:
+        g = c = m = 0
+        for p in self.pods:
+            g += p.gpu_milli * len(p.devices)
+            c += p.cpu_milli
+            m += p.memory_mib
+        return (g, c, m)
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """An admitted workload and where it sits."""
+
+    workload: Workload
+    admission: Admission
+
+    @property
+    def name(self) -> str:
+        return self.workload.name
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Engine knobs. ``plugins`` names the policy plugins at each extension point."""
+
+    order: str = "fair-share"
+    score: str = "binpack"
+    preempt: str = "default"
+    max_preemption_candidates: int = 512
+    max_domain_tries: int = 64
+    one_head_per_queue: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything the engine may look at. Same snapshot in, same decisions out."""
+
+    nodes: tuple[Node, ...]
+    pools: tuple[ResourcePool, ...]
+    queues: tuple[Queue, ...]
+    priority_classes: tuple[PriorityClass, ...] = ()
+    pending: tuple[Workload, ...] = ()
+    running: tuple[Running, ...] = ()
+    now: float = 0.0
+    config: EngineConfig = field(default_factory=EngineConfig)
