@@ -637,3 +637,20 @@ def test_errors_are_typed() -> None:
     assert issubclass(NotFound, StoreError) and issubclass(Conflict, StoreError)
     e = ValidationFailed("spec.queue", "required")
     assert str(e) == "spec.queue: required"
+
+
+def test_concurrent_first_open_migrates_once(url: str) -> None:
+    opened: list[Store] = []
+
+    def work(_: int) -> None:
+        opened.append(Store.open(url))
+
+    try:
+        assert _run_threads(4, work) == []
+        assert len(opened) == 4
+        with opened[0].engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM alembic_version")).scalar() == 1
+            assert conn.execute(sa.text("SELECT count(*) FROM audit_anchor")).scalar() == 1
+    finally:
+        for s in opened:
+            s.close()

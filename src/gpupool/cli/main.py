@@ -5,6 +5,7 @@ Errors a user can act on are printed as one clear message and exit 2; never a tr
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from enum import StrEnum
@@ -148,6 +149,25 @@ def bench_engine(
         sys.stdout.write(json.dumps(res) + "\n")
     else:
         console.print(format_result(res))
+
+
+# Command groups that live in their own modules register themselves here. A module that is not
+# present is skipped; an error inside one that is present is not hidden.
+COMMAND_MODULES = ("gpupool.cli.sim", "gpupool.cli.server", "gpupool.cli.client")
+
+
+def _register_modules() -> None:
+    for name in COMMAND_MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:
+                continue
+            raise
+        mod.register(app, bench_app)
+
+
+_register_modules()
 
 
 def main() -> None:
