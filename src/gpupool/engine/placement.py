@@ -52,6 +52,14 @@ def _mem_for(st: ClusterState, i: int, req: PodRequest) -> int:
     return req.gpu_milli * st.nodes[i].gpu_memory_mib // 1000
 
 
+def _with_device_memory(st: ClusterState, req: PodRequest, ok: NodeFilter) -> NodeFilter:
+    """A fresh device must also hold the fractional pod's GPU memory (nodes differ in GPU model)."""
+    if not req.gpu_memory_mib:
+        return ok
+    need = req.gpu_memory_mib
+    return lambda i: st.nodes[i].gpu_memory_mib >= need and ok(i)
+
+
 def _fits_node(st: ClusterState, i: int, req: PodRequest) -> bool:
     return (
         st.free_cpu[i] >= req.cpu_milli and st.free_mem[i] >= req.memory_mib and st.free_rdma[i] >= req.rdma
@@ -90,7 +98,7 @@ class BinPack:
                         and ok(i)
                     ):
                         return i, d
-        node = self.pick_whole(st, idxs, 1, req, ok)
+        node = self.pick_whole(st, idxs, 1, req, _with_device_memory(st, req, ok))
         if node is None:
             return None
         return node, _free_devices(st, node, 1)[0]
@@ -117,7 +125,7 @@ class Spread:
     def pick_fraction(
         self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
     ) -> tuple[int, int] | None:
-        i = self.pick_whole(st, idxs, 1, req, ok)
+        i = self.pick_whole(st, idxs, 1, req, _with_device_memory(st, req, ok))
         if i is not None:
             return i, _free_devices(st, i, 1)[0]
         m = req.gpu_milli

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from sortedcontainers import SortedSet
+
 from gpupool.model import (
     UNLIMITED,
     ZERO,
@@ -38,10 +40,12 @@ class PoolIndex:
         self.model = model
         self.max_gpus = max_gpus
         self.nodes: list[int] = []
-        # whole[k]: ordered set of node indices with exactly k fully free devices
-        self.whole: list[dict[int, None]] = [{} for _ in range(max_gpus + 1)]
-        # partial[b]: ordered set of (node, device) with free milli in [b*50, b*50+50), 0 < free < 1000
-        self.partial: list[dict[tuple[int, int], None]] = [{} for _ in range(N_FRAC_BUCKETS)]
+        # Buckets are sorted sets, so ties always break by node order, never by the history of
+        # allocations and rollbacks: the same snapshot gives the same placement.
+        # whole[k]: node indices with exactly k fully free devices
+        self.whole: list[SortedSet] = [SortedSet() for _ in range(max_gpus + 1)]
+        # partial[b]: (node, device) with free milli in [b*50, b*50+50), 0 < free < 1000
+        self.partial: list[SortedSet] = [SortedSet() for _ in range(N_FRAC_BUCKETS)]
 
     def largest_free_block(self) -> int:
         for k in range(self.max_gpus, -1, -1):
@@ -84,10 +88,10 @@ class ClusterState:
                 if idx is None:
                     idx = self.by_pool[pool][n.gpu_model] = PoolIndex(n.gpu_model, n.gpu_count)
                 if n.gpu_count > idx.max_gpus:
-                    idx.whole.extend({} for _ in range(n.gpu_count - idx.max_gpus))
+                    idx.whole.extend(SortedSet() for _ in range(n.gpu_count - idx.max_gpus))
                     idx.max_gpus = n.gpu_count
                 idx.nodes.append(i)
-                idx.whole[n.gpu_count][i] = None
+                idx.whole[n.gpu_count].add(i)
                 for scope in (TopologyScope.NVLINK, TopologyScope.RACK):
                     key = n.domain(scope)
                     self.domains.setdefault((pool, scope), {}).setdefault(key, []).append(i)
@@ -161,14 +165,14 @@ class ClusterState:
                 whole += 1
             if idx is not None:
                 if 0 < before < 1000:
-                    idx.partial[before // FRAC_BUCKET].pop((i, d), None)
+                    idx.partial[before // FRAC_BUCKET].discard((i, d))
                 if 0 < after < 1000:
-                    idx.partial[after // FRAC_BUCKET][(i, d)] = None
+                    idx.partial[after // FRAC_BUCKET].add((i, d))
         if whole != old_whole:
             self.free_whole[i] = whole
             if idx is not None:
-                idx.whole[old_whole].pop(i, None)
-                idx.whole[whole][i] = None
+                idx.whole[old_whole].discard(i)
+                idx.whole[whole].add(i)
                 delta = whole - old_whole
                 for dk in self._node_domains[i]:
                     self.domain_free[dk] += delta

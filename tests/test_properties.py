@@ -1,0 +1,134 @@
+"""Property tests: scheduling invariants hold on random clusters, queues and workloads, cycle after cycle."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpupool.engine import Engine, apply_decisions, decide
+from gpupool.engine.invariants import check_cycle, check_state
+from gpupool.model import Snapshot
+from tests.strategies import snapshots, workloads
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _run_cycles(snap: Snapshot, data: st.DataObject, cycles: int = 4) -> None:
+    leaves = [q.name for q in snap.queues if q.parent is not None]
+    by_name = {w.name: w for w in snap.pending}
+    nxt = len(snap.pending)
+    for c in range(cycles):
+        d = decide(snap)
+        after = apply_decisions(snap, d, now=float(c))
+        problems = check_cycle(snap, d, after)
+        assert not problems, problems
+        # determinism: same snapshot, same decisions; the pending list's order does not matter
+        assert decide(snap) == d
+        shuffled = list(snap.pending)
+        random.Random(c).shuffle(shuffled)
+        assert decide(replace(snap, pending=tuple(shuffled))) == d
+        # every pending workload is accounted for exactly once
+        seen = [a.workload for a in d.admitted] + [p.workload for p in d.pending]
+        assert sorted(seen) == sorted(w.name for w in snap.pending)
+        # next cycle: victims requeue, some running work finishes, new work arrives
+        victims = [by_name[v] for v in d.victims()]
+        running = list(after.running)
+        finish = data.draw(
+            st.sets(st.sampled_from(range(len(running))) if running else st.nothing(), max_size=len(running))
+        )
+        running = [r for i, r in enumerate(running) if i not in finish]
+        new = data.draw(workloads(leaves, nxt, data.draw(st.integers(0, 4))))
+        nxt += len(new)
+        for w in new:
+            by_name[w.name] = w
+        snap = replace(after, running=tuple(running), pending=after.pending + tuple(victims) + tuple(new))
+
+
+@SETTINGS
+@given(snapshots(), st.data())
+def test_invariants_hold_every_cycle(snap: Snapshot, data: st.DataObject) -> None:
+    _run_cycles(snap, data)
+
+
+@SETTINGS
+@given(snapshots())
+def test_engine_leaves_its_state_untouched(snap: Snapshot) -> None:
+    """A cycle rolls back everything it tried: the incremental state is exactly what it was given."""
+    eng = Engine(snap)
+    before = (
+        list(eng.cluster.free_cpu),
+        [list(d) for d in eng.cluster.dev_milli],
+        dict(eng.quota.E),
+        dict(eng.quota.U),
+    )
+    d1 = eng.cycle(snap.pending)
+    after = (
+        list(eng.cluster.free_cpu),
+        [list(d) for d in eng.cluster.dev_milli],
+        dict(eng.quota.E),
+        dict(eng.quota.U),
+    )
+    assert before == after
+    assert eng.cycle(snap.pending) == d1 == decide(snap)
+
+
+@SETTINGS
+@given(snapshots())
+def test_incremental_apply_matches_a_fresh_engine(snap: Snapshot) -> None:
+    eng = Engine(snap)
+    d = eng.cycle(snap.pending)
+    eng.apply(d, snap.pending, 1.0)
+    after = apply_decisions(snap, d, now=1.0)
+    fresh = Engine(after)
+    assert fresh.cluster.dev_milli == eng.cluster.dev_milli
+    assert fresh.cluster.free_whole == eng.cluster.free_whole
+    assert fresh.quota.E == eng.quota.E
+    assert not check_state(after)
+
+
+@SETTINGS
+@given(snapshots())
+def test_gang_is_all_or_nothing(snap: Snapshot) -> None:
+    d = decide(snap)
+    pending = {w.name: w for w in snap.pending}
+    for a in d.admitted:
+        w = pending[a.workload]
+        assert w.min_pods <= len(a.pods) <= w.pod_count
+    placed = {a.workload for a in d.admitted}
+    for p in d.pending:
+        assert p.workload not in placed
+
+
+def test_checker_catches_overcommit() -> None:
+    """The invariant checker itself must be able to fail."""
+    from tests.scenario_runner import _bundle
+
+    b = _bundle(
+        {
+            "manifests": """
+apiVersion: gpupool.io/v1alpha1
+kind: Queue
+metadata: {name: team-a}
+spec: {parent: org, quotas: [{pool: gpu, guarantee: {nvidia.com/gpu: 16}}]}
+---
+{apiVersion: gpupool.io/v1alpha1, kind: Workload, metadata: {name: x}, spec: {queue: team-a, podGroups: [{resources: {nvidia.com/gpu: 8}}]}}
+---
+{apiVersion: gpupool.io/v1alpha1, kind: Workload, metadata: {name: y}, spec: {queue: team-a, podGroups: [{resources: {nvidia.com/gpu: 8}}]}}
+""",
+            "cycles": [],
+        }
+    )
+    snap = Snapshot(
+        tuple(b.nodes), tuple(b.pools), tuple(b.queues), tuple(b.priority_classes), tuple(b.workloads)
+    )
+    d = decide(snap)
+    after = apply_decisions(snap, d)
+    assert not check_cycle(snap, d, after)
+    # move y onto x's node and devices: the checker must notice
+    x, y = sorted(after.running, key=lambda r: r.name)
+    bad_y = replace(y, admission=replace(y.admission, pods=x.admission.pods))
+    broken = replace(after, running=(x, bad_y))
+    assert any("over-committed" in e for e in check_state(broken))
