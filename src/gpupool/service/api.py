@@ -1,0 +1,1058 @@
+"""The REST API (FastAPI): configuration, workloads, approvals, views, audit, tokens, metrics.
+
+Why these conventions:
+* Every error is JSON ``{"error": {"status", "message", "errors": [{"field", "problem"}]}}`` with
+  a 4xx status that says what to fix; no request can produce a traceback.
+* Workloads outside a caller's queue subtree are answered 404 for every verb (read, cancel,
+  approve...), so a tenant cannot even learn that another team's workload exists; acting on a
+  queue the caller may see but not use (submit to another team's queue, manage config without
+  the role) is 403 with the reason from gpupool.auth.
+* Every mutation is written with its audit record in the same store transaction; denied
+  mutations are audited too.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+import sqlalchemy as sa
+from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpupool.audit import AuditEntry
+from gpupool.auth import Action, Principal, Resource, Role, authorize, parse_bearer
+from gpupool.manifests import KUEUE_QUEUE_LABEL, ManifestError
+from gpupool.model import UNLIMITED
+from gpupool.quantity import QuantityError, parse_duration
+from gpupool.service.backends import Backend, make_backend
+from gpupool.service.config import ServiceConfig, seed_config, write_token_file
+from gpupool.service.controller import (
+    Controller,
+    exception_duration_s,
+    is_exception,
+    needs_approval,
+    over_limit,
+)
+from gpupool.service.convert import (
+    CORDON_ANNOTATION,
+    bundle_from_manifests,
+    error_items,
+    object_manifest,
+    parse_manifest,
+    workload_model,
+)
+from gpupool.service.metrics import Metrics
+from gpupool.store import TERMINAL_PHASES, NotFound, ObjectRecord, Store, StoreError, WorkloadRecord
+from gpupool.store.schema import WorkloadRow
+
+log = logging.getLogger("gpupool.api")
+
+PLURALS = {
+    "pools": "ResourcePool",
+    "queues": "Queue",
+    "priorityclasses": "PriorityClass",
+    "clusters": "Cluster",
+}
+CONFIG_ACTIONS = {
+    "ResourcePool": "pool",
+    "Queue": "queue",
+    "PriorityClass": "priorityclass",
+    "Cluster": "cluster",
+}
+TOKEN_CACHE_S = 5.0
+
+
+class ApiError(Exception):
+    """An error the client can act on; becomes the JSON error body."""
+
+    def __init__(self, status: int, message: str, errors: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.errors = errors or []
+
+
+def _err(status: int, message: str, errors: list[dict[str, str]] | None = None) -> JSONResponse:
+    body = {"error": {"status": status, "message": message, "errors": errors or []}}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+# ---------------------------------------------------------------------- request bodies
+class TokenRequest(BaseModel):
+    name: str = Field(min_length=1, max_length=253, description="who the token is for")
+    role: Role
+    scope: str | None = Field(
+        default=None, description="root queue of the subtree (queue-admin, member, viewer)"
+    )
+
+
+class ApproveRequest(BaseModel):
+    reason: str = Field(default="", max_length=2000)
+    until: datetime | None = Field(
+        default=None, description="end of an exception window (exception requests only)"
+    )
+    duration: str | None = Field(
+        default=None, description="exception window length, e.g. '2h' (instead of until)"
+    )
+
+
+class RejectRequest(BaseModel):
+    reason: str = Field(min_length=1, max_length=2000, description="why the request is rejected (required)")
+
+
+class ApplyRequest(BaseModel):
+    items: list[dict[str, Any]] = Field(
+        min_length=1, description="manifests, applied all-or-nothing after validation"
+    )
+
+
+# ---------------------------------------------------------------------- views
+def workload_view(rec: WorkloadRecord) -> dict[str, Any]:
+    return {
+        "name": rec.name,
+        "queue": rec.queue,
+        "priorityClass": rec.priority_class,
+        "owner": rec.owner,
+        "phase": rec.phase,
+        "reason": rec.reason,
+        "placement": rec.placement,
+        "submittedAt": rec.submitted_at.isoformat(),
+        "admittedAt": rec.admitted_at.isoformat() if rec.admitted_at else None,
+        "finishedAt": rec.finished_at.isoformat() if rec.finished_at else None,
+        "resourceVersion": rec.resource_version,
+        "seq": rec.seq,
+        "manifest": rec.manifest,
+    }
+
+
+def normalise_workload(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored form: the Kueue queue-name label becomes spec.queue (so lookups by queue work)."""
+    m = {k: v for k, v in manifest.items() if k != "status"}
+    spec = dict(m.get("spec") or {})
+    labels = (m.get("metadata") or {}).get("labels") or {}
+    if not spec.get("queue") and isinstance(labels, Mapping) and labels.get(KUEUE_QUEUE_LABEL):
+        spec["queue"] = labels[KUEUE_QUEUE_LABEL]
+        m["spec"] = spec
+    return m
+
+
+def _vec(v: tuple[int, int, int] | None) -> dict[str, float | None] | None:
+    if v is None:
+        return None
+
+    def f(x: int, scale: float) -> float | None:
+        return None if x >= UNLIMITED else x / scale
+
+    return {"gpu": f(v[0], 1000), "cpu": f(v[1], 1000), "memoryMiB": f(v[2], 1)}
+
+
+@dataclass
+class Service:
+    """What the endpoints share."""
+
+    config: ServiceConfig
+    store: Store
+    backend: Backend
+    controller: Controller
+    metrics: Metrics
+    bootstrap_token: str | None = None
+
+    def __post_init__(self) -> None:
+        self._tokens: dict[str, tuple[float, Principal]] = {}
+        self._tlock = threading.Lock()
+
+    # -- auth ---------------------------------------------------------------------------------
+    def authenticate(self, header: str | None) -> Principal:
+        token = parse_bearer(header)
+        if token is None:
+            why = (
+                "no Authorization header"
+                if not header
+                else "the Authorization header is not 'Bearer <token>'"
+            )
+            raise ApiError(
+                401,
+                f"authentication required: {why}; send 'Authorization: Bearer <token>' "
+                f"(the bootstrap admin token is in {self.config.token_file})",
+            )
+        now = time.monotonic()
+        with self._tlock:
+            hit = self._tokens.get(token)
+        if hit is not None and now - hit[0] < TOKEN_CACHE_S:
+            return hit[1]
+        p = self.store.authenticate(token)
+        if p is None:
+            raise ApiError(401, "authentication failed: the token is not recognised or has been revoked")
+        with self._tlock:
+            if len(self._tokens) > 10_000:
+                self._tokens.clear()
+            self._tokens[token] = (now, p)
+        return p
+
+    def forget_tokens(self) -> None:
+        with self._tlock:
+            self._tokens.clear()
+
+    def check(self, p: Principal, action: Action, res: Resource, mutating: bool = True) -> None:
+        d = authorize(p, action, res, self.controller.is_in_subtree)
+        if not d.allowed:
+            if mutating:
+                self.store.append_audit(
+                    AuditEntry(
+                        p.name,
+                        "request.denied",
+                        res.kind,
+                        res.name,
+                        {"action": str(action), "role": str(p.role), "reason": d.reason},
+                    )
+                )
+            raise ApiError(403, f"forbidden: {d.reason}")
+
+    def can_read_workload(self, p: Principal, queue: str) -> bool:
+        return authorize(
+            p, Action.READ, Resource("Workload", queue=queue), self.controller.is_in_subtree
+        ).allowed
+
+    def visible_workload(self, p: Principal, name: str) -> WorkloadRecord:
+        """The workload, or 404 when it does not exist or lies outside the caller's subtree."""
+        try:
+            rec = self.store.get_workload(name)
+        except NotFound:
+            rec = None
+        if rec is None or not self.can_read_workload(p, rec.queue):
+            where = (
+                f" among the workloads visible to {p.role.value} {p.name!r} (queue subtree {p.scope!r})"
+                if p.scope
+                else ""
+            )
+            raise ApiError(
+                404, f"workload {name!r} not found{where}", [{"field": "name", "problem": "not found"}]
+            )
+        return rec
+
+    def visible_queues(self, p: Principal) -> list[str] | None:
+        """None: every queue; else the queues of the caller's subtree."""
+        if p.role is Role.PLATFORM_ADMIN or (p.role is Role.VIEWER and p.scope is None):
+            return None
+        ctl = self.controller
+        return [q for q in ctl.parents if p.scope is not None and ctl.is_in_subtree(q, p.scope)]
+
+
+def _principal(request: Request) -> Principal:
+    svc: Service = request.app.state.svc
+    return svc.authenticate(request.headers.get("authorization"))
+
+
+def _svc(request: Request) -> Service:
+    svc: Service = request.app.state.svc
+    return svc
+
+
+Caller = Annotated[Principal, Depends(_principal)]
+Svc = Annotated[Service, Depends(_svc)]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# ---------------------------------------------------------------------- the app
+def create_app(
+    config: ServiceConfig | None = None,
+    *,
+    store: Store | None = None,
+    backend: Backend | None = None,
+    start_controller: bool = True,
+) -> FastAPI:
+    """The FastAPI application; the store, backend and controller start with it (lifespan)."""
+    cfg = config or ServiceConfig()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        st = store or Store.open(cfg.url)
+        seed_config(st, cfg.config_dir)
+        token = st.ensure_bootstrap_admin()
+        if token is not None and cfg.write_token_file:
+            write_token_file(cfg.token_file, token)
+        be = backend or make_backend(
+            cfg.backend, state_file=cfg.backend_state_file, time_scale=cfg.time_scale
+        )
+        metrics = Metrics()
+        ctl = Controller(st, be, tick_s=cfg.tick_s, min_interval_s=cfg.min_interval_s, hooks=metrics.hooks())
+        app.state.svc = Service(cfg, st, be, ctl, metrics, token)
+        if start_controller:
+            ctl.start()
+        else:
+            ctl.recover()
+        try:
+            yield
+        finally:
+            ctl.stop()
+            if store is None:
+                st.close()
+
+    app = FastAPI(
+        title="gpupool",
+        version="0.1.0",
+        description="GPU compute scheduling platform: pools, queues, workloads, approvals, audit.",
+        lifespan=lifespan,
+    )
+    _install_errors(app)
+    _routes(app)
+    return app
+
+
+def _install_errors(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api(_: Request, exc: ApiError) -> JSONResponse:
+        return _err(exc.status, exc.message, exc.errors)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        items = []
+        for e in exc.errors():
+            loc = [str(x) for x in e.get("loc", ()) if x not in ("body", "query", "path", "header")]
+            items.append(
+                {"field": ".".join(loc) or str((e.get("loc") or ["body"])[0]), "problem": str(e.get("msg"))}
+            )
+        msg = "invalid request: " + "; ".join(f"{i['field']}: {i['problem']}" for i in items)
+        return _err(422, msg, items)
+
+    @app.exception_handler(ManifestError)
+    async def _manifest(_: Request, exc: ManifestError) -> JSONResponse:
+        items = error_items(exc)
+        return _err(422, f"{len(items)} problem(s) in the manifest; nothing was applied", items)
+
+    @app.exception_handler(StoreError)
+    async def _store(_: Request, exc: StoreError) -> JSONResponse:
+        return _err(exc.status_code, str(exc), [{"field": exc.field, "problem": exc.problem}])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        msg = str(exc.detail) if exc.detail else "error"
+        if exc.status_code == 404:
+            msg = "no such endpoint; see /docs or /openapi.json"
+        return _err(exc.status_code, msg)
+
+    @app.exception_handler(Exception)
+    async def _any(_: Request, exc: Exception) -> JSONResponse:  # last resort: never a traceback
+        log.exception("unhandled error")
+        return _err(500, f"internal error ({type(exc).__name__}); the request was not applied")
+
+    @app.middleware("http")
+    async def _count(request: Request, call_next: Any) -> Response:
+        resp: Response = await call_next(request)
+        svc = getattr(request.app.state, "svc", None)
+        if svc is not None:
+            svc.metrics.requests.labels(request.method, str(resp.status_code)).inc()
+        return resp
+
+
+def _config_resource(kind: str, name: str, manifest: Mapping[str, Any] | None, svc: Service) -> Resource:
+    parent = None
+    if kind == "Queue":
+        spec = (manifest or {}).get("spec") or {}
+        parent = spec.get("parent") if isinstance(spec, Mapping) else None
+        if manifest is None:
+            parent = svc.controller.parents.get(name)
+    return Resource(kind, name, queue=parent)
+
+
+def _routes(app: FastAPI) -> None:
+    # ------------------------------------------------------------------ health & metrics
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["health"])
+    def readyz(svc: Svc) -> JSONResponse:
+        """Readiness: store reachable, controller recovered and running, backend healthy."""
+        problems = []
+        try:
+            with svc.store.engine.connect() as c:
+                c.execute(sa.text("SELECT 1"))
+        except Exception as exc:
+            problems.append(f"store unreachable: {type(exc).__name__}")
+        ctl = svc.controller
+        if not ctl.ready:
+            problems.append("controller has not finished recovery")
+        if not ctl.alive:
+            problems.append("controller loop is not running")
+        if ctl.last_error:
+            problems.append(f"last controller cycle failed: {ctl.last_error}")
+        h = svc.backend.health()
+        if not h.ok:
+            problems.append("backend unhealthy")
+        body = {"status": "ready" if not problems else "not ready", "problems": problems, "backend": h.detail}
+        return JSONResponse(body, status_code=200 if not problems else 503)
+
+    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    def metrics(svc: Svc) -> Response:
+        """Prometheus metrics (gpupool_ prefix)."""
+
+        def refresh(m: Metrics) -> None:
+            with svc.store.engine.connect() as c:
+                rows = c.execute(
+                    sa.select(WorkloadRow.phase, sa.func.count()).group_by(WorkloadRow.phase)
+                ).all()
+            counts = {p: n for p, n in rows}
+            for p in (
+                "Pending",
+                "AwaitingApproval",
+                "Admitted",
+                "Running",
+                "Succeeded",
+                "Failed",
+                "Cancelled",
+                "Preempted",
+                "Rejected",
+            ):
+                m.workloads.labels(p).set(counts.get(p, 0))
+            ctl = svc.controller
+            with ctl.lock:
+                for pool in ctl.bundle.pools:
+                    m.gpu_allocated.labels(pool.name).set(ctl.engine.cluster.used_gpu_milli(pool.name) / 1000)
+                    cap = ctl.engine.quota.capacity.get(pool.name, (0, 0, 0))
+                    m.gpu_capacity.labels(pool.name).set(cap[0] / 1000)
+
+        return Response(svc.metrics.render(refresh), media_type="text/plain; version=0.0.4")
+
+    # ------------------------------------------------------------------ whoami & tokens
+    @app.get("/v1/whoami", tags=["auth"])
+    def whoami(p: Caller) -> dict[str, Any]:
+        """Who the presented token belongs to."""
+        return {"name": p.name, "role": p.role.value, "scope": p.scope}
+
+    @app.post("/v1/tokens", tags=["auth"], status_code=201)
+    def create_token(body: TokenRequest, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Issue an API token (platform-admin). The token is shown once."""
+        svc.check(p, Action.MANAGE_TOKENS, Resource("Token", body.name))
+        if body.scope is not None and body.scope not in svc.controller.parents:
+            raise ApiError(
+                422,
+                f"scope: queue {body.scope!r} does not exist",
+                [{"field": "scope", "problem": "no such queue"}],
+            )
+        issued = svc.store.create_token(
+            body.name, body.role, body.scope, audit=AuditEntry(p.name, "token.create", "Token", body.name)
+        )
+        r = issued.record
+        return {"id": r.id, "name": r.name, "role": r.role, "scope": r.scope, "token": issued.token}
+
+    @app.get("/v1/tokens", tags=["auth"])
+    def list_tokens(p: Caller, svc: Svc) -> dict[str, Any]:
+        """Token metadata, never the tokens (platform-admin)."""
+        svc.check(p, Action.MANAGE_TOKENS, Resource("Token"), mutating=False)
+        return {
+            "items": [
+                {
+                    "id": t.id,
+                    "name": t.name,
+                    "role": t.role,
+                    "scope": t.scope,
+                    "revoked": t.revoked,
+                    "createdAt": t.created_at.isoformat(),
+                }
+                for t in svc.store.list_tokens()
+            ]
+        }
+
+    @app.delete("/v1/tokens/{token_id}", tags=["auth"])
+    def revoke_token(token_id: int, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Revoke a token (platform-admin); takes effect at once on this server."""
+        svc.check(p, Action.MANAGE_TOKENS, Resource("Token", str(token_id)))
+        t = svc.store.revoke_token(token_id, audit=AuditEntry(p.name, "token.revoke", "Token", str(token_id)))
+        svc.forget_tokens()
+        return {"id": t.id, "name": t.name, "revoked": t.revoked}
+
+    # ------------------------------------------------------------------ configuration objects
+    def _apply_config(svc: Svc, p: Principal, manifests: list[dict[str, Any]]) -> list[dict[str, str]]:
+        docs = []
+        errors: list[str] = []
+        for i, m in enumerate(manifests):
+            try:
+                docs.append((m, parse_manifest(m, f"items[{i}]")))
+            except ManifestError as exc:
+                errors.extend(exc.errors)
+        if errors:
+            raise ManifestError(errors)
+        for m, d in docs:
+            svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, m, svc))
+        ctl = svc.controller
+        with ctl.lock:
+            current = {(r.kind, r.name): object_manifest(r) for r in svc.store.list_objects()}
+            for m, d in docs:
+                current[(d.kind, d.name)] = {k: v for k, v in m.items() if k != "status"}
+            bundle_from_manifests(current.values())  # the whole resulting configuration must be valid
+            results = []
+            for m, d in docs:
+                _, outcome = svc.store.apply_object(
+                    {k: v for k, v in m.items() if k != "status"},
+                    audit=AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name),
+                )
+                results.append({"kind": d.kind, "name": d.name, "result": outcome})
+            if any(r["result"] != "unchanged" for r in results):
+                ctl.reload_config()
+        return results
+
+    @app.post("/v1/apply", tags=["config"])
+    def apply(body: ApplyRequest, p: Caller, svc: Svc) -> dict[str, Any]:
+        """kubectl-apply a set of manifests: configuration objects first (validated together,
+        then applied), then workloads (submitted, idempotent by name)."""
+        config = [m for m in body.items if m.get("kind") != "Workload"]
+        workloads = [m for m in body.items if m.get("kind") == "Workload"]
+        results = _apply_config(svc, p, config) if config else []
+        for m in workloads:
+            rec, created = _submit(svc, p, m)
+            results.append(
+                {"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"}
+            )
+        return {"results": results}
+
+    def _kind(plural: str) -> str:
+        kind = PLURALS.get(plural)
+        if kind is None:
+            raise ApiError(
+                404,
+                f"unknown resource type {plural!r}; one of {', '.join(PLURALS)}",
+                [{"field": "kind", "problem": "unknown"}],
+            )
+        return kind
+
+    @app.get("/v1/config/{plural}", tags=["config"])
+    def list_objects(plural: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """List pools, queues, priorityclasses or clusters (every role may read configuration)."""
+        kind = _kind(plural)
+        items = [r.to_manifest() for r in svc.store.list_objects(kind)]
+        if kind == "PriorityClass":
+            stored = {i["metadata"]["name"] for i in items}
+            for pc in svc.controller.bundle.priority_classes:
+                if pc.name not in stored:
+                    items.append(
+                        {
+                            "apiVersion": "gpupool.io/v1alpha1",
+                            "kind": "PriorityClass",
+                            "metadata": {"name": pc.name, "annotations": {"gpupool.io/builtin": "true"}},
+                            "spec": {
+                                "value": pc.value,
+                                "preemptible": pc.preemptible,
+                                "description": pc.description,
+                            },
+                        }
+                    )
+        return {"kind": kind, "items": items}
+
+    @app.get("/v1/config/{plural}/{name}", tags=["config"])
+    def get_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """One configuration object."""
+        return svc.store.get_object(_kind(plural), name).to_manifest()
+
+    @app.put("/v1/config/{plural}/{name}", tags=["config"])
+    def put_object(
+        plural: str, name: str, p: Caller, svc: Svc, manifest: dict[str, Any] = Body(...)
+    ) -> dict[str, Any]:
+        """Create or update one object (the manifest's kind and name must match the path)."""
+        kind = _kind(plural)
+        raw_meta = manifest.get("metadata")
+        meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+        if manifest.get("kind") != kind or meta.get("name") != name:
+            raise ApiError(
+                422,
+                f"the manifest must be a {kind} named {name!r}",
+                [{"field": "kind/metadata.name", "problem": "does not match the URL"}],
+            )
+        return _apply_config(svc, p, [manifest])[0]
+
+    @app.delete("/v1/config/{plural}/{name}", tags=["config"])
+    def delete_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Delete an object; refused (409) while anything refers to it."""
+        kind = _kind(plural)
+        svc.check(p, Action.DELETE, _config_resource(kind, name, None, svc))
+        ctl = svc.controller
+        with ctl.lock:
+            rec: ObjectRecord = svc.store.get_object(kind, name)
+            if kind == "Queue":
+                live = svc.store.list_workloads(
+                    queues=[name],
+                    phases=["Pending", "AwaitingApproval", "Admitted", "Running", "Preempted"],
+                    limit=1,
+                )
+                if live:
+                    raise ApiError(
+                        409,
+                        f"queue {name!r} still has workloads (e.g. {live[0].name}); cancel or finish them first",
+                        [{"field": "metadata.name", "problem": "queue in use"}],
+                    )
+            if kind == "ResourcePool":
+                used = [r.name for r in ctl.engine.running.values() if r.admission.pool == name]
+                if used:
+                    raise ApiError(
+                        409,
+                        f"pool {name!r} still runs workloads (e.g. {used[0]})",
+                        [{"field": "metadata.name", "problem": "pool in use"}],
+                    )
+            rest = [object_manifest(r) for r in svc.store.list_objects() if (r.kind, r.name) != (kind, name)]
+            try:
+                bundle_from_manifests(rest)
+            except ManifestError as exc:
+                raise ApiError(
+                    409, f"{kind} {name!r} is still referenced; nothing was deleted", error_items(exc)
+                ) from exc
+            svc.store.delete_object(
+                kind, name, audit=AuditEntry(p.name, f"{CONFIG_ACTIONS[kind]}.delete", kind, name)
+            )
+            ctl.reload_config()
+        return {"kind": kind, "name": name, "result": "deleted", "resourceVersion": rec.resource_version}
+
+    # ------------------------------------------------------------------ workloads
+    def _submit(svc: Service, p: Principal, body: Mapping[str, Any]) -> tuple[WorkloadRecord, bool]:
+        doc = parse_manifest(body)
+        body = normalise_workload(body)
+        if doc.kind != "Workload":
+            raise ApiError(
+                422,
+                f"kind: expected Workload, got {doc.kind}",
+                [{"field": "kind", "problem": "must be Workload"}],
+            )
+        ctl = svc.controller
+        with ctl.lock:
+            bundle = ctl.bundle
+            model = workload_model(body, bundle.priority_classes, 0.0)
+            queue = model.queue
+            if queue not in ctl.parents:
+                raise ApiError(
+                    422,
+                    f"spec.queue: queue {queue!r} does not exist",
+                    [{"field": "spec.queue", "problem": f"queue {queue!r} does not exist"}],
+                )
+            svc.check(p, Action.SUBMIT, Resource("Workload", doc.name, queue=queue, owner=p.name))
+            if not ctl.is_leaf(queue):
+                kids = ", ".join(ctl.children.get(queue, []))
+                raise ApiError(
+                    422,
+                    f"spec.queue: queue {queue!r} has child queues; submit to one of {kids}",
+                    [{"field": "spec.queue", "problem": "not a leaf queue"}],
+                )
+            if model.pool is not None and model.pool not in {x.name for x in bundle.pools}:
+                raise ApiError(
+                    422,
+                    f"spec.pool: pool {model.pool!r} does not exist",
+                    [{"field": "spec.pool", "problem": "no such pool"}],
+                )
+            exception = is_exception(body)
+            if exception:
+                reason = body["spec"]["exception"].get("reason")
+                if not isinstance(reason, str) or not reason.strip():
+                    raise ApiError(
+                        422,
+                        "spec.exception.reason: required, say why the exception is needed",
+                        [{"field": "spec.exception.reason", "problem": "required"}],
+                    )
+                try:
+                    exception_duration_s(body)
+                except QuantityError as exc:
+                    raise ApiError(
+                        422,
+                        f"spec.exception.duration: {exc}",
+                        [{"field": "spec.exception.duration", "problem": str(exc)}],
+                    ) from exc
+            else:
+                why = over_limit(model, ctl)
+                if why is not None:
+                    raise ApiError(
+                        422, f"spec.podGroups: {why}", [{"field": "spec.podGroups", "problem": why}]
+                    )
+            approval = needs_approval(model, body, bundle, ctl)
+        rec, created = svc.store.submit_workload(
+            body,
+            owner=p.name,
+            phase="AwaitingApproval" if approval else "Pending",
+            audit=AuditEntry(
+                p.name,
+                "workload.submit",
+                "Workload",
+                doc.name,
+                {"queue": queue, "approval": approval, "exception": exception},
+            ),
+        )
+        if created:
+            svc.metrics.submits.labels(queue).inc()
+            if approval:
+                with ctl.lock:
+                    ctl.request_approval(rec, time.time())
+                rec = svc.store.get_workload(rec.name)
+            else:
+                ctl.submitted(rec, model)
+        return rec, created
+
+    @app.post("/v1/workloads", tags=["workloads"], status_code=201)
+    def submit(
+        p: Caller, svc: Svc, response: Response, manifest: dict[str, Any] = Body(...)
+    ) -> dict[str, Any]:
+        """Submit a Workload manifest; idempotent by name (200 with the existing workload)."""
+        rec, created = _submit(svc, p, manifest)
+        if not created:
+            response.status_code = 200
+        return workload_view(rec)
+
+    @app.get("/v1/workloads", tags=["workloads"])
+    def list_workloads(
+        p: Caller,
+        svc: Svc,
+        queue: str | None = None,
+        phase: Annotated[list[str] | None, Query()] = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+        after: Annotated[int, Query(ge=0, description="seq to page after")] = 0,
+    ) -> dict[str, Any]:
+        """Workloads the caller may see, in arrival order."""
+        visible = svc.visible_queues(p)
+        queues = visible
+        if queue is not None:
+            queues = [queue] if visible is None or queue in visible else []
+        recs = svc.store.list_workloads(queues=queues, phases=phase, after_seq=after, limit=limit)
+        return {"items": [workload_view(r) for r in recs]}
+
+    @app.get("/v1/workloads/{name}", tags=["workloads"])
+    def get_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """One workload (404 when it is not visible to the caller)."""
+        return workload_view(svc.visible_workload(p, name))
+
+    def _cancel(name: str, p: Principal, svc: Service) -> dict[str, Any]:
+        rec = svc.visible_workload(p, name)
+        svc.check(p, Action.CANCEL, Resource("Workload", name, queue=rec.queue, owner=rec.owner))
+        return workload_view(svc.controller.cancel(name, p.name))
+
+    @app.post("/v1/workloads/{name}/cancel", tags=["workloads"])
+    def cancel(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Cancel (idempotent: a finished workload is returned as it is)."""
+        return _cancel(name, p, svc)
+
+    @app.delete("/v1/workloads/{name}", tags=["workloads"])
+    def delete_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Same as cancel: workloads are kept for the record."""
+        return _cancel(name, p, svc)
+
+    @app.get("/v1/workloads/{name}/events", tags=["workloads"])
+    def events(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """The workload's event stream, oldest first."""
+        svc.visible_workload(p, name)
+        return {
+            "items": [
+                {"type": e.type, "reason": e.reason, "message": e.message, "at": e.at.isoformat()}
+                for e in svc.store.list_events(name)
+            ]
+        }
+
+    @app.get("/v1/workloads/{name}/explain", tags=["workloads"])
+    def explain(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Position in its queue and the engine's reason it waits."""
+        rec = svc.visible_workload(p, name)
+        out = svc.controller.explain(rec)
+        if rec.phase == "AwaitingApproval":
+            out["approvals"] = [
+                {"id": a.id, "state": a.state, "reason": a.reason, "expiresAt": a.expires_at.isoformat()}
+                for a in svc.store.list_approvals(workload=name)
+            ]
+        return out
+
+    # ------------------------------------------------------------------ approvals
+    def _decide(
+        name: str, p: Principal, svc: Service, approve: bool, reason: str, until: float | None
+    ) -> dict[str, Any]:
+        rec = svc.visible_workload(p, name)
+        svc.check(p, Action.APPROVE, Resource("Workload", name, queue=rec.queue, owner=rec.owner))
+        pending = svc.store.list_approvals(state="Pending", workload=name)
+        if not pending:
+            raise ApiError(
+                409,
+                f"workload {name!r} has no pending approval (phase {rec.phase})",
+                [{"field": "name", "problem": "nothing to approve"}],
+            )
+        exc = is_exception(rec.manifest)
+        if until is not None and not exc:
+            raise ApiError(
+                422,
+                "until/duration only apply to exception requests (spec.exception)",
+                [{"field": "until", "problem": "not an exception request"}],
+            )
+        if approve and exc and until is None:
+            until = time.time() + (exception_duration_s(rec.manifest) or 3600.0)
+        if until is not None and until <= time.time():
+            raise ApiError(
+                422, "until: must be in the future", [{"field": "until", "problem": "in the past"}]
+            )
+        detail: dict[str, Any] = {"approval": pending[0].id, "reason": reason}
+        if until is not None:
+            detail["until"] = datetime.fromtimestamp(until, UTC).isoformat()
+        a = svc.store.decide_approval(
+            pending[0].id,
+            approver=p.name,
+            approve=approve,
+            reason=reason,
+            audit=AuditEntry(
+                p.name, "workload.approve" if approve else "workload.reject", "Workload", name, detail
+            ),
+        )
+        if approve and exc and until is not None:
+            svc.controller.grant_exception(name, until)
+        svc.controller.resync()
+        out = workload_view(svc.store.get_workload(name))
+        out["approval"] = {
+            "id": a.id,
+            "state": a.state,
+            "approver": a.approver,
+            "reason": a.reason,
+            "until": detail.get("until"),
+        }
+        return out
+
+    @app.post("/v1/workloads/{name}/approve", tags=["approvals"])
+    def approve(name: str, p: Caller, svc: Svc, body: ApproveRequest | None = None) -> dict[str, Any]:
+        """Approve a workload waiting for approval; for an exception, optionally until a time."""
+        body = body or ApproveRequest()
+        until = body.until.timestamp() if body.until is not None else None
+        if body.duration is not None:
+            try:
+                until = time.time() + parse_duration(body.duration)
+            except QuantityError as exc:
+                raise ApiError(422, f"duration: {exc}", [{"field": "duration", "problem": str(exc)}]) from exc
+        return _decide(name, p, svc, True, body.reason, until)
+
+    @app.post("/v1/workloads/{name}/reject", tags=["approvals"])
+    def reject(name: str, body: RejectRequest, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Reject a workload waiting for approval, with a reason."""
+        return _decide(name, p, svc, False, body.reason, None)
+
+    @app.get("/v1/approvals", tags=["approvals"])
+    def approvals(
+        p: Caller, svc: Svc, state: Literal["Pending", "Approved", "Rejected", "Expired"] | None = None
+    ) -> dict[str, Any]:
+        """Approval requests for workloads the caller may see."""
+        out = []
+        for a in svc.store.list_approvals(state=state):
+            try:
+                rec = svc.store.get_workload(a.workload)
+            except NotFound:
+                continue
+            if svc.can_read_workload(p, rec.queue):
+                out.append(
+                    {
+                        "id": a.id,
+                        "workload": a.workload,
+                        "queue": rec.queue,
+                        "state": a.state,
+                        "requestedBy": a.requested_by,
+                        "approver": a.approver,
+                        "reason": a.reason,
+                        "requestedAt": a.requested_at.isoformat(),
+                        "expiresAt": a.expires_at.isoformat(),
+                    }
+                )
+        return {"items": out}
+
+    # ------------------------------------------------------------------ cluster views
+    def _device_map(svc: Service, p: Principal) -> dict[str, dict[int, list[dict[str, Any]]]]:
+        devs: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+        for r in svc.controller.running_view().values():
+            shown = r.name if svc.can_read_workload(p, r.workload.queue) else "(another team)"
+            for pod in r.admission.pods:
+                for d in pod.devices:
+                    devs[pod.node][d].append({"workload": shown, "gpuMilli": pod.gpu_milli})
+        return devs
+
+    def _node_view(
+        svc: Service, p: Principal, devs: dict[str, dict[int, list[dict[str, Any]]]], full: bool
+    ) -> list[dict[str, Any]]:
+        ctl = svc.controller
+        pools = ctl.bundle.pools
+        out = []
+        for n in ctl.nodes():
+            used = devs.get(n.name, {})
+            alloc = sum(a["gpuMilli"] for lst in used.values() for a in lst)
+            v: dict[str, Any] = {
+                "name": n.name,
+                "gpuModel": n.gpu_model,
+                "gpus": n.gpu_count,
+                "gpuAllocated": alloc / 1000,
+                "pool": next((pl.name for pl in pools if pl.selects(n)), None),
+                "schedulable": n.schedulable,
+                "rack": n.rack,
+                "nvlinkDomain": n.nvlink_domain,
+            }
+            if full:
+                v["devices"] = [
+                    {
+                        "index": i,
+                        "allocatedMilli": sum(a["gpuMilli"] for a in used.get(i, [])),
+                        "workloads": used.get(i, []),
+                    }
+                    for i in range(n.gpu_count)
+                ]
+            out.append(v)
+        return out
+
+    @app.get("/v1/nodes", tags=["cluster"])
+    def nodes(p: Caller, svc: Svc) -> dict[str, Any]:
+        """Nodes with their GPU allocation."""
+        return {"items": _node_view(svc, p, _device_map(svc, p), False)}
+
+    @app.get("/v1/nodes/{name}", tags=["cluster"])
+    def node(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """One node and each of its devices (workloads of other teams are not named)."""
+        for v in _node_view(svc, p, _device_map(svc, p), True):
+            if v["name"] == name:
+                return v
+        raise ApiError(404, f"node {name!r} not found", [{"field": "name", "problem": "no such node"}])
+
+    def _set_cordon(name: str, cordon: bool, p: Principal, svc: Service) -> dict[str, Any]:
+        ctl = svc.controller
+        if name not in {n.name for n in ctl.nodes()}:
+            raise ApiError(404, f"node {name!r} not found", [{"field": "name", "problem": "no such node"}])
+        svc.check(p, Action.UPDATE, Resource("Cluster", name))
+        with ctl.lock:
+            for rec in svc.store.list_objects("Cluster"):
+                m = object_manifest(rec)
+                nodes_here = {n.name for n in bundle_from_manifests([m]).nodes}
+                if name not in nodes_here:
+                    continue
+                ann = dict(m["metadata"].get("annotations") or {})
+                cur = {x for x in ann.get(CORDON_ANNOTATION, "").split(",") if x}
+                cur = cur | {name} if cordon else cur - {name}
+                if cur:
+                    ann[CORDON_ANNOTATION] = ",".join(sorted(cur))
+                else:
+                    ann.pop(CORDON_ANNOTATION, None)
+                m["metadata"]["annotations"] = ann
+                svc.store.apply_object(
+                    m, audit=AuditEntry(p.name, "node.cordon" if cordon else "node.uncordon", "Node", name)
+                )
+                ctl.reload_config()
+                return {"name": name, "schedulable": not cordon}
+        raise ApiError(
+            404,
+            f"node {name!r} is not defined by any Cluster object",
+            [{"field": "name", "problem": "no such node"}],
+        )
+
+    @app.post("/v1/nodes/{name}/cordon", tags=["cluster"])
+    def cordon(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Stop placing new work on a node (platform-admin); a node change event."""
+        return _set_cordon(name, True, p, svc)
+
+    @app.post("/v1/nodes/{name}/uncordon", tags=["cluster"])
+    def uncordon(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+        """Allow new work on a node again (platform-admin)."""
+        return _set_cordon(name, False, p, svc)
+
+    @app.get("/v1/cluster", tags=["cluster"])
+    def cluster(p: Caller, svc: Svc) -> dict[str, Any]:
+        """Pools with capacity and allocation, and the controller's state."""
+        ctl = svc.controller
+        with ctl.lock:
+            pools = []
+            for pool in ctl.bundle.pools:
+                cap = ctl.engine.quota.capacity.get(pool.name, (0, 0, 0))
+                pools.append(
+                    {
+                        "name": pool.name,
+                        "gpus": cap[0] / 1000,
+                        "gpuAllocated": ctl.engine.cluster.used_gpu_milli(pool.name) / 1000,
+                        "nodes": sum(1 for n in ctl.bundle.nodes if pool.selects(n)),
+                        "preemptible": pool.preemptible,
+                        "requiresApproval": pool.requires_approval,
+                        "pricePerGPUHour": pool.price_per_gpu_hour,
+                    }
+                )
+            return {
+                "nodes": len(ctl.bundle.nodes),
+                "gpus": sum(n.gpu_count for n in ctl.bundle.nodes),
+                "pools": pools,
+                "pending": len(ctl.pending),
+                "running": len(ctl.engine.running),
+                "cycles": ctl.cycles,
+                "backend": svc.backend.health().detail,
+            }
+
+    @app.get("/v1/quota", tags=["cluster"])
+    def quota(p: Caller, svc: Svc, queue: str | None = None, pool: str | None = None) -> dict[str, Any]:
+        """Quota per queue and pool: guarantee, limit (guarantee + borrowing), in use."""
+        ctl = svc.controller
+        visible = svc.visible_queues(p)
+        with ctl.lock:
+            q = ctl.engine.quota
+            items = []
+            for qn in q.queues:
+                if queue is not None and qn != queue:
+                    continue
+                if visible is not None and qn not in visible:
+                    continue
+                for pl in q.pools:
+                    if pool is not None and pl != pool:
+                        continue
+                    key = (qn, pl)
+                    if not q.usable.get(key):
+                        continue
+                    items.append(
+                        {
+                            "queue": qn,
+                            "pool": pl,
+                            "parent": q.queues[qn].parent,
+                            "guarantee": _vec(q.G[key]),
+                            "limit": _vec(q.limit[key]),
+                            "used": _vec(q.U[key]),
+                        }
+                    )
+            return {"items": items}
+
+    # ------------------------------------------------------------------ audit
+    @app.get("/v1/audit/verify", tags=["audit"])
+    def audit_verify(
+        p: Caller, svc: Svc, expected_count: int | None = None, expected_head: str | None = None
+    ) -> dict[str, Any]:
+        """Verify the hash chain; names the first bad record (platform-admin)."""
+        svc.check(p, Action.READ_AUDIT, Resource("Audit"), mutating=False)
+        r = svc.store.verify_audit(expected_count=expected_count, expected_head=expected_head)
+        return {
+            "ok": r.ok,
+            "count": r.count,
+            "headHash": r.head_hash,
+            "firstBadSeq": r.first_bad_seq,
+            "problem": r.problem,
+        }
+
+    @app.get("/v1/audit/export", tags=["audit"], response_class=PlainTextResponse)
+    def audit_export(p: Caller, svc: Svc, format: Literal["jsonl", "csv"] = "jsonl") -> Response:
+        """The audit log as JSONL or CSV (platform-admin)."""
+        svc.check(p, Action.READ_AUDIT, Resource("Audit"), mutating=False)
+        buf = io.StringIO()
+        svc.store.export_audit(format, buf)
+        media = "application/x-ndjson" if format == "jsonl" else "text/csv"
+        return Response(buf.getvalue(), media_type=media)
+
+    @app.get("/v1/audit", tags=["audit"])
+    def audit_list(
+        p: Caller,
+        svc: Svc,
+        after: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    ) -> dict[str, Any]:
+        """Audit records after a seq (platform-admin)."""
+        svc.check(p, Action.READ_AUDIT, Resource("Audit"), mutating=False)
+        return {"items": [r.to_dict() for r in svc.store.audit_records(after_seq=after, limit=limit)]}
+
+
+__all__ = ["TERMINAL_PHASES", "ApiError", "Service", "create_app", "workload_view"]

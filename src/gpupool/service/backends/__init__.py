@@ -1,0 +1,87 @@
+"""Backends carry the controller's decisions out on real or simulated machines.
+
+Why a protocol: the controller is written once against ``Backend``; the virtual cluster is the
+default (it serves on any machine), Kubernetes and local backends come later behind the same
+five verbs. Every verb is idempotent by workload name so a controller that crashed half-way
+through applying a decision can simply apply it again after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from gpupool.model import Node
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What to start: a workload's placement (JSON form, as stored) and its declared duration."""
+
+    name: str
+    placement: Mapping[str, Any]
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """What the backend says about one workload it knows."""
+
+    name: str
+    placement: Mapping[str, Any]
+    started_at: float
+    duration_s: float | None
+    finished: bool = False
+    outcome: str = ""  # "Succeeded" | "Failed" once finished
+    message: str = ""
+
+
+@dataclass(slots=True)
+class BackendHealth:
+    ok: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class BackendError(RuntimeError):
+    """The backend refused or failed an operation (the controller records it, never crashes)."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The controller's view of a cluster."""
+
+    name: str
+
+    def set_nodes(self, nodes: Sequence[Node]) -> None:
+        """Tell the backend which nodes exist (the Cluster objects changed)."""
+
+    def start(self, runs: Sequence[RunSpec]) -> None:
+        """Start workloads where placed; a name already running is left alone (idempotent)."""
+
+    def stop(self, names: Sequence[str]) -> None:
+        """Stop workloads (eviction or cancel); unknown names are ignored (idempotent)."""
+
+    def poll(self, now: float) -> list[RunState]:
+        """Runs that have finished and not yet been forgotten."""
+
+    def forget(self, names: Sequence[str]) -> None:
+        """Drop finished runs once the controller has recorded their outcome."""
+
+    def runs(self) -> dict[str, RunState]:
+        """Everything the backend currently knows (used to reconcile after a restart)."""
+
+    def health(self) -> BackendHealth:
+        """Readiness of the backend."""
+
+
+def make_backend(kind: str, **options: Any) -> Backend:
+    """Backend by name; only ``virtual`` exists today."""
+    if kind == "virtual":
+        from gpupool.service.backends.virtual import VirtualBackend
+
+        return VirtualBackend(**options)
+    raise ValueError(f"unknown backend {kind!r}; available: virtual")
+
+
+__all__ = ["Backend", "BackendError", "BackendHealth", "RunSpec", "RunState", "make_backend"]

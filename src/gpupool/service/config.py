@@ -1,0 +1,83 @@
+"""Service settings and first-start seeding.
+
+Why: ``gpupool serve`` must work with no arguments on a fresh clone (SQLite under ./.gpupool,
+the example cluster), and the same settings object drives tests that point everything at a
+temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpupool.audit import AuditEntry
+from gpupool.manifests import ManifestError, load_files
+from gpupool.store import OBJECT_KINDS, Store
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+DEFAULT_STATE_DIR = Path(".gpupool")
+
+
+@dataclass(slots=True)
+class ServiceConfig:
+    """Everything ``gpupool serve`` can be told."""
+
+    state_dir: Path = field(default_factory=lambda: DEFAULT_STATE_DIR)
+    database_url: str | None = None  # default: sqlite:///<state_dir>/gpupool.db
+    config_dir: Path | None = field(default_factory=lambda: EXAMPLES / "cluster")
+    backend: str = "virtual"
+    time_scale: float = 60.0
+    tick_s: float = 1.0
+    min_interval_s: float = 0.02
+    host: str = "127.0.0.1"
+    port: int = 8080
+    write_token_file: bool = True
+
+    @property
+    def url(self) -> str:
+        return self.database_url or f"sqlite:///{self.state_dir / 'gpupool.db'}"
+
+    @property
+    def token_file(self) -> Path:
+        return self.state_dir / "admin-token"
+
+    @property
+    def backend_state_file(self) -> Path:
+        return self.state_dir / "virtual-cluster.json"
+
+
+def seed_config(store: Store, config_dir: Path | None) -> int:
+    """On first start (no configuration stored yet) apply the manifests of ``config_dir``.
+
+    Later starts leave the stored configuration alone: it is managed through the API from then
+    on, and a deleted queue must not come back on restart. Returns the number of objects applied.
+    """
+    if config_dir is None or store.list_objects():
+        return 0
+    if not config_dir.exists():
+        raise FileNotFoundError(f"configuration directory {config_dir} does not exist")
+    try:
+        docs = load_files([config_dir])
+    except ManifestError:
+        raise
+    n = 0
+    for d in docs:
+        if d.kind not in OBJECT_KINDS:
+            continue
+        manifest = {k: v for k, v in d.raw.items() if k != "status"}
+        store.apply_object(
+            manifest,
+            audit=AuditEntry("system", "config.seed", d.kind, d.name, {"source": str(d.source)}),
+        )
+        n += 1
+    return n
+
+
+def write_token_file(path: Path, token: str) -> None:
+    """Write the bootstrap token readable by the owner only (0600 from the first byte)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(token + "\n")
+    os.chmod(path, 0o600)

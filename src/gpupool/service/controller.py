@@ -1,0 +1,791 @@
+"""The controller: turns events (submit, cancel, finish, node change, tick) into engine cycles,
+and carries every decision out through the backend, durably.
+
+Why it is built this way (write-ahead): each cycle first commits its decisions to the store
+(Admitted with the placement, Preempted with the rule, plus their audit records) in one
+transaction, then changes the backend, then records the outcome (Running, requeued). A kill -9
+at any point leaves the store at least as far as the backend, so ``recover`` can finish the
+job: stop what was preempted or cancelled, start what was admitted (backend starts are
+idempotent by name), requeue what the backend lost, and rebuild the engine from the admitted
+placements. Nothing accepted is lost (submits are committed before they are acknowledged), no
+workload runs twice and no device is handed out twice.
+
+All workload phase changes go through this object under one lock; the API threads only insert
+new submissions and approval decisions, which the controller picks up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from gpupool.audit import AuditEntry
+from gpupool.engine import Decisions, Engine, Pending, PendingCode
+from gpupool.engine.core import workload_order_key
+from gpupool.manifests import Bundle, ManifestError
+from gpupool.model import (
+    UNLIMITED,
+    Node,
+    PoolQuota,
+    Queue,
+    Running,
+    Snapshot,
+    Workload,
+)
+from gpupool.quantity import QuantityError, parse_duration
+from gpupool.service.backends import Backend, BackendError, RunSpec
+from gpupool.service.convert import (
+    bundle_from_manifests,
+    object_manifest,
+    placement_json,
+    running_from_json,
+    workload_model,
+)
+from gpupool.store import TERMINAL_PHASES, NotFound, PhaseChange, Store, WorkloadRecord
+
+log = logging.getLogger("gpupool.controller")
+
+SCHEDULER = "scheduler"
+ACTIVE = ("Admitted", "Running")
+EXCEPTION_EVENT = "ExceptionGranted"
+DEFAULT_EXCEPTION_S = 3600.0
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+@dataclass(slots=True)
+class _Queued:
+    """A pending workload as the controller holds it between cycles."""
+
+    name: str
+    seq: int
+    queue: str
+    owner: str
+    submitted_at: float
+    model: Workload
+    exception: bool = False
+
+
+@dataclass(slots=True)
+class CycleStats:
+    admitted: int = 0
+    preempted: int = 0
+    pending: int = 0
+    finished: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class Hooks:
+    """Metrics callbacks (kept abstract so the controller has no Prometheus dependency)."""
+
+    on_admit: Callable[[str, float], None] = lambda queue, wait_s: None
+    on_preempt: Callable[[str, str], None] = lambda queue, rule: None
+    on_cycle: Callable[[CycleStats], None] = lambda stats: None
+    on_finish: Callable[[str, str], None] = lambda queue, outcome: None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Controller:
+    """Owns the engine, the pending set and every workload phase change."""
+
+    def __init__(
+        self,
+        store: Store,
+        backend: Backend,
+        *,
+        tick_s: float = 1.0,
+        min_interval_s: float = 0.02,
+        resync_s: float = 15.0,
+        clock: Callable[[], float] = time.time,
+        hooks: Hooks | None = None,
+    ) -> None:
+        self.store = store
+        self.backend = backend
+        self.tick_s = tick_s
+        self.min_interval_s = min_interval_s
+        self.resync_s = resync_s
+        self.clock = clock
+        self.hooks = hooks or Hooks()
+        self.lock = threading.RLock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._inbox: deque[_Queued] = deque()
+        self._resync = True
+        self._last_resync = 0.0
+        self._last_expire = 0.0
+        self.bundle = Bundle()
+        self.engine = Engine(Snapshot((), (), ()))
+        self.parents: dict[str, str | None] = {}
+        self.children: dict[str, list[str]] = {}
+        self.pending: dict[str, _Queued] = {}
+        #: the engine's latest reason for every pending workload (what ``explain`` shows)
+        self.reasons: dict[str, Pending] = {}
+        #: approved exceptions: workload -> end of its window (epoch seconds)
+        self.exceptions: dict[str, float] = {}
+        self.ready = False
+        self.cycles = 0
+        self.last_cycle_at = 0.0
+        self.last_error = ""
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Recover from whatever state the last run left, then run the loop in a thread."""
+        self.recover()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="gpupool-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def wake(self) -> None:
+        """Ask for a cycle soon (an event happened)."""
+        self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            woke = self._wake.wait(self._sleep_for())
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.cycle()
+                self.last_error = ""
+            except (
+                Exception
+            ) as exc:  # the loop must survive anything; the cause is logged and shown in /readyz
+                log.exception("controller cycle failed")
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                time.sleep(min(self.tick_s, 1.0))
+            if woke and self.min_interval_s:
+                time.sleep(self.min_interval_s)  # batch a burst of submissions into one cycle
+
+    def _sleep_for(self) -> float:
+        nxt = getattr(self.backend, "next_finish", None)
+        wait = self.tick_s
+        if callable(nxt):
+            t = nxt()
+            if t is not None:
+                wait = min(wait, max(0.0, t - self.clock()))
+        return wait
+
+    # ------------------------------------------------------------------ configuration
+    def config_manifests(self) -> list[dict[str, Any]]:
+        return [object_manifest(r) for r in self.store.list_objects()]
+
+    def reload_config(self) -> None:
+        """Rebuild the engine from the stored configuration, keeping what runs (after a config change)."""
+        with self.lock:
+            bundle = bundle_from_manifests(self.config_manifests())
+            self._install(bundle, list(self.engine.running.values()))
+            for q in self.pending.values():  # priority classes may have changed
+                q.model = workload_model(
+                    self._manifest_of(q.name), bundle.priority_classes, float(q.seq), strict=False
+                )
+            self._wake.set()
+
+    def _manifest_of(self, name: str) -> Mapping[str, Any]:
+        return self.store.get_workload(name).manifest
+
+    def _install(self, bundle: Bundle, running: Sequence[Running]) -> None:
+        self.bundle = bundle
+        self.parents = {q.name: q.parent for q in bundle.queues}
+        self.children = {q.name: [] for q in bundle.queues}
+        for q in bundle.queues:
+            if q.parent in self.children:
+                self.children[q.parent].append(q.name)
+        self.engine = Engine(self._snapshot(bundle, running))
+        self.backend.set_nodes(bundle.nodes)
+
+    def _snapshot(
+        self, bundle: Bundle, running: Sequence[Running], queues: Sequence[Queue] | None = None
+    ) -> Snapshot:
+        return Snapshot(
+            tuple(bundle.nodes),
+            tuple(bundle.pools),
+            tuple(queues if queues is not None else bundle.queues),
+            tuple(bundle.priority_classes),
+            running=tuple(running),
+            now=self.clock(),
+        )
+
+    def is_in_subtree(self, queue: str, root: str) -> bool:
+        """Is ``queue`` ``root`` or below it? (for gpupool.auth.authorize)"""
+        seen = set()
+        cur: str | None = queue
+        while cur is not None and cur not in seen:
+            if cur == root:
+                return True
+            seen.add(cur)
+            cur = self.parents.get(cur)
+        return False
+
+    def queue_path(self, queue: str) -> list[str]:
+        out, cur = [], queue
+        while cur is not None and cur in self.parents and cur not in out:
+            out.append(cur)
+            cur = self.parents[cur]  # type: ignore[assignment]
+        return out
+
+    def is_leaf(self, queue: str) -> bool:
+        return queue in self.children and not self.children[queue]
+
+    def queue_limit_gpu_milli(self, queue: str, pool: str) -> int:
+        """The most GPU (milli) a workload in ``queue`` can ever get in ``pool`` under its quotas."""
+        q = self.engine.quota
+        lims = [q.limit[(n, pool)][0] for n in q.path.get(queue, ()) if (n, pool) in q.limit]
+        return min(lims) if lims else 0
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self) -> None:
+        """Make store, backend and engine agree again after a (possibly unclean) stop."""
+        with self.lock:
+            self.ready = False
+            bundle = bundle_from_manifests(self.config_manifests())
+            self.bundle = bundle
+            self.backend.set_nodes(bundle.nodes)
+            runs = self.backend.runs()
+            now = self.clock()
+            # 1. evictions decided but maybe not carried out: stop first, so nothing overlaps
+            preempted = self.store.list_workloads(phases=["Preempted"])
+            if preempted:
+                self.backend.stop([w.name for w in preempted])
+                self._requeue([w.name for w in preempted], "requeued after preemption (recovered)", now)
+            active = {w.name: w for w in self.store.list_workloads(phases=list(ACTIVE))}
+            # 2. the backend runs something the store does not consider active: stop it
+            stray = [n for n in runs if n not in active]
+            if stray:
+                self.backend.stop(stray)
+            # 3. the store says Running but the backend has no trace: the run was lost, requeue it
+            lost = [w.name for w in active.values() if w.phase == "Running" and w.name not in runs]
+            if lost:
+                self.store.apply_transitions(
+                    [
+                        PhaseChange(n, "Preempted", "lost by the backend while the controller was down")
+                        for n in lost
+                    ],
+                    audit=[
+                        AuditEntry(
+                            SCHEDULER, "workload.lost", "Workload", n, {"reason": "backend has no run"}
+                        )
+                        for n in lost
+                    ],
+                    at=_dt(now),
+                )
+                self._requeue(lost, "requeued: the backend lost the run", now)
+                for n in lost:
+                    active.pop(n)
+            # 4. admitted but maybe never started: start now (idempotent), then mark Running
+            admitted = [w for w in active.values() if w.phase == "Admitted"]
+            self._start_in_backend(admitted, now)
+            # 5. the engine charges exactly what is admitted or running
+            running = [
+                running_from_json(
+                    workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False),
+                    w.placement or {},
+                )
+                for w in self.store.list_workloads(phases=list(ACTIVE))
+                if w.placement
+            ]
+            self._install(bundle, running)
+            # 6. approvals opened by a submit that crashed before requesting one
+            for w in self.store.list_workloads(phases=["AwaitingApproval"]):
+                if not self.store.list_approvals(state="Pending", workload=w.name):
+                    self.request_approval(w, now)
+            self._load_exceptions()
+            self.pending.clear()
+            self._resync = True
+            self._sync_pending(now)
+            self.ready = True
+
+    def _load_exceptions(self) -> None:
+        self.exceptions.clear()
+        for w in self.store.list_workloads(phases=["Pending", *ACTIVE]):
+            if not is_exception(w.manifest):
+                continue
+            for ev in self.store.list_events(w.name):
+                if ev.reason == EXCEPTION_EVENT:
+                    try:
+                        self.exceptions[w.name] = float(ev.message.split("until-epoch=")[1].split()[0])
+                    except (IndexError, ValueError):
+                        continue
+            if w.name not in self.exceptions:
+                # approved, but the server died before it recorded the window: grant the default one
+                for a in self.store.list_approvals(state="Approved", workload=w.name):
+                    try:
+                        dur = exception_duration_s(w.manifest) or DEFAULT_EXCEPTION_S
+                    except QuantityError:
+                        dur = DEFAULT_EXCEPTION_S
+                    if a.decided_at is not None:
+                        self.grant_exception(w.name, a.decided_at.timestamp() + dur)
+
+    def request_approval(self, w: WorkloadRecord, now: float, ttl_s: float = 7 * 86400) -> None:
+        why = approval_reason(w.manifest, self.bundle)
+        self.store.request_approval(
+            w.name,
+            w.owner,
+            expires_at=_dt(now + ttl_s),
+            reason=why,
+            audit=AuditEntry(w.owner, "approval.request", "Workload", w.name, {"reason": why}),
+            at=_dt(now),
+        )
+
+    # ------------------------------------------------------------------ events from the API
+    def submitted(self, rec: WorkloadRecord, model: Workload) -> None:
+        """A new Pending workload was committed; schedule it soon."""
+        self._inbox.append(
+            _Queued(
+                rec.name,
+                rec.seq,
+                rec.queue,
+                rec.owner,
+                rec.submitted_at.timestamp(),
+                replace(model, arrival=float(rec.seq)),
+                is_exception(rec.manifest),
+            )
+        )
+        self._wake.set()
+
+    def resync(self) -> None:
+        """Reload the pending set from the store (after approvals)."""
+        self._resync = True
+        self._wake.set()
+
+    def cancel(self, name: str, actor: str) -> WorkloadRecord:
+        """Cancel (write-ahead: Cancelled is committed before the backend stops it); idempotent."""
+        with self.lock:
+            rec = self.store.get_workload(name)
+            if rec.phase in TERMINAL_PHASES:
+                return rec
+            rec = self.store.transition_workload(
+                name,
+                "Cancelled",
+                reason=f"cancelled by {actor}",
+                audit=AuditEntry(actor, "workload.cancel", "Workload", name, {"from": rec.phase}),
+                at=_dt(self.clock()),
+            )
+            self.backend.stop([name])
+            self.engine.remove_running(name)
+            self.pending.pop(name, None)
+            self.reasons.pop(name, None)
+            self.exceptions.pop(name, None)
+            self._wake.set()
+            return rec
+
+    def grant_exception(self, name: str, until: float) -> None:
+        with self.lock:
+            iso = _dt(until).isoformat()
+            self.store.add_event(
+                name, "Normal", EXCEPTION_EVENT, f"exception granted until {iso} until-epoch={until}"
+            )
+            self.exceptions[name] = until
+            self.resync()
+
+    # ------------------------------------------------------------------ the cycle
+    def _sync_pending(self, now: float) -> None:
+        while self._inbox:
+            q = self._inbox.popleft()
+            self.pending.setdefault(q.name, q)
+        if not self._resync and now - self._last_resync < self.resync_s:
+            return
+        self._resync = False
+        self._last_resync = now
+        fresh: dict[str, _Queued] = {}
+        for w in self.store.list_workloads(phases=["Pending"]):
+            old = self.pending.get(w.name)
+            if old is not None:
+                fresh[w.name] = old
+                continue
+            model = workload_model(w.manifest, self.bundle.priority_classes, float(w.seq), strict=False)
+            fresh[w.name] = _Queued(
+                w.name, w.seq, w.queue, w.owner, w.submitted_at.timestamp(), model, is_exception(w.manifest)
+            )
+        self.pending = fresh
+        for n in list(self.reasons):
+            if n not in fresh:
+                del self.reasons[n]
+
+    def cycle(self) -> CycleStats:
+        """One pass: record finished runs, expire what is due, admit/preempt, apply durably."""
+        t0 = time.perf_counter()
+        stats = CycleStats()
+        with self.lock:
+            now = self.clock()
+            stats.finished = self._process_finished(now)
+            if now - self._last_expire >= self.tick_s:
+                self._last_expire = now
+                self._expire(now)
+            self._sync_pending(now)
+            normal = [q.model for q in self.pending.values() if not q.exception]
+            exc = [
+                q.model for q in self.pending.values() if q.exception and self.exceptions.get(q.name, 0) > now
+            ]
+            if normal or exc:
+                d = self.engine.cycle(normal, now) if normal else Decisions()
+                self._commit(d, normal, now, stats)
+                if exc:
+                    self._commit(self._exception_cycle(exc, now), exc, now, stats)
+                for q in self.pending.values():
+                    if q.exception and q.name not in self.exceptions:
+                        self.reasons[q.name] = Pending(
+                            q.name, q.queue, PendingCode.SKIPPED, "waiting for approval of its exception"
+                        )
+            stats.pending = len(self.pending)
+            self.cycles += 1
+            self.last_cycle_at = now
+        stats.seconds = time.perf_counter() - t0
+        self.hooks.on_cycle(stats)
+        return stats
+
+    def _exception_cycle(self, ws: list[Workload], now: float) -> Decisions:
+        """Place approved exceptions with their queue's limits lifted, for them alone."""
+        lifted = {n for w in ws for n in self.queue_path(w.queue)}
+        cap = self.engine.quota.capacity
+        queues = []
+        for q in self.bundle.queues:
+            if q.name not in lifted:
+                queues.append(q)
+                continue
+            quotas = []
+            for pq in q.quotas:
+                g = pq.guarantee
+                if q.parent is None:  # a cohort root's limit is its guarantee: raise it to the pool
+                    c = cap.get(pq.pool, g)
+                    g = (max(g[0], c[0]), max(g[1], c[1]), max(g[2], c[2]))
+                quotas.append(PoolQuota(pq.pool, g, None, pq.lending_limit))
+            queues.append(replace(q, quotas=tuple(quotas)))
+        eng = Engine(self._snapshot(self.bundle, list(self.engine.running.values()), queues))
+        d = eng.cycle(ws, now)
+        d.preempted = []  # an exception never evicts anyone
+        d.admitted = [a for a in d.admitted if not a.after_evicting]
+        return d
+
+    def _commit(self, d: Decisions, models: Iterable[Workload], now: float, stats: CycleStats) -> None:
+        by_name = {w.name: w for w in models}
+        for p in d.pending:
+            self.reasons[p.workload] = p
+        if not d.admitted and not d.preempted:
+            return
+        at = _dt(now)
+        changes: list[PhaseChange] = []
+        audits: list[AuditEntry] = []
+        victims: dict[str, Running] = {}
+        for pre in d.preempted:
+            for v in pre.victims:
+                r = self.engine.running.get(v.workload)
+                if r is not None:
+                    victims[v.workload] = r
+                changes.append(PhaseChange(v.workload, "Preempted", f"{v.rule}: {v.reason}"))
+                audits.append(
+                    AuditEntry(
+                        SCHEDULER,
+                        "workload.preempt",
+                        "Workload",
+                        v.workload,
+                        {
+                            "rule": str(v.rule),
+                            "reason": v.reason,
+                            "preemptor": pre.preemptor,
+                            "queue": v.queue,
+                            "priority": v.priority,
+                        },
+                    )
+                )
+        placements: dict[str, dict[str, Any]] = {}
+        for a in d.admitted:
+            placements[a.workload] = placement_json(a, now)
+            changes.append(PhaseChange(a.workload, "Admitted", a.reason, placements[a.workload]))
+            audits.append(
+                AuditEntry(
+                    SCHEDULER,
+                    "workload.admit",
+                    "Workload",
+                    a.workload,
+                    {
+                        "queue": a.queue,
+                        "pool": a.pool,
+                        "borrowing": a.borrowing,
+                        "reason": a.reason,
+                        "afterEvicting": list(a.after_evicting),
+                        "nodes": sorted({p.node for p in a.pods}),
+                        "gpuMilli": sum(p.gpu_milli * len(p.devices) for p in a.pods),
+                    },
+                )
+            )
+        # 1. write-ahead: the decisions are durable before anything changes in the backend
+        self.store.apply_transitions(changes, audit=audits, at=at)
+        self.engine.apply(d, by_name.values(), now)
+        # 2. carry them out: evict first so the admitted never overlap their victims
+        if victims:
+            self.backend.stop(list(victims))
+            stats.preempted += len(victims)
+            for r in victims.values():
+                self.hooks.on_preempt(r.workload.queue, "")
+        admitted_recs = []
+        for a in d.admitted:
+            q = self.pending.pop(a.workload, None)
+            self.reasons.pop(a.workload, None)
+            if q is not None:
+                self.hooks.on_admit(q.queue, max(0.0, now - q.submitted_at))
+            admitted_recs.append((a.workload, by_name[a.workload], placements[a.workload]))
+        self._start_specs(admitted_recs, now)
+        stats.admitted += len(d.admitted)
+        # 3. requeue the victims as pending work
+        if victims:
+            self._requeue(list(victims), "requeued after preemption", now)
+            for name, r in victims.items():
+                rec = self.store.get_workload(name)
+                self.pending[name] = _Queued(
+                    name,
+                    rec.seq,
+                    rec.queue,
+                    rec.owner,
+                    rec.submitted_at.timestamp(),
+                    r.workload,
+                    is_exception(rec.manifest),
+                )
+
+    def _start_in_backend(self, recs: Sequence[WorkloadRecord], now: float) -> None:
+        specs = [
+            (
+                w.name,
+                workload_model(w.manifest, self.bundle.priority_classes, float(w.seq), strict=False),
+                dict(w.placement or {}),
+            )
+            for w in recs
+        ]
+        self._start_specs(specs, now)
+
+    def _start_specs(self, specs: Sequence[tuple[str, Workload, dict[str, Any]]], now: float) -> None:
+        if not specs:
+            return
+        runs = [RunSpec(n, p, w.expected_duration_s) for n, w, p in specs]
+        failed: dict[str, str] = {}
+        try:
+            self.backend.start(runs)
+        except BackendError as exc:
+            # start each separately to learn which ones the backend refused
+            for r in runs:
+                try:
+                    self.backend.start([r])
+                except BackendError as one:
+                    failed[r.name] = str(one)
+            log.error("backend refused runs: %s", exc)
+        ok = [n for n, _, _ in specs if n not in failed]
+        changes = [PhaseChange(n, "Running", "started by the backend") for n in ok]
+        changes += [
+            PhaseChange(n, "Failed", f"backend refused to start it: {why}") for n, why in failed.items()
+        ]
+        audits = [
+            AuditEntry(SCHEDULER, "workload.fail", "Workload", n, {"reason": why})
+            for n, why in failed.items()
+        ]
+        self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        for n in failed:
+            self.engine.remove_running(n)
+
+    def _requeue(self, names: Sequence[str], reason: str, now: float) -> None:
+        self.store.apply_transitions(
+            [PhaseChange(n, "Pending", reason) for n in names],
+            audit=[
+                AuditEntry(SCHEDULER, "workload.requeue", "Workload", n, {"reason": reason}) for n in names
+            ],
+            at=_dt(now),
+        )
+
+    def _process_finished(self, now: float) -> int:
+        done = self.backend.poll(now)
+        if not done:
+            return 0
+        changes, audits, forget = [], [], []
+        for r in done:
+            try:
+                rec = self.store.get_workload(r.name)
+            except NotFound:
+                forget.append(r.name)
+                continue
+            if rec.phase in ACTIVE:
+                outcome = r.outcome or "Succeeded"
+                changes.append(PhaseChange(r.name, outcome, r.message))
+                audits.append(
+                    AuditEntry(
+                        SCHEDULER,
+                        "workload.finish",
+                        "Workload",
+                        r.name,
+                        {"outcome": outcome, "message": r.message},
+                    )
+                )
+                self.hooks.on_finish(rec.queue, outcome)
+            forget.append(r.name)
+        if changes:
+            self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        for n in forget:
+            self.engine.remove_running(n)
+            self.exceptions.pop(n, None)
+        self.backend.forget(forget)
+        return len(changes)
+
+    def _expire(self, now: float) -> None:
+        expired = self.store.expire_approvals(at=_dt(now))
+        if expired:
+            self._resync = True
+        ended = [n for n, until in self.exceptions.items() if until <= now]
+        if not ended:
+            return
+        active = [n for n in ended if n in self.engine.running]
+        for n in ended:
+            self.exceptions.pop(n, None)
+        if active:
+            self.store.apply_transitions(
+                [PhaseChange(n, "Preempted", "its approved exception window ended") for n in active],
+                audit=[
+                    AuditEntry(
+                        SCHEDULER, "workload.exception-expired", "Workload", n, {"reason": "window ended"}
+                    )
+                    for n in active
+                ],
+                at=_dt(now),
+            )
+            self.backend.stop(active)
+            for n in active:
+                self.engine.remove_running(n)
+            self._requeue(active, "requeued: its exception window ended", now)
+            self._resync = True
+
+    # ------------------------------------------------------------------ views
+    def explain(self, rec: WorkloadRecord) -> dict[str, Any]:
+        """Where a workload stands in its queue and, if it waits, the engine's reason why."""
+        with self.lock:
+            out: dict[str, Any] = {"name": rec.name, "queue": rec.queue, "phase": rec.phase}
+            if rec.phase != "Pending":
+                out["reason"] = rec.reason or rec.phase
+                if rec.phase == "AwaitingApproval":
+                    out["code"] = "AwaitingApproval"
+                    out["reason"] = rec.reason or "waiting for an approver"
+                return out
+            same = sorted(
+                (q for q in self.pending.values() if q.queue == rec.queue),
+                key=lambda q: workload_order_key(q.model),
+            )
+            names = [q.name for q in same]
+            out["position"] = names.index(rec.name) + 1 if rec.name in names else None
+            out["queueLength"] = len(names)
+            out["ahead"] = names[: (out["position"] or 1) - 1][:20]
+            p = self.reasons.get(rec.name)
+            if p is None:
+                out["code"] = "NotConsidered"
+                out["reason"] = "not yet considered by the scheduler (it runs within a second)"
+            else:
+                out["code"] = str(p.code)
+                out["reason"] = p.reason
+            return out
+
+    def running_view(self) -> dict[str, Running]:
+        with self.lock:
+            return dict(self.engine.running)
+
+    def nodes(self) -> list[Node]:
+        return list(self.bundle.nodes)
+
+
+def is_exception(manifest: Mapping[str, Any]) -> bool:
+    spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
+    return isinstance(spec, Mapping) and isinstance(spec.get("exception"), Mapping)
+
+
+def exception_duration_s(manifest: Mapping[str, Any]) -> float | None:
+    """``spec.exception.duration`` in seconds (None when not given); raises QuantityError if malformed."""
+    spec = manifest.get("spec", {})
+    exc = spec.get("exception") if isinstance(spec, Mapping) else None
+    if not isinstance(exc, Mapping) or exc.get("duration") is None:
+        return None
+    return parse_duration(exc["duration"])
+
+
+def approval_reason(manifest: Mapping[str, Any], bundle: Bundle) -> str:
+    """Why a workload needs an approver (shown in the approval request)."""
+    spec = manifest.get("spec", {}) if isinstance(manifest, Mapping) else {}
+    if is_exception(manifest):
+        exc = spec["exception"]
+        return f"exception requested: {exc.get('reason', '')}".strip()
+    queues = {q.name: q for q in bundle.queues}
+    pools = {p.name: p for p in bundle.pools}
+    pool = spec.get("pool")
+    if isinstance(pool, str) and pool in pools and pools[pool].requires_approval:
+        return f"pool {pool} requires approval"
+    cur = spec.get("queue")
+    seen: set[str] = set()
+    while isinstance(cur, str) and cur in queues and cur not in seen:
+        seen.add(cur)
+        if queues[cur].requires_approval:
+            return f"queue {cur} requires approval"
+        cur = queues[cur].parent
+    return "approval required"
+
+
+def needs_approval(model: Workload, manifest: Mapping[str, Any], bundle: Bundle, ctl: Controller) -> bool:
+    """A pool or queue on the workload's path requires approval, or it asks for an exception."""
+    if is_exception(manifest):
+        return True
+    pools = {p.name: p for p in bundle.pools}
+    if model.pool is not None and model.pool in pools and pools[model.pool].requires_approval:
+        return True
+    queues = {q.name: q for q in bundle.queues}
+    if any(queues[n].requires_approval for n in ctl.queue_path(model.queue) if n in queues):
+        return True
+    if model.pool is None:
+        cands = ctl.engine.candidate_pools(model) if model.queue in ctl.engine.quota.queues else []
+        if cands and all(pools[c].requires_approval for c in cands if c in pools):
+            return True
+    return False
+
+
+def over_limit(model: Workload, ctl: Controller) -> str | None:
+    """Why the workload can never fit its queue's limits (None when it could)."""
+    eng = ctl.engine
+    if model.queue not in eng.quota.queues:
+        return None
+    cands = eng.candidate_pools(model)
+    if not cands:
+        return None
+    need = model.quota_vec()[0]
+    best = max(ctl.queue_limit_gpu_milli(model.queue, p) for p in cands)
+    if need <= best or best >= UNLIMITED:
+        return None
+    return (
+        f"requests {need / 1000:g} GPUs but queue {model.queue} can hold at most {best / 1000:g} "
+        f"in {', '.join(cands)}; add spec.exception {{reason, duration}} to ask for a time-limited exception"
+    )
+
+
+__all__ = [
+    "Controller",
+    "CycleStats",
+    "Hooks",
+    "ManifestError",
+    "QuantityError",
+    "approval_reason",
+    "exception_duration_s",
+    "is_exception",
+    "needs_approval",
+    "over_limit",
+]

@@ -1,0 +1,170 @@
+"""Translations between stored JSON (manifests, placements) and the engine's model objects.
+
+Why in one place: the store keeps manifests and placements as JSON so it does not depend on the
+engine; the controller and the API both need the same, lossless conversions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from gpupool.engine.decisions import Admit
+from gpupool.manifests import (
+    Bundle,
+    Document,
+    ManifestError,
+    _Errors,
+    build,
+    build_workload,
+    default_priority_classes,
+    parse_documents,
+)
+from gpupool.model import (
+    Admission,
+    PodGroup,
+    PodPlacement,
+    PodRequest,
+    PriorityClass,
+    Running,
+    Workload,
+)
+from gpupool.store import ObjectRecord
+
+CORDON_ANNOTATION = "gpupool.io/cordoned"
+_LOCATED = re.compile(r"^(?P<src>.*?\(\S+/\S+\)): (?P<field>[^:]+): (?P<problem>.*)$", re.S)
+
+
+def error_items(exc: ManifestError) -> list[dict[str, str]]:
+    """ManifestError lines as ``{"field", "problem", "message"}`` for a 422 body."""
+    out = []
+    for line in exc.errors:
+        m = _LOCATED.match(line)
+        if m:
+            out.append({"field": m["field"].strip(), "problem": m["problem"].strip(), "message": line})
+        else:
+            field, _, problem = line.rpartition(": ")
+            out.append({"field": field.split(": ")[-1] if field else "", "problem": problem, "message": line})
+    return out
+
+
+def parse_manifest(manifest: Mapping[str, Any], source: str = "request") -> Document:
+    """Validate one JSON manifest with the same rules as YAML files (raises ManifestError)."""
+    if not isinstance(manifest, Mapping):
+        raise ManifestError([f"{source}: body: expected a JSON object (a manifest)"])
+    docs = parse_documents(json.dumps(manifest), source)
+    if len(docs) != 1:
+        raise ManifestError([f"{source}: body: expected exactly one manifest, got {len(docs)}"])
+    return docs[0]
+
+
+def object_manifest(rec: ObjectRecord) -> dict[str, Any]:
+    """A stored object as a manifest without the server-side resourceVersion."""
+    m = rec.to_manifest()
+    m["metadata"] = {k: v for k, v in m["metadata"].items() if k != "resourceVersion"}
+    return m
+
+
+def bundle_from_manifests(manifests: Iterable[Mapping[str, Any]]) -> Bundle:
+    """Build the configuration (nodes, pools, queues, classes) from manifests; all or nothing."""
+    docs: list[Document] = []
+    errors: list[str] = []
+    for m in manifests:
+        name = (m.get("metadata") or {}).get("name", "?") if isinstance(m, Mapping) else "?"
+        try:
+            docs.append(parse_manifest(m, f"{m.get('kind', '?') if isinstance(m, Mapping) else '?'}/{name}"))
+        except ManifestError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise ManifestError(errors)
+    bundle = build(docs, Bundle(priority_classes=list(default_priority_classes())))
+    cordoned: set[str] = set()
+    for d in docs:
+        if d.kind == "Cluster":
+            cordoned.update(x for x in d.metadata.annotations.get(CORDON_ANNOTATION, "").split(",") if x)
+    if cordoned:
+        bundle.nodes = [replace(n, schedulable=False) if n.name in cordoned else n for n in bundle.nodes]
+    return bundle
+
+
+def workload_model(
+    manifest: Mapping[str, Any], classes: Sequence[PriorityClass], arrival: float, *, strict: bool = True
+) -> Workload:
+    """The engine's Workload for a stored or submitted manifest.
+
+    ``strict=False`` never fails: a running workload must still be charged after its priority
+    class was deleted, so the class is dropped rather than the workload.
+    """
+    try:
+        doc = parse_manifest(manifest, "workload")
+        err = _Errors()
+        w = build_workload(doc, {c.name: c for c in classes}, err, arrival=arrival)
+        if err.items:
+            raise ManifestError(err.items)
+        return w
+    except ManifestError:
+        if strict:
+            raise
+    spec = manifest.get("spec", {}) if isinstance(manifest, Mapping) else {}
+    name = str((manifest.get("metadata") or {}).get("name", "")) if isinstance(manifest, Mapping) else ""
+    return Workload(name, str(spec.get("queue", "")), (), arrival=arrival)
+
+
+def placement_json(a: Admit, now: float) -> dict[str, Any]:
+    """An admission as stored in the workload row (and handed to the backend)."""
+    return {
+        "pool": a.pool,
+        "borrowing": a.borrowing,
+        "admittedAt": now,
+        "pods": [
+            {
+                "group": p.group,
+                "index": p.index,
+                "node": p.node,
+                "devices": list(p.devices),
+                "gpuMilli": p.gpu_milli,
+                "gpuMemoryMiB": p.gpu_memory_mib,
+                "cpuMilli": p.cpu_milli,
+                "memoryMiB": p.memory_mib,
+                "rdma": p.rdma,
+            }
+            for p in a.pods
+        ],
+    }
+
+
+def admission_from_json(placement: Mapping[str, Any]) -> Admission:
+    pods = tuple(
+        PodPlacement(
+            str(p["group"]),
+            int(p["index"]),
+            str(p["node"]),
+            tuple(int(d) for d in p.get("devices", ())),
+            int(p.get("gpuMilli", 1000)),
+            int(p.get("gpuMemoryMiB", 0)),
+            int(p.get("cpuMilli", 0)),
+            int(p.get("memoryMiB", 0)),
+            int(p.get("rdma", 0)),
+        )
+        for p in placement.get("pods", ())
+    )
+    return Admission(
+        str(placement.get("pool", "")),
+        pods,
+        bool(placement.get("borrowing", False)),
+        float(placement.get("admittedAt", 0.0)),
+    )
+
+
+def running_from_json(w: Workload, placement: Mapping[str, Any]) -> Running:
+    """A stored admission as the engine's Running; a workload without pod groups gets them from its pods."""
+    adm = admission_from_json(placement)
+    if not w.pod_groups and adm.pods:
+        groups = tuple(
+            PodGroup(p.group, 1, PodRequest(gpus=len(p.devices), cpu_milli=p.cpu_milli)) for p in adm.pods
+        )
+        w = replace(w, pod_groups=groups)
+    return Running(w, adm)
