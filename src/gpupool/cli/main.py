@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+from dataclasses import replace
 from enum import StrEnum
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from rich.console import Console
 from gpupool.cli.render import decisions_json, decisions_table
 from gpupool.engine import apply_decisions, decide
 from gpupool.engine.invariants import check_cycle
-from gpupool.manifests import ManifestError, load_bundle
+from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, load_bundle, load_files
 from gpupool.model import Snapshot
 
 app = typer.Typer(
@@ -27,8 +28,9 @@ bench_app = typer.Typer(
     help="Benchmarks that print figures (ratios against a baseline run in the same process)."
 )
 app.add_typer(bench_app, name="bench")
-console = Console()
-err_console = Console(stderr=True)
+# Wide tables when piped (CI logs, `make run | less`); the terminal's width otherwise.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
@@ -123,11 +125,48 @@ def _capacity(s: Snapshot) -> None:
 
 @app.command()
 def demo() -> None:
-    """Run the engine on the example cluster and workloads in examples/."""
+    """Two scheduling cycles over examples/: a first wave, then a team reclaiming its guarantee."""
     if not EXAMPLES.exists():
         fail(f"examples not found at {EXAMPLES}")
-    console.print(f"[bold]gpupool demo[/]: one scheduling cycle over {EXAMPLES}")
-    schedule([EXAMPLES], Output.table)
+    try:
+        docs = load_files([EXAMPLES / "cluster", EXAMPLES / "workloads"])
+        wave2 = load_files([EXAMPLES / "wave2"])
+        b = build(docs + wave2, Bundle(priority_classes=list(default_priority_classes())))
+    except ManifestError as exc:
+        fail("the examples do not validate:\n  " + "\n  ".join(exc.errors))
+        raise AssertionError from exc
+    second = {d.name for d in wave2}
+    first = tuple(w for w in b.workloads if w.name not in second)
+    snap = Snapshot(tuple(b.nodes), tuple(b.pools), tuple(b.queues), tuple(b.priority_classes), first)
+    console.print(
+        f"[bold]gpupool demo[/]: {len(b.nodes)} nodes in {len(b.pools)} pools, {len(b.queues)} queues ({EXAMPLES})"
+    )
+    d1 = decide(snap)
+    after = apply_decisions(snap, d1, now=0.0)
+    problems = check_cycle(snap, d1, after)
+    console.print(
+        decisions_table(d1, {w.name: w for w in b.workloads}, "Cycle 1: the first wave of workloads")
+    )
+    snap2 = replace(
+        after, pending=after.pending + tuple(w for w in b.workloads if w.name in second), now=60.0
+    )
+    d2 = decide(snap2)
+    after2 = apply_decisions(snap2, d2, now=60.0)
+    problems += check_cycle(snap2, d2, after2)
+    console.print(
+        decisions_table(
+            d2,
+            {w.name: w for w in b.workloads},
+            "Cycle 2: vision-team submits within its guarantee and reclaims",
+        )
+    )
+    _capacity(after2)
+    if problems:
+        fail("invariant violations: " + "; ".join(problems), code=1)
+    console.print(
+        "Next: [bold]gpupool schedule -f examples/cluster -f examples/workloads -o json[/] for machine-readable "
+        "decisions, [bold]gpupool bench engine[/] for the large benchmark."
+    )
 
 
 @bench_app.command("engine")
@@ -177,3 +216,7 @@ def main() -> None:
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
