@@ -171,7 +171,7 @@ def run_migrations(engine: Engine) -> None:
     locked = engine.execution_options(gpupool_begin="IMMEDIATE")
     with locked.connect() as conn, conn.begin():
         if conn.dialect.name == "postgresql":
-            pass
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(7461931)"))
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "head")
 
