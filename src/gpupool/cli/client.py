@@ -1,0 +1,657 @@
+"""kubectl-like commands that talk to a gpupool server over HTTP.
+
+Why a thin client: all rules live in the server (one place to audit); the client only reads
+files, picks the server and token (flag > environment > config file > ./.gpupool/admin-token)
+and prints results as a table, JSON or YAML. Every failure is one clear line and a non-zero
+exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, NoReturn
+
+import httpx
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+DEFAULT_TOKEN_FILE = Path(".gpupool") / "admin-token"
+CONFIG_FILE = Path("~/.config/gpupool/config.yaml")
+
+
+class Out(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+ServerOpt = typer.Option(None, "--server", "-s", help="server URL (env GPUPOOL_SERVER)")
+TokenOpt = typer.Option(None, "--token", help="API token (env GPUPOOL_TOKEN)")
+OutOpt = typer.Option(Out.table, "-o", "--output", help="table, json or yaml")
+
+
+class CliError(Exception):
+    """A failure to report as one line."""
+
+
+def fail(msg: str, code: int = 1) -> NoReturn:
+    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True, markup=True)
+    raise typer.Exit(code)
+
+
+def _config_file() -> dict[str, Any]:
+    path = Path(os.environ.get("GPUPOOL_CONFIG", str(CONFIG_FILE))).expanduser()
+    if not path.exists():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        fail(f"cannot read the client config {path}: {exc}", 2)
+    if not isinstance(data, dict):
+        fail(f"the client config {path} must be a mapping with server/token/tokenFile", 2)
+    return data
+
+
+def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
+    """Server and token from flag, environment, config file, then the defaults."""
+    cfg = _config_file()
+    srv = server or os.environ.get("GPUPOOL_SERVER") or cfg.get("server") or DEFAULT_SERVER
+    tok = token or os.environ.get("GPUPOOL_TOKEN") or cfg.get("token")
+    if not tok:
+        tf = Path(
+            os.environ.get("GPUPOOL_TOKEN_FILE") or cfg.get("tokenFile") or DEFAULT_TOKEN_FILE
+        ).expanduser()
+        if tf.exists():
+            try:
+                tok = tf.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                fail(f"cannot read the token file {tf}: {exc.strerror}", 2)
+    return str(srv).rstrip("/"), tok
+
+
+class Api:
+    """A small HTTP client that turns every failure into CliError with the server's message."""
+
+    def __init__(self, server: str | None, token: str | None) -> None:
+        self.server, self.token = resolve(server, token)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        try:
+            r = self.http.request(method, path, **kw)
+        except httpx.ConnectError:
+            fail(
+                f"cannot reach the gpupool server at {self.server} (is `gpupool serve` running? set --server or GPUPOOL_SERVER)"
+            )
+        except httpx.HTTPError as exc:
+            fail(f"request to {self.server}{path} failed: {type(exc).__name__}: {exc}")
+        if r.status_code >= 400:
+            try:
+                err = r.json()["error"]
+                msg = str(err.get("message") or r.reason_phrase)
+                details = [e for e in err.get("errors", []) if e.get("message") or e.get("problem")]
+            except (ValueError, KeyError, TypeError):
+                msg, details = f"{r.status_code} {r.reason_phrase}", []
+            lines = [f"{msg} (HTTP {r.status_code})"]
+            if len(details) > 1 or (details and details[0].get("problem", "") not in msg):
+                lines += [f"  {d.get('field', '')}: {d.get('problem', '')}".rstrip() for d in details]
+            if r.status_code == 401 and not self.token:
+                lines.append(
+                    f"  no token found: pass --token, set GPUPOOL_TOKEN, or run from the directory holding {DEFAULT_TOKEN_FILE}"
+                )
+            fail("\n".join(lines))
+        if r.headers.get("content-type", "").startswith("application/json"):
+            return r.json()
+        return r.text
+
+
+def _emit(data: Any, out: Out, table: Table | None = None) -> None:
+    if out is Out.json:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    elif out is Out.yaml:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+    elif table is not None:
+        console.print(table)
+    else:
+        sys.stdout.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
+
+
+def _table(cols: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for c in cols:
+        t.add_column(c.upper(), overflow="fold")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    return t
+
+
+def read_manifests(files: list[Path]) -> list[dict[str, Any]]:
+    """YAML documents from files and directories (name order); a parse error is one line."""
+    paths: list[Path] = []
+    for f in files:
+        if str(f) == "-":
+            paths.append(f)
+        elif f.is_dir():
+            paths += sorted(p for p in f.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
+        elif f.exists():
+            paths.append(f)
+        else:
+            fail(f"{f}: no such file or directory", 2)
+    docs: list[dict[str, Any]] = []
+    for p in paths:
+        try:
+            text = sys.stdin.read() if str(p) == "-" else p.read_text(encoding="utf-8")
+            loaded = [d for d in yaml.safe_load_all(text) if d is not None]
+        except OSError as exc:
+            fail(f"{p}: cannot read: {exc.strerror}", 2)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            fail(f"{p}:{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}", 2)
+        for i, d in enumerate(loaded, 1):
+            if not isinstance(d, dict):
+                fail(f"{p}: document {i}: expected a mapping with apiVersion, kind, metadata and spec", 2)
+            docs.append(d)
+    if not docs:
+        fail("no manifests found in " + ", ".join(map(str, files)), 2)
+    return docs
+
+
+RESOURCES = {
+    "pool": "pools",
+    "pools": "pools",
+    "resourcepool": "pools",
+    "resourcepools": "pools",
+    "queue": "queues",
+    "queues": "queues",
+    "priorityclass": "priorityclasses",
+    "priorityclasses": "priorityclasses",
+    "pc": "priorityclasses",
+    "cluster": "clusters",
+    "clusters": "clusters",
+    "workload": "workloads",
+    "workloads": "workloads",
+    "wl": "workloads",
+    "node": "nodes",
+    "nodes": "nodes",
+    "approval": "approvals",
+    "approvals": "approvals",
+    "token": "tokens",
+    "tokens": "tokens",
+    "quota": "quota",
+}
+
+
+def _resource(kind: str) -> str:
+    r = RESOURCES.get(kind.lower())
+    if r is None:
+        fail(
+            f"unknown resource type {kind!r}; one of pools, queues, priorityclasses, clusters, workloads, nodes, approvals, tokens, quota",
+            2,
+        )
+    return r
+
+
+def _gpu(spec: Mapping[str, Any]) -> str:
+    out = []
+    for q in spec.get("quotas", []):
+        g = (q.get("guarantee") or {}).get("nvidia.com/gpu", 0)
+        out.append(f"{q.get('pool')}={g}")
+    return " ".join(out)
+
+
+def _rows_for(res: str, data: dict[str, Any]) -> Table:
+    items = data.get("items", [])
+    if res == "pools":
+        return _table(
+            ["name", "selector", "preemptible", "approval", "price/gpu-h"],
+            [
+                (
+                    i["metadata"]["name"],
+                    ",".join(f"{k}={v}" for k, v in (i["spec"].get("nodeSelector") or {}).items()),
+                    i["spec"].get("preemptible", True),
+                    i["spec"].get("requiresApproval", False),
+                    i["spec"].get("pricePerGPUHour", ""),
+                )
+                for i in items
+            ],
+        )
+    if res == "queues":
+        return _table(
+            ["name", "parent", "weight", "strategy", "guarantees (gpu)", "approval"],
+            [
+                (
+                    i["metadata"]["name"],
+                    i["spec"].get("parent", ""),
+                    i["spec"].get("weight", 1),
+                    i["spec"].get("queueingStrategy", "BestEffortFIFO"),
+                    _gpu(i["spec"]),
+                    i["spec"].get("requiresApproval", False),
+                )
+                for i in items
+            ],
+        )
+    if res == "priorityclasses":
+        return _table(
+            ["name", "value", "preemptible", "description"],
+            [
+                (
+                    i["metadata"]["name"],
+                    i["spec"].get("value"),
+                    i["spec"].get("preemptible", True),
+                    i["spec"].get("description", ""),
+                )
+                for i in items
+            ],
+        )
+    if res == "clusters":
+        return _table(
+            ["name", "node groups", "nodes"],
+            [
+                (i["metadata"]["name"], len(i["spec"].get("nodeGroups", [])), len(i["spec"].get("nodes", [])))
+                for i in items
+            ],
+        )
+    if res == "workloads":
+        return _table(
+            ["name", "queue", "phase", "owner", "pool", "reason"],
+            [
+                (
+                    w["name"],
+                    w["queue"],
+                    w["phase"],
+                    w["owner"],
+                    (w.get("placement") or {}).get("pool", ""),
+                    (w.get("reason") or "")[:70],
+                )
+                for w in items
+            ],
+        )
+    if res == "nodes":
+        return _table(
+            ["name", "pool", "model", "gpus", "allocated", "schedulable"],
+            [
+                (n["name"], n["pool"], n["gpuModel"], n["gpus"], f"{n['gpuAllocated']:g}", n["schedulable"])
+                for n in items
+            ],
+        )
+    if res == "approvals":
+        return _table(
+            ["id", "workload", "queue", "state", "requested by", "approver", "reason"],
+            [
+                (
+                    a["id"],
+                    a["workload"],
+                    a["queue"],
+                    a["state"],
+                    a["requestedBy"],
+                    a.get("approver") or "",
+                    a["reason"],
+                )
+                for a in items
+            ],
+        )
+    if res == "tokens":
+        return _table(
+            ["id", "name", "role", "scope", "revoked"],
+            [(t["id"], t["name"], t["role"], t.get("scope") or "", t["revoked"]) for t in items],
+        )
+    if res == "quota":
+
+        def g(v: Mapping[str, Any] | None) -> str:
+            x = (v or {}).get("gpu")
+            return "unlimited" if x is None else f"{x:g}"
+
+        return _table(
+            ["queue", "pool", "gpu used", "guarantee", "limit"],
+            [(q["queue"], q["pool"], g(q["used"]), g(q["guarantee"]), g(q["limit"])) for q in items],
+        )
+    return _table(["item"], [(json.dumps(i),) for i in items])
+
+
+def _path(res: str, name: str | None = None) -> str:
+    if res in ("pools", "queues", "priorityclasses", "clusters"):
+        return f"/v1/config/{res}" + (f"/{name}" if name else "")
+    if res == "quota":
+        return "/v1/quota"
+    return f"/v1/{res}" + (f"/{name}" if name else "")
+
+
+# ---------------------------------------------------------------------- commands
+def apply(
+    files: list[Path] = typer.Option(
+        ..., "-f", "--filename", help="YAML files or directories ('-' for stdin)"
+    ),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Create or update pools, queues, priority classes and clusters (and submit workloads)."""
+    docs = read_manifests(files)
+    data = Api(server, token).call("POST", "/v1/apply", json={"items": docs})
+    _emit(
+        data,
+        output,
+        _table(["kind", "name", "result"], [(r["kind"], r["name"], r["result"]) for r in data["results"]]),
+    )
+
+
+def get(
+    kind: str = typer.Argument(
+        ..., help="pools|queues|priorityclasses|clusters|workloads|nodes|approvals|tokens|quota"
+    ),
+    name: str | None = typer.Argument(None),
+    queue: str | None = typer.Option(None, "--queue", "-q", help="workloads: only this queue"),
+    phase: list[str] = typer.Option([], "--phase", help="workloads: only these phases"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """List objects (or show one by name)."""
+    res = _resource(kind)
+    api = Api(server, token)
+    if name is not None and res != "quota":
+        data = api.call("GET", _path(res, name))
+        _emit(data, output, _rows_for(res, {"items": [data]}) if res in ("workloads", "nodes") else None)
+        return
+    params: dict[str, Any] = {}
+    if queue and res in ("workloads", "quota"):
+        params["queue"] = queue
+    if phase and res == "workloads":
+        params["phase"] = phase
+    data = api.call("GET", _path(res), params=params)
+    _emit(data, output, _rows_for(res, data))
+
+
+def describe(
+    kind: str = typer.Argument(..., help="workload|node|pool|queue|priorityclass|cluster"),
+    name: str = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Everything about one object: spec, state, and for a workload its events and why it waits."""
+    res = _resource(kind)
+    api = Api(server, token)
+    data: dict[str, Any] = {"object": api.call("GET", _path(res, name))}
+    if res == "workloads":
+        data["explain"] = api.call("GET", f"/v1/workloads/{name}/explain")
+        data["events"] = api.call("GET", f"/v1/workloads/{name}/events")["items"]
+    if res == "queues":
+        data["quota"] = api.call("GET", "/v1/quota", params={"queue": name})["items"]
+    if output is not Out.table:
+        _emit(data, output)
+        return
+    obj = data["object"]
+    if res == "workloads":
+        shown = {
+            k: obj[k]
+            for k in ("name", "queue", "owner", "phase", "reason", "submittedAt", "admittedAt", "finishedAt")
+        }
+        sys.stdout.write(yaml.safe_dump(shown, sort_keys=False))
+        if obj.get("placement"):
+            pods = obj["placement"]["pods"]
+            sys.stdout.write(
+                f"placement: pool {obj['placement']['pool']}, {len(pods)} pods on "
+                f"{', '.join(sorted({p['node'] for p in pods}))}\n"
+            )
+        ex = data["explain"]
+        if ex.get("position"):
+            sys.stdout.write(
+                f"position: {ex['position']} of {ex['queueLength']} pending in queue {ex['queue']}\n"
+            )
+        if ex.get("code"):
+            sys.stdout.write(f"why: {ex.get('code')}: {ex.get('reason')}\n")
+        console.print(
+            _table(
+                ["at", "type", "reason", "message"],
+                [(e["at"][:19], e["type"], e["reason"], e["message"]) for e in data["events"]],
+            )
+        )
+        return
+    if res == "nodes":
+        sys.stdout.write(yaml.safe_dump({k: v for k, v in obj.items() if k != "devices"}, sort_keys=False))
+        console.print(
+            _table(
+                ["device", "allocated", "workloads"],
+                [
+                    (
+                        d["index"],
+                        f"{d['allocatedMilli'] / 1000:g}",
+                        ", ".join(f"{w['workload']}({w['gpuMilli'] / 1000:g})" for w in d["workloads"]),
+                    )
+                    for d in obj["devices"]
+                ],
+            )
+        )
+        return
+    _emit(data, Out.yaml)
+
+
+def submit(
+    files: list[Path] = typer.Option(..., "-f", "--filename", help="Workload manifests ('-' for stdin)"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Submit workloads (idempotent by name: submitting the same manifest again changes nothing)."""
+    docs = read_manifests(files)
+    bad = [d.get("kind") for d in docs if d.get("kind") != "Workload"]
+    if bad:
+        fail(
+            f"submit takes Workload manifests only, got {bad[0]!r}; use `gpupool apply -f` for configuration",
+            2,
+        )
+    api = Api(server, token)
+    results = [api.call("POST", "/v1/workloads", json=d) for d in docs]
+    _emit(
+        results,
+        output,
+        _table(["workload", "queue", "phase"], [(w["name"], w["queue"], w["phase"]) for w in results]),
+    )
+
+
+def cancel(
+    name: str = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Cancel a workload (stops it if it runs)."""
+    w = Api(server, token).call("POST", f"/v1/workloads/{name}/cancel")
+    _emit(w, output, _table(["workload", "phase", "reason"], [(w["name"], w["phase"], w["reason"])]))
+
+
+def explain(
+    name: str = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Why a workload waits, and where it stands in its queue."""
+    ex = Api(server, token).call("GET", f"/v1/workloads/{name}/explain")
+    if output is not Out.table:
+        _emit(ex, output)
+        return
+    line = f"{ex['name']} ({ex['phase']}, queue {ex['queue']})"
+    if ex.get("position"):
+        line += f": position {ex['position']} of {ex['queueLength']}"
+    console.print(line, highlight=False)
+    if ex.get("code") or ex.get("reason"):
+        console.print(f"  {ex.get('code', '')}: {ex.get('reason', '')}", highlight=False, soft_wrap=True)
+
+
+def approve(
+    name: str = typer.Argument(...),
+    reason: str = typer.Option("", "--reason"),
+    until: str | None = typer.Option(None, "--until", help="end of an exception window (ISO 8601)"),
+    for_: str | None = typer.Option(None, "--for", help="exception window length, e.g. 2h"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Approve a workload waiting for approval (an exception: optionally until a time)."""
+    body: dict[str, Any] = {"reason": reason}
+    if until:
+        body["until"] = until
+    if for_:
+        body["duration"] = for_
+    w = Api(server, token).call("POST", f"/v1/workloads/{name}/approve", json=body)
+    _emit(
+        w,
+        output,
+        _table(
+            ["workload", "phase", "approval", "until"],
+            [(w["name"], w["phase"], w["approval"]["state"], w["approval"].get("until") or "")],
+        ),
+    )
+
+
+def reject(
+    name: str = typer.Argument(...),
+    reason: str = typer.Option(..., "--reason", help="why (required)"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Reject a workload waiting for approval, with a reason."""
+    w = Api(server, token).call("POST", f"/v1/workloads/{name}/reject", json={"reason": reason})
+    _emit(
+        w,
+        output,
+        _table(["workload", "phase", "approval"], [(w["name"], w["phase"], w["approval"]["state"])]),
+    )
+
+
+audit_app = typer.Typer(
+    help="Verify or export the hash-chained audit log (platform-admin).", no_args_is_help=True
+)
+
+
+@audit_app.command("verify")
+def audit_verify(
+    expected_count: int | None = typer.Option(
+        None, "--expected-count", help="from an external copy of the head"
+    ),
+    expected_head: str | None = typer.Option(None, "--expected-head"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Check every record's hash and link; names the first bad record. Exit 1 when broken."""
+    params = {
+        k: v
+        for k, v in (("expected_count", expected_count), ("expected_head", expected_head))
+        if v is not None
+    }
+    r = Api(server, token).call("GET", "/v1/audit/verify", params=params)
+    if output is not Out.table:
+        _emit(r, output)
+    elif r["ok"]:
+        console.print(
+            f"[green]audit log intact[/]: {r['count']} records, head {r['headHash']}", highlight=False
+        )
+    else:
+        err_console.print(
+            f"[red]audit log broken[/] at seq {r['firstBadSeq']}: {r['problem']}", highlight=False
+        )
+    if not r["ok"]:
+        raise typer.Exit(1)
+
+
+@audit_app.command("export")
+def audit_export(
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv"),
+    out: Path | None = typer.Option(None, "--out", help="file to write (default: stdout)"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Export the audit log as JSONL or CSV."""
+    if fmt not in ("jsonl", "csv"):
+        fail("--format must be jsonl or csv", 2)
+    text = Api(server, token).call("GET", "/v1/audit/export", params={"format": fmt})
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        console.print(f"wrote {out}")
+
+
+token_app = typer.Typer(help="Manage API tokens (platform-admin).", no_args_is_help=True)
+
+
+@token_app.command("create")
+def token_create(
+    name: str = typer.Argument(..., help="who the token is for"),
+    role: str = typer.Option(..., "--role", help="platform-admin, queue-admin, member or viewer"),
+    scope: str | None = typer.Option(None, "--scope", help="root queue of the subtree"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Issue a token; it is printed once."""
+    r = Api(server, token).call("POST", "/v1/tokens", json={"name": name, "role": role, "scope": scope})
+    _emit(
+        r,
+        output,
+        _table(
+            ["id", "name", "role", "scope", "token"],
+            [(r["id"], r["name"], r["role"], r["scope"], r["token"])],
+        ),
+    )
+
+
+@token_app.command("revoke")
+def token_revoke(
+    token_id: int = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Revoke a token by id."""
+    r = Api(server, token).call("DELETE", f"/v1/tokens/{token_id}")
+    console.print(f"token {r['id']} ({r['name']}) revoked")
+
+
+def delete(
+    kind: str = typer.Argument(..., help="pool|queue|priorityclass|cluster|workload"),
+    name: str = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Delete a configuration object (or cancel a workload)."""
+    res = _resource(kind)
+    if res not in ("pools", "queues", "priorityclasses", "clusters", "workloads"):
+        fail(f"cannot delete {kind}", 2)
+    r = Api(server, token).call("DELETE", _path(res, name))
+    console.print(f"{kind}/{name}: {r.get('result') or r.get('phase')}", highlight=False)
+
+
+def cordon(
+    name: str = typer.Argument(...),
+    undo: bool = typer.Option(False, "--undo", help="uncordon"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Stop (or with --undo resume) placing new work on a node."""
+    r = Api(server, token).call("POST", f"/v1/nodes/{name}/{'uncordon' if undo else 'cordon'}")
+    console.print(f"node/{r['name']}: schedulable={r['schedulable']}", highlight=False)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add the client commands to the gpupool command."""
+    for fn in (apply, get, describe, submit, cancel, explain, approve, reject, delete, cordon):
+        app.command(fn.__name__)(fn)
+    app.add_typer(audit_app, name="audit")
+    app.add_typer(token_app, name="token")

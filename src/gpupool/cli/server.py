@@ -1,0 +1,114 @@
+"""``gpupool serve``: the control plane (API + controller + store) in one process.
+
+Why bootstrap before uvicorn starts: the first start must print the admin token and the next
+command to run, and that is only possible if the token exists before the server logs anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from gpupool.service.config import DEFAULT_STATE_DIR, EXAMPLES, ServiceConfig, seed_config, write_token_file
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(msg: str) -> None:
+    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def serve(
+    config: Path | None = typer.Option(
+        None, "--config", help="directory of Cluster/ResourcePool/Queue manifests applied on first start"
+    ),
+    database_url: str | None = typer.Option(
+        None, "--database-url", envvar="GPUPOOL_DATABASE_URL", help="default: sqlite under --state-dir"
+    ),
+    backend: str = typer.Option("virtual", "--backend", help="virtual (simulated nodes)"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8080, "--port"),
+    state_dir: Path = typer.Option(
+        DEFAULT_STATE_DIR, "--state-dir", help="database, token and backend state"
+    ),
+    time_scale: float = typer.Option(60.0, "--time-scale", help="virtual seconds per real second"),
+    tick: float = typer.Option(1.0, "--tick", help="controller tick in seconds"),
+    log_level: str = typer.Option("warning", "--log-level"),
+) -> None:
+    """Run the gpupool control plane: REST API, controller loop and store."""
+    import uvicorn
+
+    from gpupool.service.api import create_app
+    from gpupool.store import Store
+
+    if backend != "virtual":
+        _fail(f"unknown backend {backend!r}; available: virtual")
+    if time_scale <= 0:
+        _fail("--time-scale must be > 0")
+    cfg_dir = config if config is not None else EXAMPLES / "cluster"
+    if not cfg_dir.is_dir():
+        _fail(f"--config {cfg_dir}: not a directory")
+    cfg = ServiceConfig(
+        state_dir=state_dir,
+        database_url=database_url,
+        config_dir=cfg_dir,
+        backend=backend,
+        time_scale=time_scale,
+        tick_s=tick,
+        host=host,
+        port=port,
+    )
+    if not _port_free(host, port):
+        _fail(f"cannot listen on {host}:{port}: the address is in use (pick another with --port)")
+    try:
+        store = Store.open(cfg.url)
+    except Exception as exc:  # a bad URL or an unreachable database: one line, no traceback
+        _fail(f"cannot open the database {cfg.url}: {str(exc).splitlines()[0]}")
+        return
+    try:
+        try:
+            seeded = seed_config(store, cfg.config_dir)
+        except Exception as exc:
+            _fail(f"cannot load the configuration from {cfg.config_dir}: {str(exc).splitlines()[0]}")
+        token = store.ensure_bootstrap_admin()
+    finally:
+        store.close()
+    url = f"http://{host}:{port}"
+    console.print(f"[bold]gpupool[/] serving on {url}  (API docs {url}/docs, database {cfg.url})")
+    if seeded:
+        console.print(f"configuration: {seeded} objects from {cfg.config_dir}")
+    if token is not None:
+        write_token_file(cfg.token_file, token)
+        console.print(f"bootstrap admin token: {token}")
+        console.print(f"  saved to {cfg.token_file} (mode 0600); the CLI reads it from there by default")
+    else:
+        console.print(f"admin token: in {cfg.token_file} (created on first start)")
+    server_hint = "" if (host, port) == ("127.0.0.1", 8080) else f" --server {url}"
+    console.print(f"submit a job:  gpupool submit -f examples/workloads/demo.yaml{server_hint}")
+    console.print(f"then:          gpupool get workloads{server_hint}")
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.run(create_app(cfg), host=host, port=port, log_level=log_level)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add ``serve`` and ``bench submit`` to the gpupool command."""
+    app.command("serve")(serve)
+    from gpupool.bench.submit import bench_submit_command
+
+    bench_app.command("submit")(bench_submit_command)
