@@ -132,3 +132,37 @@ spec: {parent: org, quotas: [{pool: gpu, guarantee: {nvidia.com/gpu: 16}}]}
     bad_y = replace(y, admission=replace(y.admission, pods=x.admission.pods))
     broken = replace(after, running=(x, bad_y))
     assert any("over-committed" in e for e in check_state(broken))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    snapshots(),
+    st.sampled_from(("fifo", "fair-share")),
+    st.sampled_from(("binpack", "spread")),
+    st.sampled_from(("default", "none")),
+    st.booleans(),
+)
+def test_invariants_hold_for_every_policy(
+    snap: Snapshot, order: str, score: str, preempt: str, one_head: bool
+) -> None:
+    from gpupool.model import EngineConfig
+
+    snap = replace(
+        snap, config=EngineConfig(order=order, score=score, preempt=preempt, one_head_per_queue=one_head)
+    )
+    d = decide(snap)
+    assert not check_cycle(snap, d, apply_decisions(snap, d))
+    if preempt == "none":
+        assert not d.preempted
+
+
+def test_unknown_policy_names_the_field() -> None:
+    import pytest
+
+    from gpupool.model import EngineConfig
+
+    snap = Snapshot((), (), (), config=EngineConfig(score="magic"))
+    with pytest.raises(
+        ValueError, match="engine config score: unknown policy 'magic'; choose one of binpack, spread"
+    ):
+        decide(snap)

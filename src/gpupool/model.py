@@ -320,7 +320,12 @@ class Running:
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
-    """Engine knobs. ``plugins`` names the policy plugins at each extension point."""
+    """Engine knobs: the plugin chosen at each extension point, and bounds on search effort.
+
+    order: "fair-share" | "fifo"; score: "binpack" | "spread" (or a registered scorer);
+    preempt: "default" | "none"; one_head_per_queue: consider only each queue's head per cycle
+    (Kueue's behaviour, kept for comparisons).
+    """
 
     order: str = "fair-share"
     score: str = "binpack"

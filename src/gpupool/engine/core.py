@@ -51,6 +51,25 @@ class _Candidate:
     reason: str
 
 
+ORDER_POLICIES = ("fair-share", "fifo")
+PREEMPT_POLICIES = ("default", "none")
+
+
+def validate_config(config: EngineConfig) -> None:
+    """Reject unknown plugin names up front, naming the field and the choices."""
+    from gpupool.engine.placement import SCORERS
+
+    for field_name, value, known in (
+        ("order", config.order, ORDER_POLICIES),
+        ("score", config.score, tuple(SCORERS)),
+        ("preempt", config.preempt, PREEMPT_POLICIES),
+    ):
+        if value not in known:
+            raise ValueError(
+                f"engine config {field_name}: unknown policy {value!r}; choose one of {', '.join(known)}"
+            )
+
+
 def workload_order_key(w: Workload) -> tuple[int, float, str]:
     """Order extension point within a queue: priority first, then arrival, then name."""
     return (-w.priority, w.arrival, w.name)
@@ -61,6 +80,7 @@ class Engine:
 
     def __init__(self, snapshot: Snapshot) -> None:
         self.config: EngineConfig = snapshot.config
+        validate_config(self.config)
         self.cluster = ClusterState(snapshot.nodes, snapshot.pools)
         self.quota = QuotaState(snapshot.queues, [p.name for p in snapshot.pools], self.cluster.capacity)
         self.placer = Placer(self.cluster, snapshot.config.score)
@@ -202,7 +222,15 @@ class Engine:
             p = quota.queues[n].parent
             return p if p is not None and p in quota.queues and quota.root[n] != n else top
 
+        fifo = self.config.order == "fifo"
+
         def key(n: str) -> tuple[object, ...]:
+            # Order extension point. "fair-share": head priority, weighted dominant share, head
+            # arrival. "fifo": arrival only, across all queues (a cluster without a scheduler).
+            if fifo:
+                if n in by_queue:
+                    return (0, 0.0, by_queue[n][pos[n]].arrival, n)
+                return (0, 0.0, heaps[n][0][0][2], n)
             share = quota.share(n) / max(quota.queues[n].weight, 1e-9)
             if n in by_queue:
                 head = by_queue[n][pos[n]]
@@ -241,7 +269,10 @@ class Engine:
             w = lst[pos[q]]
             pos[q] += 1
             strict = quota.queues[q].strategy is QueueingStrategy.STRICT_FIFO
-            result = self._try(w, out, allow_borrow)
+            if not allow_borrow and self._must_borrow(w):
+                result: bool | None = None  # cheap deferral: the queue is already at its guarantee
+            else:
+                result = self._try(w, out, allow_borrow)
             stop = False
             if result is None:  # needs to borrow: wait for pass 2
                 deferred.setdefault(q, []).append(w)
@@ -300,6 +331,15 @@ class Engine:
             ok = {p for p in self.pools if self.cluster.pool_indexes(p, w.gpu_models)}
             self._model_pools[w.gpu_models] = ok
         return [p for p in order if p in ok]
+
+    def _must_borrow(self, w: Workload) -> bool:
+        """True when ``w`` needs GPUs and its leaf queue already uses its whole GPU guarantee in
+        every pool it may use: it can only be admitted by borrowing, so pass 1 skips it."""
+        vec, pools, _ = self._static(w)
+        if vec[0] <= 0 or not pools:
+            return False
+        E, G = self.quota.E, self.quota.G
+        return all(E[(w.queue, p)][0] >= G[(w.queue, p)][0] for p in pools)
 
     def _static(self, w: Workload) -> tuple[Vec, list[str], list[tuple[object, ...]]]:
         """Per-cycle facts about a workload that do not change between attempts."""
@@ -365,7 +405,7 @@ class Engine:
         # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
         if wants_borrow:
             return None
-        for pool in pools:
+        for pool in pools if self.config.preempt != "none" else ():
             if self._try_preempt(w, pool, vec, out):
                 return True
         texts = [

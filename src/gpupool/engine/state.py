@@ -239,6 +239,7 @@ class QuotaState:
                 self.usable[(name, pool)] = any(
                     self.queues[a].quota(pool) is not None for a in self.path[name]
                 )
+        self._denominators()
 
     def _post_order(self) -> Iterator[str]:
         seen: set[str] = set()
@@ -403,22 +404,29 @@ class QuotaState:
         if cached is not None:
             return cached
         best = 0.0
-        for pool in self.pools:
-            u = self.U[(name, pool)]
-            if u == ZERO:
-                continue
-            g = self.G[(name, pool)]
-            cap = self.capacity.get(pool, ZERO)
-            for d in range(3):
-                if u[d] <= 0:
-                    continue
-                den = g[d] if 0 < g[d] < UNLIMITED else cap[d]
-                if den > 0:
-                    s = u[d] / den
-                    if s > best:
-                        best = s
+        U = self.U
+        for pool, (i0, i1, i2) in self._inv_den[name]:
+            u0, u1, u2 = U[(name, pool)]
+            s = max(u0 * i0, u1 * i1, u2 * i2)
+            if s > best:
+                best = s
         self._share[name] = best
         return best
+
+    def _denominators(self) -> None:
+        """1/denominator per queue, pool and resource: the guarantee, or the pool when none is set."""
+        self._inv_den: dict[str, list[tuple[str, tuple[float, float, float]]]] = {}
+        for name in self.queues:
+            rows = []
+            for pool in self.pools:
+                g = self.G[(name, pool)]
+                cap = self.capacity.get(pool, ZERO)
+                inv = []
+                for d in range(3):
+                    den = g[d] if 0 < g[d] < UNLIMITED else cap[d]
+                    inv.append(1.0 / den if den > 0 else 0.0)
+                rows.append((pool, (inv[0], inv[1], inv[2])))
+            self._inv_den[name] = rows
 
     def common_ancestor(self, a: str, b: str) -> str | None:
         pa = self.path[a]
