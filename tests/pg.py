@@ -1,4 +1,4 @@
-"""PostgreSQL helpers for tests (imported as ``pg``; not a conftest on purpose).
+"""PostgreSQL helpers for tests (``from tests import pg``; not a conftest on purpose).
 
 Why: the store must pass the same tests on PostgreSQL as on SQLite. Tests read
 ``GPUPOOL_TEST_PG_URL`` (``.ci/postgres.sh`` starts a server and prints one) and

@@ -17,7 +17,6 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-import pg
 from gpupool.audit import AuditEntry, read_csv, read_jsonl, verify
 from gpupool.auth import Role
 from gpupool.store import (
@@ -30,6 +29,7 @@ from gpupool.store import (
     ValidationFailed,
 )
 from gpupool.store.schema import Base
+from tests import pg
 
 API = "gpupool.io/v1alpha1"
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
