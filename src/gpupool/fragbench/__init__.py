@@ -1,0 +1,35 @@
+"""Fragmentation benchmark: the FGD paper's allocation-ratio experiment on the openb traces.
+
+Public API: :func:`run_fragmentation` and :func:`format_table` (the benchmark),
+:func:`node_fragmentation` / :func:`node_fragmentation_batch` with
+:class:`ShapeDistribution` (the reusable node score), the CSV loaders and
+:class:`FragbenchError`.
+"""
+
+from gpupool.fragbench.bench import PUBLISHED, format_table, run_fragmentation
+from gpupool.fragbench.fgd import (
+    CompiledShapes,
+    PodShape,
+    ShapeDistribution,
+    node_fragmentation,
+    node_fragmentation_batch,
+)
+from gpupool.fragbench.sim import POLICIES
+from gpupool.fragbench.trace import FragbenchError, Node, Pod, load_nodes, load_pods
+
+__all__ = [
+    "POLICIES",
+    "PUBLISHED",
+    "CompiledShapes",
+    "FragbenchError",
+    "Node",
+    "Pod",
+    "PodShape",
+    "ShapeDistribution",
+    "format_table",
+    "load_nodes",
+    "load_pods",
+    "node_fragmentation",
+    "node_fragmentation_batch",
+    "run_fragmentation",
+]

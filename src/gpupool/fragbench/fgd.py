@@ -1,0 +1,280 @@
+"""GPU fragmentation of a node, measured against a workload (FGD, USENIX ATC'23).
+
+Why: a node's free GPU capacity is only worth something if the tasks that will
+actually arrive can use it.  Following "Beware of Fragmentation: Scheduling
+GPU-Sharing Workloads with Fragmentation Gradient Descent", the fragmentation of
+a node for one task shape is the free GPU milli that shape cannot use:
+
+* the whole free amount when the shape cannot run on the node at all (it wants
+  no GPU, wants another GPU model, lacks CPU/memory, or too few GPUs have its
+  per-GPU milli free);
+* otherwise the free milli sitting on GPUs with less than its per-GPU request.
+
+The node fragmentation is the expectation of that quantity over the workload's
+popularity-weighted shape distribution.  FGD places each task where this
+expectation grows least.  The scheduling engine calls :func:`node_fragmentation`
+(one node) or :func:`node_fragmentation_batch` (many nodes, numpy) with the
+shape distribution of the pods it expects.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from gpupool.fragbench.trace import Pod
+
+__all__ = [
+    "MEASURES",
+    "CompiledShapes",
+    "Measure",
+    "PodShape",
+    "ShapeDistribution",
+    "node_fragmentation",
+    "node_fragmentation_batch",
+]
+
+Measure = Literal["fgd", "capacity", "gpupool"]
+MEASURES: tuple[str, ...] = ("fgd", "capacity", "gpupool")
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """A task's request: CPU, memory (0 = ignored), GPU count, per-GPU milli, acceptable models."""
+
+    cpu_milli: int
+    memory_mib: int
+    num_gpu: int
+    gpu_milli: int
+    gpu_spec: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ShapeDistribution:
+    """Popularity-weighted task shapes of a workload (weights sum to 1)."""
+
+    shapes: tuple[PodShape, ...]
+    weights: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.shapes) != len(self.weights) or not self.shapes:
+            raise ValueError("ShapeDistribution needs one weight per shape and at least one shape")
+        if any(w < 0 for w in self.weights):
+            raise ValueError("shape weights must be non-negative")
+
+    @classmethod
+    def from_pods(
+        cls,
+        pods: Iterable[Pod],
+        popularity: float = 0.95,
+        include_memory: bool = False,
+        weight_by: str = "count",
+    ) -> ShapeDistribution:
+        """Most popular shapes covering ``popularity`` of the pods, renormalised.
+
+        Defaults follow the paper's artifact (95% coverage by pod count, CPU-only
+        pods included, memory not part of the shape).  ``weight_by="request"``
+        weights each shape by the GPU milli its pods request instead, which is
+        what the allocation ratio counts.
+        """
+        if weight_by not in ("count", "request"):
+            raise ValueError(f"weight_by must be 'count' or 'request', not {weight_by!r}")
+        counts: Counter[PodShape] = Counter()
+        for p in pods:
+            shape = PodShape(
+                p.cpu_milli, p.memory_mib if include_memory else 0, p.num_gpu, p.gpu_milli, p.gpu_spec
+            )
+            counts[shape] += 1 if weight_by == "count" else p.num_gpu * p.gpu_milli
+        total = sum(counts.values())
+        if total == 0:
+            raise ValueError("no pods to build a shape distribution from")
+        # Deterministic order: by count, then by the shape's fields.
+        ranked = sorted(
+            counts.items(),
+            key=lambda kv: (-kv[1], kv[0].num_gpu, kv[0].gpu_milli, kv[0].cpu_milli, sorted(kv[0].gpu_spec)),
+        )
+        chosen: list[tuple[PodShape, int]] = []
+        cum = 0
+        for shape, n in ranked:
+            chosen.append((shape, n))
+            cum += n
+            if cum >= popularity * total:
+                break
+        return cls(tuple(s for s, _ in chosen), tuple(n / cum for _, n in chosen))
+
+    def compile(self, models: Sequence[str]) -> CompiledShapes:
+        """Numpy form for a cluster whose GPU models are ``models`` (index order)."""
+        return CompiledShapes.build(self, models)
+
+
+@dataclass(frozen=True)
+class CompiledShapes:
+    """Array form of a :class:`ShapeDistribution` for vectorised scoring.
+
+    Only GPU-requesting shapes are kept explicitly; CPU-only shapes contribute
+    their weight times the node's whole free GPU milli and are folded into
+    ``w_total``.  ``thresholds`` are the distinct per-GPU milli requests and
+    ``thr_ix[s]`` maps a shape to its threshold.  Model index ``len(models)`` is
+    "no / unknown GPU model" (accessible to no GPU shape).
+    """
+
+    models: tuple[str, ...]
+    thresholds: IntArray  # (M,)
+    thr_ix: IntArray  # (S,)
+    num_gpu: IntArray  # (S,)
+    cpu: IntArray  # (S,)
+    mem: IntArray  # (S,)
+    weight: FloatArray  # (S,)
+    access: NDArray[np.bool_]  # (S, n_models + 1)
+    w_total: float
+
+    @classmethod
+    def build(cls, dist: ShapeDistribution, models: Sequence[str]) -> CompiledShapes:
+        """Compile ``dist`` against the cluster's GPU model list."""
+        models_t = tuple(models)
+        gpu = [(s, w) for s, w in zip(dist.shapes, dist.weights, strict=True) if s.num_gpu > 0]
+        thresholds = np.array(sorted({s.gpu_milli for s, _ in gpu}), dtype=np.int64)
+        access = np.zeros((len(gpu), len(models_t) + 1), dtype=bool)
+        for i, (s, _) in enumerate(gpu):
+            for j, m in enumerate(models_t):
+                access[i, j] = not s.gpu_spec or m in s.gpu_spec
+        return cls(
+            models=models_t,
+            thresholds=thresholds,
+            thr_ix=np.searchsorted(thresholds, [s.gpu_milli for s, _ in gpu]).astype(np.int64),
+            num_gpu=np.array([s.num_gpu for s, _ in gpu], dtype=np.int64),
+            cpu=np.array([s.cpu_milli for s, _ in gpu], dtype=np.int64),
+            mem=np.array([s.memory_mib for s, _ in gpu], dtype=np.int64),
+            weight=np.array([w for _, w in gpu], dtype=np.float64),
+            access=access,
+            w_total=float(sum(dist.weights)),
+        )
+
+    def model_index(self, model: str) -> int:
+        """Index of ``model`` in the access table (unknown / CPU-only -> last column)."""
+        try:
+            return self.models.index(model)
+        except ValueError:
+            return len(self.models)
+
+    def gpu_stats(self, free_milli: NDArray[np.int64]) -> tuple[IntArray, IntArray, IntArray]:
+        """Per node: total free milli ``(R,)``, and per threshold the number of GPUs
+        with at least that much free ``(R, M)`` and the free milli on them ``(R, M)``."""
+        fm = np.asarray(free_milli, dtype=np.int64)
+        ge = fm[:, :, None] >= self.thresholds[None, None, :]
+        cnt = ge.sum(axis=1)
+        big = (fm[:, :, None] * ge).sum(axis=1)
+        return fm.sum(axis=1), cnt, big
+
+    def frag_from_stats(
+        self,
+        total: IntArray,
+        cnt: IntArray,
+        big: IntArray,
+        free_cpu: IntArray,
+        free_mem: IntArray,
+        model_ix: IntArray,
+    ) -> FloatArray:
+        """Fragmentation from :meth:`gpu_stats` output (lets callers patch stats cheaply)."""
+        ok = self.access[:, model_ix].T
+        ok = ok & (cnt[:, self.thr_ix] >= self.num_gpu[None, :])
+        ok &= free_cpu[:, None] >= self.cpu[None, :]
+        ok &= free_mem[:, None] >= self.mem[None, :]
+        usable = (ok * big[:, self.thr_ix]) @ self.weight
+        return np.asarray(total * self.w_total - usable, dtype=np.float64)
+
+    def slot_stats(self, free_milli: NDArray[np.int64]) -> IntArray:
+        """Per node and threshold: how many slots of that many milli the free GPUs hold ``(R, M)``."""
+        fm = np.asarray(free_milli, dtype=np.int64)
+        return np.asarray((fm[:, :, None] // self.thresholds[None, None, :]).sum(axis=1), dtype=np.int64)
+
+    def capacity_frag_from_stats(
+        self,
+        total: IntArray,
+        slots: IntArray,
+        free_cpu: IntArray,
+        free_mem: IntArray,
+        model_ix: IntArray,
+    ) -> FloatArray:
+        """Capacity-aware fragmentation from :meth:`slot_stats` output.
+
+        For each shape: free milli left over once the node is filled with as
+        many pods of that shape as its GPUs, CPU and memory allow together.
+        Unlike FGD's one-pod test, GPUs stranded by CPU running out after a
+        few pods, and per-GPU remainders (1000 milli hold one 810-milli pod
+        and 190 unusable), count as fragments.
+        """
+        n = slots[:, self.thr_ix] // self.num_gpu[None, :]
+        n = np.minimum(n, free_cpu[:, None] // np.maximum(self.cpu, 1)[None, :])
+        has_mem = self.mem > 0
+        if has_mem.any():
+            by_mem = free_mem[:, None] // np.maximum(self.mem, 1)[None, :]
+            n = np.where(has_mem[None, :], np.minimum(n, by_mem), n)
+        n = np.maximum(n, 0) * self.access[:, model_ix].T
+        per_pod = self.num_gpu * self.thresholds[self.thr_ix]
+        usable = np.minimum(n * per_pod[None, :], total[:, None])
+        return np.asarray(total * self.w_total - usable @ self.weight, dtype=np.float64)
+
+
+def node_fragmentation_batch(
+    free_milli: NDArray[np.int64],
+    free_cpu_milli: NDArray[np.int64],
+    free_mem_mib: NDArray[np.int64],
+    model_ix: NDArray[np.int64],
+    shapes: CompiledShapes,
+    measure: Measure = "fgd",
+) -> FloatArray:
+    """Expected unusable free GPU milli of each node (vectorised over nodes).
+
+    ``free_milli`` is ``(nodes, max_gpus)`` with 0 for missing GPUs; ``model_ix``
+    indexes ``shapes.models`` (use :meth:`CompiledShapes.model_index`).
+    ``measure``: ``"fgd"`` (the paper), ``"capacity"`` (capacity-aware, see
+    :meth:`CompiledShapes.capacity_frag_from_stats`) or ``"gpupool"`` (their mean,
+    the project's default placement score).
+    """
+    if measure not in MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
+    cpu = np.asarray(free_cpu_milli, dtype=np.int64)
+    mem = np.asarray(free_mem_mib, dtype=np.int64)
+    mix = np.asarray(model_ix, dtype=np.int64)
+    total, cnt, big = shapes.gpu_stats(free_milli)
+    fgd = shapes.frag_from_stats(total, cnt, big, cpu, mem, mix)
+    if measure == "fgd":
+        return fgd
+    cap = shapes.capacity_frag_from_stats(total, shapes.slot_stats(free_milli), cpu, mem, mix)
+    return cap if measure == "capacity" else 0.5 * (fgd + cap)
+
+
+def node_fragmentation(
+    free_milli_per_gpu: Sequence[int],
+    free_cpu_milli: int,
+    free_mem_mib: int,
+    gpu_model: str,
+    shapes: ShapeDistribution | CompiledShapes,
+    measure: Measure = "fgd",
+) -> float:
+    """Expected free GPU milli on one node that a task drawn from ``shapes`` cannot use.
+
+    Pure function of the node's free resources; a scheduler minimises the growth
+    of this value when placing a task (FGD).  ``free_mem_mib`` only matters for
+    shapes built with memory.  ``measure="gpupool"`` is what the ``gpupool``
+    policy minimises (see :func:`node_fragmentation_batch`).
+    """
+    compiled = shapes if isinstance(shapes, CompiledShapes) else shapes.compile([gpu_model])
+    fm = np.asarray([list(free_milli_per_gpu) or [0]], dtype=np.int64)
+    out = node_fragmentation_batch(
+        fm,
+        np.array([free_cpu_milli], dtype=np.int64),
+        np.array([free_mem_mib], dtype=np.int64),
+        np.array([compiled.model_index(gpu_model)], dtype=np.int64),
+        compiled,
+        measure,
+    )
+    return float(out[0])

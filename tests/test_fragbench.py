@@ -1,0 +1,275 @@
+"""Tests for the fragmentation benchmark (synthetic traces; one real-data smoke test)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpupool.fragbench import (
+    FragbenchError,
+    PodShape,
+    ShapeDistribution,
+    format_table,
+    load_nodes,
+    load_pods,
+    node_fragmentation,
+    node_fragmentation_batch,
+    run_fragmentation,
+)
+from gpupool.fragbench.sim import Cluster, pick
+from gpupool.fragbench.trace import Node, Pod
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "openb"
+
+POD_HEADER = (
+    ",".join(
+        (
+            "name",
+            "cpu_milli",
+            "memory_mib",
+            "num_gpu",
+            "gpu_milli",
+            "gpu_spec",
+            "qos",
+            "pod_phase",
+            "creation_time",
+            "deletion_time",
+            "scheduled_time",
+        )
+    )
+    + "\n"
+)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _cluster(*gpus_per_node: int, model: str = "T4", cpu: int = 64000) -> Cluster:
+    return Cluster.from_nodes([Node(f"n{i}", cpu, 262144, g, model) for i, g in enumerate(gpus_per_node)])
+
+
+def _shapes(milli: int, cluster: Cluster) -> ShapeDistribution:
+    return ShapeDistribution((PodShape(1000, 0, 1, milli),), (1.0,))
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+
+def test_load_nodes_and_pods(tmp_path: Path) -> None:
+    nodes = load_nodes(
+        _write(tmp_path / "n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,8000,1024,2,T4\nb,4000,512,0,\n")
+    )
+    assert nodes == [Node("a", 8000, 1024, 2, "T4"), Node("b", 4000, 512, 0, "")]
+    pods = load_pods(
+        _write(
+            tmp_path / "p.csv",
+            POD_HEADER + "p0,1000,10,1,500,T4|A10,LS,Running,0,1,0\np1,200,10,0,0,,BE,Running,0,1,0\n",
+        )
+    )
+    assert pods[0].gpu_spec == frozenset({"T4", "A10"})
+    assert pods[0].gpu_request == 500 and pods[1].gpu_request == 0
+    # multigpu files carry only the first five columns
+    mg = load_pods(_write(tmp_path / "m.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nx,1,1,8,1000\n"))
+    assert mg[0].gpu_request == 8000 and mg[0].gpu_spec == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("p1,abc,10,1,500,,LS,Running,0,1,0", "cpu_milli"),
+        ("p1,100,10,1,1500,,LS,Running,0,1,0", "gpu_milli"),
+        ("p1,100,10,1", "expected 11 fields"),
+        ("p1,100,10,2,500,,LS,Running,0,1,0", "whole GPUs"),
+    ],
+)
+def test_malformed_pod_row_names_file_and_line(tmp_path: Path, row: str, needle: str) -> None:
+    path = _write(tmp_path / "bad.csv", POD_HEADER + "p0,1000,10,1,500,,LS,Running,0,1,0\n" + row + "\n")
+    with pytest.raises(FragbenchError) as err:
+        load_pods(path)
+    assert f"{path}:3" in str(err.value)
+    assert needle in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_malformed_node_row_names_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path / "n.csv", "sn,cpu_milli,memory_mib,gpu,model\na,8000,1024,x,T4\n")
+    with pytest.raises(FragbenchError, match=r"n\.csv:2: column 'gpu'"):
+        load_nodes(path)
+
+
+# --- the fragmentation score -----------------------------------------------------------------
+
+
+def test_node_fragmentation_by_hand() -> None:
+    dist = ShapeDistribution((PodShape(1000, 0, 1, 500), PodShape(4000, 0, 0, 0)), (0.75, 0.25))
+    # 500-milli shape can use the 1000 GPU but not the 300 one; the CPU-only shape uses no GPU.
+    assert node_fragmentation([1000, 300], 8000, 0, "T4", dist) == pytest.approx(0.75 * 300 + 0.25 * 1300)
+    # Too little CPU for the GPU shape: all free GPU milli is a fragment for it.
+    assert node_fragmentation([1000, 300], 500, 0, "T4", dist) == pytest.approx(1300)
+    pinned = ShapeDistribution((PodShape(1000, 0, 1, 500, frozenset({"A10"})),), (1.0,))
+    assert node_fragmentation([1000, 300], 8000, 0, "T4", pinned) == pytest.approx(1300)
+    assert node_fragmentation([1000, 300], 8000, 0, "A10", pinned) == pytest.approx(300)
+    two = ShapeDistribution((PodShape(1000, 0, 2, 1000),), (1.0,))
+    assert node_fragmentation([1000, 900], 8000, 0, "T4", two) == pytest.approx(1900)
+    assert node_fragmentation([1000, 1000, 100], 8000, 0, "T4", two) == pytest.approx(100)
+
+
+def test_capacity_aware_measure_by_hand() -> None:
+    dist = ShapeDistribution((PodShape(4000, 0, 1, 500),), (1.0,))
+    # FGD: one 500-milli pod fits, so nothing is a fragment ...
+    assert node_fragmentation([1000, 1000], 4000, 0, "T4", dist) == pytest.approx(0)
+    # ... but the CPU only ever admits one such pod: 1500 milli are stranded.
+    assert node_fragmentation([1000, 1000], 4000, 0, "T4", dist, measure="capacity") == pytest.approx(1500)
+    assert node_fragmentation([1000, 1000], 4000, 0, "T4", dist, measure="gpupool") == pytest.approx(750)
+    big = ShapeDistribution((PodShape(1000, 0, 1, 810),), (1.0,))
+    assert node_fragmentation([1000], 64000, 0, "T4", big, measure="capacity") == pytest.approx(190)
+    with pytest.raises(ValueError, match="measure"):
+        node_fragmentation([1000], 64000, 0, "T4", big, measure="nope")  # type: ignore[arg-type]
+
+
+def test_batch_matches_single_node() -> None:
+    dist = ShapeDistribution((PodShape(2000, 0, 1, 300), PodShape(9000, 0, 1, 1000)), (0.5, 0.5))
+    compiled = dist.compile(["T4"])
+    free = np.array([[1000, 200], [250, 0], [1000, 1000]], dtype=np.int64)
+    cpu = np.array([10000, 10000, 5000], dtype=np.int64)
+    got = node_fragmentation_batch(
+        free, cpu, np.zeros(3, dtype=np.int64), np.zeros(3, dtype=np.int64), compiled
+    )
+    want = [node_fragmentation(list(f), int(c), 0, "T4", dist) for f, c in zip(free, cpu, strict=True)]
+    assert got.tolist() == pytest.approx(want)
+    assert want == pytest.approx([0.5 * 200 + 0.5 * 200, 250, 0.5 * 0 + 0.5 * 2000])
+
+
+# --- policies --------------------------------------------------------------------------------
+
+
+def _free(cluster: Cluster, rows: list[list[int]]) -> np.ndarray:
+    out = np.zeros((len(rows), cluster.max_gpus), dtype=np.int64)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
+def test_bestfit_takes_tightest_and_fgd_avoids_fragment() -> None:
+    cl = _cluster(1, 1)
+    free = _free(cl, [[600], [1000]])
+    pod = Pod("p", 1000, 10, 1, 200)
+    cpu, mem = cl.cpu.copy(), cl.mem.copy()
+    shapes = _shapes(500, cl).compile(cl.models)
+    # BestFit fills the tighter node, leaving 400 milli no 500-milli task can use.
+    assert pick("bestfit", cl, free, cpu, mem, pod) == (0, 0)
+    # FGD keeps both GPUs usable for the workload's 500-milli tasks.
+    assert pick("fgd", cl, free, cpu, mem, pod, shapes) == (1, 0)
+    assert pick("gpupool", cl, free, cpu, mem, pod, shapes) == (1, 0)
+
+
+def test_gpupool_keeps_big_nodes_whole_and_fills_used_gpus() -> None:
+    cl = _cluster(8, 2)
+    free = _free(cl, [[1000] * 8, [1000, 1000]])
+    shapes = ShapeDistribution((PodShape(1000, 0, 1, 1000),), (1.0,)).compile(cl.models)
+    pod = Pod("p", 1000, 10, 1, 1000)
+    # Same fragmentation growth on both nodes: the paper's FGD takes the first node,
+    # gpupool takes the small one and leaves the 8-GPU node for an 8-GPU pod.
+    assert pick("fgd", cl, free, cl.cpu, cl.mem, pod, shapes) == (0, -1)
+    assert pick("gpupool", cl, free, cl.cpu, cl.mem, pod, shapes) == (1, -1)
+    cl2 = _cluster(2)
+    shapes2 = ShapeDistribution((PodShape(1000, 0, 1, 100),), (1.0,)).compile(cl2.models)
+    free2 = _free(cl2, [[1000, 600]])
+    # Every choice leaves usable GPUs for 100-milli pods; gpupool fills the used GPU first.
+    assert pick("gpupool", cl2, free2, cl2.cpu, cl2.mem, Pod("p", 1000, 10, 1, 100), shapes2) == (0, 1)
+
+
+def test_gpu_choice_inside_a_node() -> None:
+    cl = _cluster(3)
+    free = _free(cl, [[1000, 700, 600]])
+    pod = Pod("p", 1000, 10, 1, 500)
+    assert pick("bestfit", cl, free, cl.cpu, cl.mem, pod) == (0, 2)
+    shapes = _shapes(500, cl).compile(cl.models)
+    # 1000 -> 500 keeps a usable GPU; 700 -> 200 or 600 -> 100 would strand milli.
+    assert pick("fgd", cl, free, cl.cpu, cl.mem, pod, shapes) == (0, 0)
+
+
+def test_packing_prefers_shared_gpu_and_filters() -> None:
+    cl = _cluster(2, 2)
+    free = _free(cl, [[1000, 1000], [1000, 500]])
+    pod = Pod("p", 1000, 10, 1, 300)
+    assert pick("packing", cl, free, cl.cpu, cl.mem, pod) == (1, 1)
+    # A 2-GPU pod only fits the untouched node; nothing fits a 3-GPU pod.
+    assert pick("packing", cl, free, cl.cpu, cl.mem, Pod("q", 1000, 10, 2, 1000)) == (0, -1)
+    assert pick("random", cl, free, cl.cpu, cl.mem, Pod("q", 1000, 10, 3, 1000)) is None
+    # Model pinning and CPU are respected.
+    assert pick("bestfit", cl, free, cl.cpu, cl.mem, Pod("r", 1000, 10, 1, 100, frozenset({"A10"}))) is None
+    assert pick("bestfit", cl, free, np.array([500, 64000]), cl.mem, pod) == (1, 1)
+
+
+# --- the experiment --------------------------------------------------------------------------
+
+
+def _synthetic(tmp_path: Path) -> tuple[Path, Path]:
+    nodes = _write(
+        tmp_path / "nodes.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\n"
+        + "".join(f"n{i},32000,131072,4,{'T4' if i % 2 else 'V100M16'}\n" for i in range(12)),
+    )
+    rows = [
+        "a,4000,1024,1,500,",
+        "b,2000,1024,1,300,",
+        "c,8000,4096,1,1000,",
+        "d,16000,4096,2,1000,",
+        "e,6000,1024,0,0,",
+        "f,1000,1024,1,700,T4",
+        "g,1000,1024,1,200,H100",  # unknown model: counted, never placeable
+        "h,64000,1024,1,1000,",  # needs more CPU than any node: impossible
+    ]
+    pods = _write(
+        tmp_path / "openb_pod_list_synthetic.csv",
+        POD_HEADER + "".join(r + ",LS,Running,0,1,0\n" for r in rows),
+    )
+    return nodes, pods
+
+
+def test_run_fragmentation_shape_and_determinism(tmp_path: Path) -> None:
+    nodes, pods = _synthetic(tmp_path)
+    seen: list[str] = []
+    res = run_fragmentation(
+        nodes, pods, policies=["random", "bestfit", "fgd", "gpupool"], seeds=3, progress=seen.append
+    )
+    again = run_fragmentation(nodes, pods, policies=["random", "bestfit", "fgd", "gpupool"], seeds=3)
+    assert [r["seeds"] for r in res["results"]] == [r["seeds"] for r in again["results"]]
+    assert res["trace"] == "synthetic"
+    assert res["skipped_pods"] == {"unknown_gpu_model": 1, "impossible": 2}
+    assert len(seen) == 4
+    for row in res["results"]:
+        assert set(row) >= {"policy", "allocation_ratio_median", "seeds"}
+        assert len(row["seeds"]) == 3
+        assert 0.0 < row["allocation_ratio_median"] <= 100.0
+        assert row["allocation_ratio_median"] == pytest.approx(float(np.median(row["seeds"])))
+    # Different seeds draw different samples.
+    assert len(set(res["results"][0]["seeds"])) > 1
+    table = format_table(res)
+    assert table.row_count == 4
+
+
+def test_run_fragmentation_rejects_unknown_policy(tmp_path: Path) -> None:
+    nodes, pods = _synthetic(tmp_path)
+    with pytest.raises(FragbenchError, match="unknown policy"):
+        run_fragmentation(nodes, pods, policies=["nope"], seeds=1)
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="shared openb data not present")
+def test_real_default_trace_matches_paper() -> None:
+    res = run_fragmentation(
+        DATA / "openb_node_list_gpu_node.csv",
+        DATA / "openb_pod_list_default.csv",
+        policies=["bestfit", "fgd"],
+        seeds=1,
+    )
+    assert res["gpus"] == 6212 and res["nodes"] == 1213
+    got = {r["policy"]: r["allocation_ratio_median"] for r in res["results"]}
+    assert abs(got["fgd"] - res["published"]["fgd"]) < 1.0
+    assert abs(got["bestfit"] - res["published"]["bestfit"]) < 1.0
+    assert got["fgd"] > got["bestfit"]
