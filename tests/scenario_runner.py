@@ -15,7 +15,7 @@ import yaml
 from gpupool.engine import Decisions, apply_decisions, decide
 from gpupool.engine.invariants import check_cycle
 from gpupool.manifests import Bundle, build, default_priority_classes, parse_documents
-from gpupool.model import PodGroup, PodRequest, Snapshot, Workload
+from gpupool.model import EngineConfig, PodGroup, PodRequest, Snapshot, Workload
 
 HERE = Path(__file__).parent / "scenarios"
 
@@ -55,14 +55,20 @@ def _bundle(scn: dict[str, Any]) -> Bundle:
 def run_scenario(scn: dict[str, Any]) -> list[tuple[Decisions, Snapshot]]:
     b = _bundle(scn)
     by_name = {w.name: w for w in b.workloads}
-    snap = Snapshot(tuple(b.nodes), tuple(b.pools), tuple(b.queues), tuple(b.priority_classes))
+    config = EngineConfig(**scn.get("config", {}))
+    snap = Snapshot(tuple(b.nodes), tuple(b.pools), tuple(b.queues), tuple(b.priority_classes), config=config)
     history = []
     for n, cycle in enumerate(scn["cycles"]):
+        done = set(cycle.get("finish", []))
+        if done:
+            assert done <= {r.name for r in snap.running}, f"cycle {n}: finish {done}: not running"
+            snap = replace(snap, running=tuple(r for r in snap.running if r.name not in done))
         sub = cycle.get("submit", [])
         names = [w.name for w in b.workloads] if sub == "all" else sub
-        snap = replace(snap, pending=snap.pending + tuple(by_name[x] for x in names), now=float(n))
+        now = float(cycle.get("at", n))
+        snap = replace(snap, pending=snap.pending + tuple(by_name[x] for x in names), now=now)
         d = decide(snap)
-        after = apply_decisions(snap, d, now=float(n))
+        after = apply_decisions(snap, d, now=now)
         problems = check_cycle(snap, d, after)
         assert not problems, f"cycle {n}: invariant violations: {problems}"
         victims = [by_name[v] for v in d.victims()]

@@ -333,6 +333,8 @@ class EngineConfig:
     max_preemption_candidates: int = 512
     max_domain_tries: int = 64
     one_head_per_queue: bool = False
+    #: hold nodes for the best-ranked blocked whole-GPU workload per pool (backfill around it)
+    reserve: bool = True
 
 
 @dataclass(frozen=True, slots=True)

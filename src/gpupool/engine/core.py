@@ -31,6 +31,8 @@ from gpupool.model import (
     ReclaimPolicy,
     Running,
     Snapshot,
+    TopologyMode,
+    TopologyScope,
     Vec,
     Workload,
 )
@@ -191,9 +193,12 @@ class Engine:
         self._statics: dict[str, tuple[Vec, list[str], list[tuple[object, ...]]]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._reason_memo: dict[tuple[object, ...], str] = {}
+        self.placer.reserved = {}
+        self.placer.now = self.now
         self._evicted: set[str] = set()
         self._admitted_now: set[str] = set()
         # preemption candidates are workloads that were running before this cycle, by pool and queue
+        self._usage_at_start = dict(self.quota.U)
         self._by_pool_queue: dict[tuple[str, str], list[Running]] = {}
         for r in self.running.values():
             self._by_pool_queue.setdefault((r.admission.pool, r.workload.queue), []).append(r)
@@ -332,6 +337,72 @@ class Engine:
             self._model_pools[w.gpu_models] = ok
         return [p for p in order if p in ok]
 
+    def _reserve(self, w: Workload, pool: str) -> str:
+        """Hold the nodes that will soonest be able to host ``w`` (a blocked whole-GPU workload),
+        so that later, smaller work cannot keep fragmenting them; work that declares it will end
+        before ``w`` can start may still backfill there. One hold per pool per cycle, for the
+        best-ranked blocked workload; recomputed every cycle (the engine keeps no state)."""
+        pods = [pg for pg in w.pod_groups for _ in range(pg.replicas)]
+        if not pods or any(pg.request.gpus == 0 for pg in pods):
+            return ""
+        st = self.cluster
+        idxs = st.pool_indexes(pool, w.gpu_models)
+        ok = self.placer.node_filter(w)
+        # when each busy device frees: the end of the last workload on it (unknown duration: never)
+        dev_end: dict[tuple[str, int], float] = {}
+        inf = float("inf")
+        for r in self.running.values():
+            if r.admission.pool != pool or r.name in self._evicted:
+                continue
+            d = r.workload.expected_duration_s
+            end = inf if d is None else r.admission.admitted_at + d
+            for p in r.admission.pods:
+                for dev in p.devices:
+                    dev_end[(p.node, dev)] = max(end, dev_end.get((p.node, dev), 0.0))
+        ends: dict[str, list[float]] = {}
+        for (node_name, _dev), end in dev_end.items():
+            ends.setdefault(node_name, []).append(end)
+        topo = w.topology
+        scope = topo.scope if topo is not None and topo.mode is TopologyMode.REQUIRED else None
+        n_pods = len(pods)
+        k = max(pg.request.gpus for pg in pods)
+        if scope is TopologyScope.NODE:  # every pod on one node: one big pod
+            k, n_pods = sum(pg.request.gpus for pg in pods), 1
+        groups: dict[str, list[tuple[float, int, int]]] = {}
+        for ix in idxs:
+            for i in ix.nodes:
+                node = st.nodes[i]
+                if node.gpu_count < k or not ok(i):
+                    continue
+                busy = sorted(ends.get(node.name, []))
+                free_now = st.free_whole[i]
+                # time when k devices are free: the (k - free_now)-th release (an estimate: a
+                # device shared by fractional pods frees when its last sharer ends)
+                need = k - free_now
+                t = self.now if need <= 0 else (busy[need - 1] if need <= len(busy) else inf)
+                dom = node.domain(scope) if scope is not None and scope is not TopologyScope.NODE else ""
+                groups.setdefault(dom, []).append((t, -free_now, i))
+        best: tuple[float, str, list[tuple[float, int, int]]] | None = None
+        for dom, cands in sorted(groups.items()):
+            if len(cands) < n_pods:
+                continue
+            cands.sort()
+            chosen = cands[:n_pods]
+            t_dom = max(c[0] for c in chosen)
+            if best is None or t_dom < best[0]:
+                best = (t_dom, dom, chosen)
+        if best is None:
+            return ""
+        start, _, chosen = best
+        if start <= self.now:
+            return ""  # capacity is there: something else (cpu, memory, topology) blocks it
+        held = frozenset(c[2] for c in chosen)
+        self.placer.reserved[pool] = (held, start, w.name)
+        self._fail_cache.clear()
+        names = ", ".join(st.nodes[c[2]].name for c in chosen[:4]) + (" ..." if len(chosen) > 4 else "")
+        when = "when running work ends" if start == inf else f"expected from t={start:g}"
+        return f"holding {len(held)} node(s) for it ({names}), {when}"
+
     def _must_borrow(self, w: Workload) -> bool:
         """True when ``w`` needs GPUs and its leaf queue already uses its whole GPU guarantee in
         every pool it may use: it can only be admitted by borrowing, so pass 1 skips it."""
@@ -376,6 +447,8 @@ class Engine:
         quota = self.quota
         for pool, ckey in zip(pools, ckeys, strict=True):
             # a shape that did not fit earlier in this cycle cannot fit now: capacity only shrinks
+            if pool in self.placer.reserved and self.placer.may_backfill(w, pool):
+                ckey = (*ckey, "backfill")
             cached = self._fail_cache.get(ckey)
             if cached is not None:
                 reasons.append((pool, cached[0], cached[1]))
@@ -400,14 +473,28 @@ class Engine:
                 )
                 return True
             code = PendingCode.TOPOLOGY if res.topology else PendingCode.CAPACITY
-            self._fail_cache[ckey] = (code, res.reason)
-            reasons.append((pool, code, res.reason))
+            reason = res.reason
+            held = self.placer.reserved.get(pool)
+            if held is not None and held[2] != w.name and not self.placer.may_backfill(w, pool):
+                reason += f"; {len(held[0])} node(s) are held for {held[2]}"
+            self._fail_cache[ckey] = (code, reason)
+            reasons.append((pool, code, reason))
         # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
         if wants_borrow:
             return None
         for pool in pools if self.config.preempt != "none" else ():
             if self._try_preempt(w, pool, vec, out):
                 return True
+        if self.config.reserve:
+            for pool, code, _ in reasons:
+                if code is not PendingCode.QUOTA and pool not in self.placer.reserved:
+                    note = self._reserve(w, pool)
+                    if note:
+                        reasons = [
+                            (p, c, (t + "; " + note) if p == pool and isinstance(t, str) else t)
+                            for p, c, t in reasons
+                        ]
+                    break
         texts = [
             (pool, code, r if isinstance(r, str) else self._quota_reason(w, pool, vec, r[0], r[1]))  # type: ignore[arg-type]
             for pool, code, r in reasons
@@ -480,7 +567,11 @@ class Engine:
                 rs = self._by_pool_queue.get((pool, other))
                 if other == w.queue or not rs:
                     continue
-                if not q.is_borrowing(other, pool, stop_at=q.common_ancestor(w.queue, other)):
+                # borrowing now, and already when the cycle started (victims are pre-cycle work)
+                lca = q.common_ancestor(w.queue, other)
+                if not q.is_borrowing(other, pool, lca) or not q.is_borrowing(
+                    other, pool, lca, self._usage_at_start
+                ):
                     continue
                 for r in rs:
                     v = r.workload

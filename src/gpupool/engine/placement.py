@@ -176,6 +176,9 @@ class Placer:
     def __init__(self, st: ClusterState, default_scorer: str = "binpack") -> None:
         self.st = st
         self.default_scorer = default_scorer
+        # pool -> (reserved node indices, expected start of the reserving workload, its name)
+        self.reserved: dict[str, tuple[frozenset[int], float, str]] = {}
+        self.now = 0.0
         self._label_maps = [n.label_map for n in st.nodes]
         self._tainted = [bool(n.taints) for n in st.nodes]
 
@@ -303,6 +306,14 @@ class Placer:
             models = ", ".join(w.gpu_models) or "any"
             return PlaceResult(None, f"pool {pool} has no schedulable nodes with GPU model {models}")
         ok = self.node_filter(w)
+        held = self.reserved.get(pool)
+        if held is not None and not self.may_backfill(w, pool):
+            nodes_held = held[0]
+            base_ok = ok
+
+            def ok(i: int) -> bool:
+                return i not in nodes_held and base_ok(i)
+
         need_whole = sum(p.req.gpus for p in pods)
         topo = w.topology
         if topo is not None and (len(pods) > 1 or topo.scope is not TopologyScope.NODE):
@@ -310,6 +321,15 @@ class Placer:
             if res.pods is not None or topo.mode is TopologyMode.REQUIRED:
                 return res
         return self._place_sequential(w, pool, pods, idxs, ok)
+
+    def may_backfill(self, w: Workload, pool: str) -> bool:
+        """Backfill: work may use nodes held for a blocked head only if it ends before the head
+        can start (its declared duration says so)."""
+        held = self.reserved.get(pool)
+        if held is None:
+            return True
+        d = w.expected_duration_s
+        return d is not None and self.now + d <= held[1]
 
     def _place_sequential(
         self, w: Workload, pool: str, pods: list[PodSpec], idxs: list[PoolIndex], ok: NodeFilter

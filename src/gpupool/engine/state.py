@@ -388,13 +388,20 @@ class QuotaState:
             prev_old, prev_new = old, new
         return True
 
-    def is_borrowing(self, leaf: str, pool: str, stop_at: str | None = None) -> bool:
+    def is_borrowing(
+        self,
+        leaf: str,
+        pool: str,
+        stop_at: str | None = None,
+        usage: dict[tuple[str, str], Vec] | None = None,
+    ) -> bool:
         """Is the leaf (or an ancestor below ``stop_at``) using more than its guarantee?"""
+        u = self.U if usage is None else usage
         for n in self.path[leaf]:
             if n == stop_at:
                 return False
             key = (n, pool)
-            if not vle(self.U[key], self.G[key]):
+            if not vle(u[key], self.G[key]):
                 return True
         return False
 
