@@ -166,3 +166,19 @@ def test_unknown_policy_names_the_field() -> None:
         ValueError, match="engine config score: unknown policy 'magic'; choose one of binpack, spread"
     ):
         decide(snap)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(snapshots())
+def test_one_head_per_queue_considers_one_workload_per_queue(snap: Snapshot) -> None:
+    from gpupool.engine import PendingCode
+    from gpupool.model import EngineConfig
+
+    d = decide(replace(snap, config=EngineConfig(one_head_per_queue=True)))
+    per_queue: dict[str, int] = {}
+    for a in d.admitted:
+        per_queue[a.queue] = per_queue.get(a.queue, 0) + 1
+    for p in d.pending:
+        if p.code not in (PendingCode.SKIPPED, PendingCode.BLOCKED):
+            per_queue[p.queue] = per_queue.get(p.queue, 0) + 1
+    assert all(n == 1 for n in per_queue.values()), per_queue

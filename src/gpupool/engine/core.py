@@ -281,7 +281,7 @@ class Engine:
             stop = False
             if result is None:  # needs to borrow: wait for pass 2
                 deferred.setdefault(q, []).append(w)
-                if strict:
+                if strict or one_head:  # keep the queue's order; one head stays one head
                     deferred[q].extend(lst[pos[q] :])
                     stop = True
             else:
