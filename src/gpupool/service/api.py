@@ -13,6 +13,7 @@ Why these conventions:
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
 import threading
@@ -29,14 +30,16 @@ from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource, Role, authorize, parse_bearer
 from gpupool.manifests import KUEUE_QUEUE_LABEL, ManifestError
-from gpupool.model import UNLIMITED
+from gpupool.model import UNLIMITED, Workload
 from gpupool.quantity import QuantityError, parse_duration
 from gpupool.service.backends import Backend, make_backend
+from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
 from gpupool.service.controller import (
     Controller,
@@ -82,6 +85,14 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.errors = errors or []
+
+
+class Denied(ApiError):
+    """A 403 whose audit record the caller still has to write."""
+
+    def __init__(self, message: str, entry: AuditEntry) -> None:
+        super().__init__(403, message)
+        self.entry = entry
 
 
 def _err(status: int, message: str, errors: list[dict[str, str]] | None = None) -> JSONResponse:
@@ -159,6 +170,15 @@ def _vec(v: tuple[int, int, int] | None) -> dict[str, float | None] | None:
     return {"gpu": f(v[0], 1000), "cpu": f(v[1], 1000), "memoryMiB": f(v[2], 1)}
 
 
+@dataclass(slots=True)
+class _Prepared:
+    body: dict[str, Any]
+    model: Workload
+    queue: str
+    approval: bool
+    audit: AuditEntry
+
+
 @dataclass
 class Service:
     """What the endpoints share."""
@@ -168,6 +188,7 @@ class Service:
     backend: Backend
     controller: Controller
     metrics: Metrics
+    batcher: SubmitBatcher
     bootstrap_token: str | None = None
 
     def __post_init__(self) -> None:
@@ -202,23 +223,34 @@ class Service:
             self._tokens[token] = (now, p)
         return p
 
+    def cached_principal(self, token: str) -> Principal | None:
+        with self._tlock:
+            hit = self._tokens.get(token)
+        if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_S:
+            return hit[1]
+        return None
+
     def forget_tokens(self) -> None:
         with self._tlock:
             self._tokens.clear()
 
-    def check(self, p: Principal, action: Action, res: Resource, mutating: bool = True) -> None:
+    def check(
+        self, p: Principal, action: Action, res: Resource, mutating: bool = True, defer: bool = False
+    ) -> None:
+        """403 unless allowed; a denied mutation is audited (``defer``: by the caller, off the event loop)."""
         d = authorize(p, action, res, self.controller.is_in_subtree)
         if not d.allowed:
+            entry = AuditEntry(
+                p.name,
+                "request.denied",
+                res.kind,
+                res.name,
+                {"action": str(action), "role": str(p.role), "reason": d.reason},
+            )
+            if mutating and defer:
+                raise Denied(f"forbidden: {d.reason}", entry)
             if mutating:
-                self.store.append_audit(
-                    AuditEntry(
-                        p.name,
-                        "request.denied",
-                        res.kind,
-                        res.name,
-                        {"action": str(action), "role": str(p.role), "reason": d.reason},
-                    )
-                )
+                self.store.append_audit(entry)
             raise ApiError(403, f"forbidden: {d.reason}")
 
     def can_read_workload(self, p: Principal, queue: str) -> bool:
@@ -251,12 +283,18 @@ class Service:
         return [q for q in ctl.parents if p.scope is not None and ctl.is_in_subtree(q, p.scope)]
 
 
-def _principal(request: Request) -> Principal:
+async def _principal(request: Request) -> Principal:
     svc: Service = request.app.state.svc
-    return svc.authenticate(request.headers.get("authorization"))
+    header = request.headers.get("authorization")
+    token = parse_bearer(header)
+    if token is not None:
+        hit = svc.cached_principal(token)
+        if hit is not None:
+            return hit
+    return await run_in_threadpool(svc.authenticate, header)
 
 
-def _svc(request: Request) -> Service:
+async def _svc(request: Request) -> Service:
     svc: Service = request.app.state.svc
     return svc
 
@@ -292,7 +330,8 @@ def create_app(
         )
         metrics = Metrics()
         ctl = Controller(st, be, tick_s=cfg.tick_s, min_interval_s=cfg.min_interval_s, hooks=metrics.hooks())
-        app.state.svc = Service(cfg, st, be, ctl, metrics, token)
+        batcher = SubmitBatcher(st)
+        app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
         if start_controller:
             ctl.start()
         else:
@@ -300,6 +339,7 @@ def create_app(
         try:
             yield
         finally:
+            batcher.close()
             ctl.stop()
             if store is None:
                 st.close()
@@ -312,6 +352,9 @@ def create_app(
     )
     _install_errors(app)
     _routes(app)
+    from gpupool.web import mount as mount_web
+
+    mount_web(app)
     return app
 
 
@@ -351,14 +394,6 @@ def _install_errors(app: FastAPI) -> None:
     async def _any(_: Request, exc: Exception) -> JSONResponse:  # last resort: never a traceback
         log.exception("unhandled error")
         return _err(500, f"internal error ({type(exc).__name__}); the request was not applied")
-
-    @app.middleware("http")
-    async def _count(request: Request, call_next: Any) -> Response:
-        resp: Response = await call_next(request)
-        svc = getattr(request.app.state, "svc", None)
-        if svc is not None:
-            svc.metrics.requests.labels(request.method, str(resp.status_code)).inc()
-        return resp
 
 
 def _config_resource(kind: str, name: str, manifest: Mapping[str, Any] | None, svc: Service) -> Resource:
@@ -619,92 +654,112 @@ def _routes(app: FastAPI) -> None:
         return {"kind": kind, "name": name, "result": "deleted", "resourceVersion": rec.resource_version}
 
     # ------------------------------------------------------------------ workloads
-    def _submit(svc: Service, p: Principal, body: Mapping[str, Any]) -> tuple[WorkloadRecord, bool]:
+    def _prepare(svc: Service, p: Principal, body: Mapping[str, Any]) -> _Prepared:
+        """Validate and authorize a submission from memory only (safe on the event loop)."""
         doc = parse_manifest(body)
-        body = normalise_workload(body)
         if doc.kind != "Workload":
             raise ApiError(
                 422,
                 f"kind: expected Workload, got {doc.kind}",
                 [{"field": "kind", "problem": "must be Workload"}],
             )
+        body = normalise_workload(body)
         ctl = svc.controller
-        with ctl.lock:
-            bundle = ctl.bundle
-            model = workload_model(body, bundle.priority_classes, 0.0)
-            queue = model.queue
-            if queue not in ctl.parents:
+        bundle = ctl.bundle
+        model = workload_model(body, bundle.priority_classes, 0.0, doc=doc)
+        queue = model.queue
+        if queue not in ctl.parents:
+            raise ApiError(
+                422,
+                f"spec.queue: queue {queue!r} does not exist",
+                [{"field": "spec.queue", "problem": f"queue {queue!r} does not exist"}],
+            )
+        svc.check(p, Action.SUBMIT, Resource("Workload", doc.name, queue=queue, owner=p.name), defer=True)
+        if not ctl.is_leaf(queue):
+            kids = ", ".join(ctl.children.get(queue, []))
+            raise ApiError(
+                422,
+                f"spec.queue: queue {queue!r} has child queues; submit to one of {kids}",
+                [{"field": "spec.queue", "problem": "not a leaf queue"}],
+            )
+        if model.pool is not None and model.pool not in {x.name for x in bundle.pools}:
+            raise ApiError(
+                422,
+                f"spec.pool: pool {model.pool!r} does not exist",
+                [{"field": "spec.pool", "problem": "no such pool"}],
+            )
+        exception = is_exception(body)
+        if exception:
+            reason = body["spec"]["exception"].get("reason")
+            if not isinstance(reason, str) or not reason.strip():
                 raise ApiError(
                     422,
-                    f"spec.queue: queue {queue!r} does not exist",
-                    [{"field": "spec.queue", "problem": f"queue {queue!r} does not exist"}],
+                    "spec.exception.reason: required, say why the exception is needed",
+                    [{"field": "spec.exception.reason", "problem": "required"}],
                 )
-            svc.check(p, Action.SUBMIT, Resource("Workload", doc.name, queue=queue, owner=p.name))
-            if not ctl.is_leaf(queue):
-                kids = ", ".join(ctl.children.get(queue, []))
+            try:
+                exception_duration_s(body)
+            except QuantityError as exc:
                 raise ApiError(
                     422,
-                    f"spec.queue: queue {queue!r} has child queues; submit to one of {kids}",
-                    [{"field": "spec.queue", "problem": "not a leaf queue"}],
-                )
-            if model.pool is not None and model.pool not in {x.name for x in bundle.pools}:
-                raise ApiError(
-                    422,
-                    f"spec.pool: pool {model.pool!r} does not exist",
-                    [{"field": "spec.pool", "problem": "no such pool"}],
-                )
-            exception = is_exception(body)
-            if exception:
-                reason = body["spec"]["exception"].get("reason")
-                if not isinstance(reason, str) or not reason.strip():
-                    raise ApiError(
-                        422,
-                        "spec.exception.reason: required, say why the exception is needed",
-                        [{"field": "spec.exception.reason", "problem": "required"}],
-                    )
-                try:
-                    exception_duration_s(body)
-                except QuantityError as exc:
-                    raise ApiError(
-                        422,
-                        f"spec.exception.duration: {exc}",
-                        [{"field": "spec.exception.duration", "problem": str(exc)}],
-                    ) from exc
-            else:
-                why = over_limit(model, ctl)
-                if why is not None:
-                    raise ApiError(
-                        422, f"spec.podGroups: {why}", [{"field": "spec.podGroups", "problem": why}]
-                    )
-            approval = needs_approval(model, body, bundle, ctl)
-        rec, created = svc.store.submit_workload(
-            body,
-            owner=p.name,
-            phase="AwaitingApproval" if approval else "Pending",
-            audit=AuditEntry(
-                p.name,
-                "workload.submit",
-                "Workload",
-                doc.name,
-                {"queue": queue, "approval": approval, "exception": exception},
-            ),
+                    f"spec.exception.duration: {exc}",
+                    [{"field": "spec.exception.duration", "problem": str(exc)}],
+                ) from exc
+        else:
+            why = over_limit(model, ctl)
+            if why is not None:
+                raise ApiError(422, f"spec.podGroups: {why}", [{"field": "spec.podGroups", "problem": why}])
+        approval = needs_approval(model, body, bundle, ctl)
+        audit = AuditEntry(
+            p.name,
+            "workload.submit",
+            "Workload",
+            doc.name,
+            {"queue": queue, "approval": approval, "exception": exception},
         )
-        if created:
-            svc.metrics.submits.labels(queue).inc()
-            if approval:
-                with ctl.lock:
-                    ctl.request_approval(rec, time.time())
-                rec = svc.store.get_workload(rec.name)
-            else:
-                ctl.submitted(rec, model)
-        return rec, created
+        return _Prepared(dict(body), model, queue, approval, audit)
+
+    def _after(svc: Service, prep: _Prepared, rec: WorkloadRecord, created: bool) -> WorkloadRecord:
+        """Hand a committed submission to the controller (or open its approval request)."""
+        if not created:
+            return rec
+        svc.metrics.submits.labels(prep.queue).inc()
+        if prep.approval:
+            with svc.controller.lock:
+                svc.controller.request_approval(rec, time.time())
+            return svc.store.get_workload(rec.name)
+        svc.controller.submitted(rec, prep.model)
+        return rec
+
+    def _submit(svc: Service, p: Principal, body: Mapping[str, Any]) -> tuple[WorkloadRecord, bool]:
+        try:
+            prep = _prepare(svc, p, body)
+        except Denied as d:
+            svc.store.append_audit(d.entry)
+            raise
+        phase = "AwaitingApproval" if prep.approval else "Pending"
+        rec, created = svc.batcher.submit(prep.body, owner=p.name, phase=phase, audit=prep.audit).result()
+        return _after(svc, prep, rec, created), created
 
     @app.post("/v1/workloads", tags=["workloads"], status_code=201)
-    def submit(
+    async def submit(
         p: Caller, svc: Svc, response: Response, manifest: dict[str, Any] = Body(...)
     ) -> dict[str, Any]:
-        """Submit a Workload manifest; idempotent by name (200 with the existing workload)."""
-        rec, created = _submit(svc, p, manifest)
+        """Submit a Workload manifest; idempotent by name (200 with the existing workload).
+
+        Acknowledged only once durable: concurrent submits share one commit (group commit)."""
+        try:
+            prep = _prepare(svc, p, manifest)
+        except Denied as d:
+            await run_in_threadpool(svc.store.append_audit, d.entry)
+            raise
+        phase = "AwaitingApproval" if prep.approval else "Pending"
+        fut = svc.batcher.submit(prep.body, owner=p.name, phase=phase, audit=prep.audit)
+        rec, created = await asyncio.wrap_future(fut)
+        if created and prep.approval:
+            rec = await run_in_threadpool(_after, svc, prep, rec, created)
+        else:
+            rec = _after(svc, prep, rec, created)
         if not created:
             response.status_code = 200
         return workload_view(rec)

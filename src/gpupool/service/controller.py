@@ -166,8 +166,9 @@ class Controller:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            cost = 0.0
             try:
-                self.cycle()
+                cost = self.cycle().seconds
                 self.last_error = ""
             except (
                 Exception
@@ -175,8 +176,12 @@ class Controller:
                 log.exception("controller cycle failed")
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 time.sleep(min(self.tick_s, 1.0))
-            if woke and self.min_interval_s:
-                time.sleep(self.min_interval_s)  # batch a burst of submissions into one cycle
+            if woke:
+                # batch a burst of events into the next cycle, and never spend more than about a
+                # third of the time scheduling: under a submit storm, cycles get rarer, not longer
+                pause = max(self.min_interval_s, 2.0 * cost)
+                if pause:
+                    self._stop.wait(min(pause, self.tick_s))
 
     def _sleep_for(self) -> float:
         nxt = getattr(self.backend, "next_finish", None)

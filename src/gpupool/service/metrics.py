@@ -48,7 +48,6 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5),
             registry=r,
         )
-        self.requests = Counter("gpupool_http_requests", "HTTP requests", ["method", "status"], registry=r)
 
     def hooks(self) -> Hooks:
         def on_cycle(s: CycleStats) -> None:
