@@ -203,7 +203,7 @@ def bench_submit_command(
         [], "--database-url", help="repeat for several databases (default: a temporary SQLite file)"
     ),
     n: int = typer.Option(2000, "-n", help="submits per database"),
-    concurrency: int = typer.Option(8, "--concurrency", "-c", help="concurrent clients"),
+    concurrency: int = typer.Option(16, "--concurrency", "-c", help="concurrent clients"),
     output: str = typer.Option("table", "-o", "--output", help="table or json"),
 ) -> None:
     """Durable submits/s and p50/p99 latency through the API, against a raw INSERT baseline."""

@@ -178,8 +178,8 @@ class Controller:
                 time.sleep(min(self.tick_s, 1.0))
             if woke:
                 # batch a burst of events into the next cycle, and never spend more than about a
-                # third of the time scheduling: under a submit storm, cycles get rarer, not longer
-                pause = max(self.min_interval_s, 2.0 * cost)
+                # fifth of the time scheduling: under a submit storm, cycles get rarer, not longer
+                pause = max(self.min_interval_s, 4.0 * cost)
                 if pause:
                     self._stop.wait(min(pause, self.tick_s))
 
