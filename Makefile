@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean
+.PHONY: run demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -12,7 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The platform on its embedded defaults: SQLite under .gpupool/, the virtual cluster from
+# examples/cluster, the API and dashboard on http://127.0.0.1:8080 (it prints the admin token).
 run: $(STAMP)
+	$(BIN)/gpupool serve
+
+demo: $(STAMP)
 	$(BIN)/gpupool demo
 
 lint: $(STAMP)
@@ -25,6 +30,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/gpupool bench engine
+	$(BIN)/gpupool bench submit
 
 clean:
 	rm -rf $(VENV) .gpupool .pytest_cache .mypy_cache .ruff_cache
