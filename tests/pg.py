@@ -38,11 +38,14 @@ def _probe(url: str) -> str | None:
 def pg_url() -> str:
     """The base PostgreSQL URL, or skip the test when none is configured or reachable."""
     url = os.environ.get(ENV)
+    # CI sets GPUPOOL_REQUIRE_PG=1: there a missing server is a failure, not a quiet skip
+    give_up = pytest.fail if os.environ.get("GPUPOOL_REQUIRE_PG") == "1" else pytest.skip
     if not url:
-        pytest.skip(f"no PostgreSQL: {ENV} is not set (run .ci/postgres.sh and export the URL it prints)")
+        give_up(f"no PostgreSQL: {ENV} is not set (run .ci/postgres.sh and export the URL it prints)")
+        raise AssertionError  # unreachable
     problem = _probe(url)
     if problem is not None:
-        pytest.skip(f"no PostgreSQL: cannot connect to {make_url(url).render_as_string()}: {problem}")
+        give_up(f"no PostgreSQL: cannot connect to {make_url(url).render_as_string()}: {problem}")
     return url
 
 

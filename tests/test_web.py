@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,8 @@ from tests.test_service_support import Server
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+if CHROMIUM is None and os.environ.get("GPUPOOL_REQUIRE_BROWSER") == "1":
+    raise RuntimeError("GPUPOOL_REQUIRE_BROWSER=1 but no chromium is installed")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (CI installs Debian's)")
 
 FLAGS = [
