@@ -14,7 +14,13 @@ The node fragmentation is the expectation of that quantity over the workload's
 popularity-weighted shape distribution.  FGD places each task where this
 expectation grows least.  The scheduling engine calls :func:`node_fragmentation`
 (one node) or :func:`node_fragmentation_batch` (many nodes, numpy) with the
-shape distribution of the pods it expects.
+shape distribution of the pods it expects, before and after a candidate
+placement, and prefers the smallest growth.
+
+``measure="capacity"`` extends the idea to *repeated* pods of a shape (CPU that
+runs out after a few pods strands the remaining GPUs; per-GPU remainders are
+fragments), and ``measure="gpupool"`` blends it with FGD: that blend is what the
+project's default ``gpupool`` policy minimises.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from numpy.typing import NDArray
 from gpupool.fragbench.trace import Pod
 
 __all__ = [
+    "GPUPOOL_CAPACITY_WEIGHT",
     "MEASURES",
     "CompiledShapes",
     "Measure",
@@ -40,6 +47,8 @@ __all__ = [
 ]
 
 Measure = Literal["fgd", "capacity", "gpupool"]
+# Share of the capacity-aware measure in the gpupool blend (the rest is the paper's FGD).
+GPUPOOL_CAPACITY_WEIGHT = 0.5
 MEASURES: tuple[str, ...] = ("fgd", "capacity", "gpupool")
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -236,8 +245,8 @@ def node_fragmentation_batch(
     ``free_milli`` is ``(nodes, max_gpus)`` with 0 for missing GPUs; ``model_ix``
     indexes ``shapes.models`` (use :meth:`CompiledShapes.model_index`).
     ``measure``: ``"fgd"`` (the paper), ``"capacity"`` (capacity-aware, see
-    :meth:`CompiledShapes.capacity_frag_from_stats`) or ``"gpupool"`` (their mean,
-    the project's default placement score).
+    :meth:`CompiledShapes.capacity_frag_from_stats`) or ``"gpupool"`` (their blend
+    with :data:`GPUPOOL_CAPACITY_WEIGHT`, the project's default placement score).
     """
     if measure not in MEASURES:
         raise ValueError(f"measure must be one of {', '.join(MEASURES)}, not {measure!r}")
@@ -249,7 +258,9 @@ def node_fragmentation_batch(
     if measure == "fgd":
         return fgd
     cap = shapes.capacity_frag_from_stats(total, shapes.slot_stats(free_milli), cpu, mem, mix)
-    return cap if measure == "capacity" else 0.5 * (fgd + cap)
+    if measure == "capacity":
+        return cap
+    return (1.0 - GPUPOOL_CAPACITY_WEIGHT) * fgd + GPUPOOL_CAPACITY_WEIGHT * cap
 
 
 def node_fragmentation(

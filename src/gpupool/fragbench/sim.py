@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from gpupool.fragbench.fgd import CompiledShapes
+from gpupool.fragbench.fgd import GPUPOOL_CAPACITY_WEIGHT, CompiledShapes
 from gpupool.fragbench.trace import MILLI, Node, Pod
 
 __all__ = ["POLICIES", "Cluster", "PodTable", "pick", "sample_arrivals", "simulate_seed"]
@@ -364,7 +364,8 @@ def _packing_score(st: _State, cn: I64, v: I64, k: int, d: int) -> F64:
 def _gpupool_choice(st: _State, cn: I64, v: I64, k: int, d: int, cpu: int, mem: int) -> int:
     """The ``gpupool`` policy.
 
-    1. growth of the blended fragmentation ``0.5 * (FGD + capacity-aware)``,
+    1. growth of the blended fragmentation ``(1 - w) * FGD + w * capacity-aware``
+       (``w = GPUPOOL_CAPACITY_WEIGHT``),
        banded like the paper (``floor(100 * sigmoid(-delta / 1000))``): placements
        within a band are equally good fragmentation-wise;
     2. within the band, the tightest GPU (least free milli before placing):
@@ -372,7 +373,8 @@ def _gpupool_choice(st: _State, cn: I64, v: I64, k: int, d: int, cpu: int, mem: 
     3. then the node with the fewest GPUs: keep big nodes whole for multi-GPU pods;
     4. then the lowest node index (deterministic consolidation).
     """
-    delta = 0.5 * (st.frag_delta(cn, v, k, d, cpu, mem) + st.capacity_delta(cn, v, k, d, cpu, mem))
+    w = GPUPOOL_CAPACITY_WEIGHT
+    delta = (1.0 - w) * st.frag_delta(cn, v, k, d, cpu, mem) + w * st.capacity_delta(cn, v, k, d, cpu, mem)
     band = _sigmoid_score(delta)
     order = np.lexsort((cn, st.c.num_gpu[cn], v, -band))
     return int(order[0])
