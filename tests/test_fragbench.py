@@ -18,6 +18,7 @@ from gpupool.fragbench import (
     node_fragmentation_batch,
     run_fragmentation,
 )
+from gpupool.fragbench.fgd import GPUPOOL_CAPACITY_WEIGHT
 from gpupool.fragbench.sim import Cluster, pick
 from gpupool.fragbench.trace import Node, Pod
 
@@ -124,7 +125,9 @@ def test_capacity_aware_measure_by_hand() -> None:
     assert node_fragmentation([1000, 1000], 4000, 0, "T4", dist) == pytest.approx(0)
     # ... but the CPU only ever admits one such pod: 1500 milli are stranded.
     assert node_fragmentation([1000, 1000], 4000, 0, "T4", dist, measure="capacity") == pytest.approx(1500)
-    assert node_fragmentation([1000, 1000], 4000, 0, "T4", dist, measure="gpupool") == pytest.approx(750)
+    blended = node_fragmentation([1000, 1000], 4000, 0, "T4", dist, measure="gpupool")
+    assert blended == pytest.approx(GPUPOOL_CAPACITY_WEIGHT * 1500)
+    assert 0 < blended < 1500
     big = ShapeDistribution((PodShape(1000, 0, 1, 810),), (1.0,))
     assert node_fragmentation([1000], 64000, 0, "T4", big, measure="capacity") == pytest.approx(190)
     with pytest.raises(ValueError, match="measure"):
