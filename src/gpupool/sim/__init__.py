@@ -1,0 +1,9 @@
+"""Trace-driven simulation of the real scheduling engine in virtual time, and the POC report."""
+
+from __future__ import annotations
+
+from gpupool.sim.scenario import Scenario, load_scenario
+from gpupool.sim.simulator import RunResult, Simulation, simulate
+from gpupool.sim.sources import JobSpec, SimInputError
+
+__all__ = ["JobSpec", "RunResult", "Scenario", "SimInputError", "Simulation", "load_scenario", "simulate"]

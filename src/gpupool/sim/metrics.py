@@ -1,0 +1,206 @@
+"""Metrics of a simulation run: waits, JCT, allocation, fragmentation, preemption, faults, fairness.
+
+Everything is computed from the job records and the step-function time series with numpy, and
+rounded so that the same run always serialises to the same bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from gpupool.sim.simulator import RunResult
+
+#: summary rows: (key, label, True when higher is better)
+SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (
+    ("completion_rate", "completion rate", True),
+    ("wait_mean_s", "wait mean (s)", False),
+    ("wait_p50_s", "wait p50 (s)", False),
+    ("wait_p95_s", "wait p95 (s)", False),
+    ("wait_p99_s", "wait p99 (s)", False),
+    ("jct_mean_s", "JCT mean (s)", False),
+    ("jct_p95_s", "JCT p95 (s)", False),
+    ("makespan_s", "makespan (s)", False),
+    ("allocation_ratio", "GPU allocation ratio", True),
+    ("utilization", "GPU utilisation (useful work)", True),
+    ("fragmentation", "fragmentation (free GPUs off whole nodes)", False),
+    ("preemptions", "preemptions", False),
+    ("preempted_gpu_hours_lost", "GPU-hours lost to preemption", False),
+    ("fault_gpu_hours_lost", "GPU-hours lost to faults", False),
+    ("jobs_failed", "jobs failed (retries exhausted)", False),
+    ("recover_mean_s", "time to recover mean (s)", False),
+    ("fairness_jain", "fairness (Jain, usage/guarantee)", True),
+)
+
+
+def rnd(x: float, nd: int = 4) -> float:
+    """Round for stable output (and turn -0.0/NaN into plain numbers)."""
+    if x != x:  # NaN
+        return 0.0
+    r = round(float(x), nd)
+    return 0.0 if r == 0 else r
+
+
+def percentiles(values: list[float] | np.ndarray, qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, float]:
+    """p50/p95/p99 (linear interpolation, numpy's default); zeros for an empty set."""
+    a = np.asarray(values, dtype=float)
+    if a.size == 0:
+        return {f"p{q}": 0.0 for q in qs}
+    return {f"p{q}": rnd(float(np.percentile(a, q))) for q in qs}
+
+
+def time_weighted_mean(times: list[float], values: list[float], end: float, start: float = 0.0) -> float:
+    """Mean of a step function (value[i] holds on [times[i], times[i+1])) over [start, end]."""
+    if not times or end <= start:
+        return 0.0
+    t = np.asarray(times, dtype=float)
+    v = np.asarray(values, dtype=float)
+    edges = np.clip(np.append(t[1:], end), start, end)
+    begins = np.clip(t, start, end)
+    dt = edges - begins
+    pre = max(0.0, min(t[0], end) - start)  # before the first point the value is 0
+    return float((v * dt).sum() / (dt.sum() + pre))
+
+
+def integral(times: list[float], values: list[float], end: float) -> float:
+    """Integral of a step function from times[0] to end."""
+    if not times:
+        return 0.0
+    t = np.asarray(times, dtype=float)
+    v = np.asarray(values, dtype=float)
+    dt = np.clip(np.append(t[1:], end), None, end) - np.clip(t, None, end)
+    return float((v * np.maximum(dt, 0)).sum())
+
+
+def jain(x: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+    a = np.asarray(x, dtype=float)
+    if a.size == 0 or not (a**2).sum():
+        return 1.0
+    return float(a.sum() ** 2 / (a.size * (a**2).sum()))
+
+
+def _group(r: RunResult, key: str) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[Any]] = {}
+    for j in r.jobs:
+        if j.status == "rejected":
+            continue
+        k = j.spec.queue if key == "queue" else j.spec.type.value
+        groups.setdefault(k, []).append(j)
+    out: dict[str, dict[str, Any]] = {}
+    for k, js in sorted(groups.items()):
+        waits = [j.first_start - j.spec.submit for j in js if j.first_start is not None]
+        jct = [j.finish - j.spec.submit for j in js if j.status == "completed" and j.finish is not None]
+        out[k] = {
+            "jobs": len(js),
+            "completed": sum(j.status == "completed" for j in js),
+            "wait_mean_s": rnd(float(np.mean(waits))) if waits else 0.0,
+            **{f"wait_{p}_s": v for p, v in percentiles(waits).items()},
+            "jct_mean_s": rnd(float(np.mean(jct))) if jct else 0.0,
+            "preemptions": sum(j.preempted for j in js),
+        }
+    return out
+
+
+def compute(r: RunResult) -> dict[str, Any]:
+    """Every metric of one run, JSON-ready."""
+    jobs = [j for j in r.jobs if j.status != "rejected"]
+    started = [j for j in jobs if j.first_start is not None]
+    waits = [j.first_start - j.spec.submit for j in started if j.first_start is not None]
+    done = [j for j in jobs if j.status == "completed" and j.finish is not None]
+    jct = [j.finish - j.spec.submit for j in done if j.finish is not None]
+    end = max(r.end, 1e-9)
+    cap_int = integral(r.times, [float(c) for c in r.cap_milli], end) / 1000.0
+    alloc_int = integral(r.times, [float(a) for a in r.alloc_milli], end) / 1000.0
+    useful = sum(j.spec.gpu_total_milli / 1000.0 * j.spec.duration for j in done)
+    recover = [x for j in jobs for x in j.recover_s]
+    gpu_hours = {q: u / 3600.0 for q, u in sorted(r.queue_usage_gpu_s.items())}
+    total_usage = sum(gpu_hours.values()) or 1.0
+    total_g = sum(r.queue_guarantee_milli.values()) or 1
+    fairness: dict[str, dict[str, float]] = {}
+    ratios = []
+    for q in sorted(set(gpu_hours) | set(r.queue_guarantee_milli)):
+        g = r.queue_guarantee_milli.get(q, 0)
+        avg_gpus = gpu_hours.get(q, 0.0) * 3600.0 / end
+        fairness[q] = {
+            "gpu_hours": rnd(gpu_hours.get(q, 0.0), 3),
+            "avg_gpus": rnd(avg_gpus),
+            "usage_share": rnd(gpu_hours.get(q, 0.0) / total_usage),
+            "guarantee_gpus": rnd(g / 1000.0),
+            "guarantee_share": rnd(g / total_g),
+            "usage_over_guarantee": rnd(avg_gpus / (g / 1000.0)) if g else 0.0,
+        }
+        if g and q in gpu_hours:
+            ratios.append(avg_gpus / (g / 1000.0))
+    kinds: dict[str, int] = {}
+    for e in r.events:
+        kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    return {
+        "policy": r.policy,
+        "variant": r.variant,
+        "jobs": len(r.jobs),
+        "jobs_rejected": len(r.jobs) - len(jobs),
+        "jobs_completed": len(done),
+        "jobs_failed": sum(j.status == "failed" for j in jobs),
+        "jobs_unfinished": sum(j.status in ("pending", "running", "waiting") for j in jobs),
+        "jobs_never_started": len(jobs) - len(started),
+        "completion_rate": rnd(len(done) / len(jobs)) if jobs else 0.0,
+        "wait_mean_s": rnd(float(np.mean(waits))) if waits else 0.0,
+        **{f"wait_{p}_s": v for p, v in percentiles(waits).items()},
+        "jct_mean_s": rnd(float(np.mean(jct))) if jct else 0.0,
+        **{f"jct_{p}_s": v for p, v in percentiles(jct).items()},
+        "makespan_s": rnd(max((j.finish or 0.0 for j in done), default=0.0)),
+        "allocation_ratio": rnd(alloc_int / cap_int) if cap_int else 0.0,
+        "utilization": rnd(useful / cap_int) if cap_int else 0.0,
+        "fragmentation": rnd(float(np.mean(r.frag))) if r.frag else 0.0,
+        "preemptions": r.preemptions,
+        "preempted_gpu_hours_lost": rnd(sum(j.lost_gpu_s for j in jobs) / 3600.0, 3),
+        "fault_gpu_hours_lost": rnd(sum(j.lost_fault_gpu_s for j in jobs) / 3600.0, 3),
+        "job_faults": kinds.get("job-fault", 0),
+        "node_failures": kinds.get("node-failed", 0),
+        "jobs_evicted_by_node_failure": kinds.get("job-evicted", 0),
+        "recover_mean_s": rnd(float(np.mean(recover))) if recover else 0.0,
+        "recover_p95_s": percentiles(recover)["p95"],
+        "fairness_jain": rnd(jain(ratios)),
+        "cycles": r.cycles,
+        "engine_calls": r.engine_calls,
+        "invariant_violations": len(r.violations),
+        "per_queue": _group(r, "queue"),
+        "per_type": _group(r, "type"),
+        "fairness": fairness,
+    }
+
+
+def series(r: RunResult, points: int = 400) -> dict[str, list[float]]:
+    """The step-function series resampled on a regular grid (for charts)."""
+    end = max(r.end, 1.0)
+    grid = np.linspace(0.0, end, points)
+    t = np.asarray(r.times, dtype=float)
+    if t.size == 0:
+        z = [0.0] * points
+        return {"t": [rnd(x, 1) for x in grid], "allocation": z, "pending": z, "running": z}
+    idx = np.searchsorted(t, grid, side="right") - 1
+    ok = idx >= 0
+    idx = np.clip(idx, 0, t.size - 1)
+    alloc = np.asarray(r.alloc_milli, dtype=float)[idx]
+    cap = np.asarray(r.cap_milli, dtype=float)[idx]
+    ratio = np.where(ok & (cap > 0), alloc / np.maximum(cap, 1), 0.0)
+    pend = np.where(ok, np.asarray(r.pending, dtype=float)[idx], 0.0)
+    run = np.where(ok, np.asarray(r.running, dtype=float)[idx], 0.0)
+    return {
+        "t": [rnd(x, 1) for x in grid],
+        "allocation": [rnd(x) for x in ratio],
+        "pending": [rnd(x) for x in pend],
+        "running": [rnd(x) for x in run],
+        "frag_t": [rnd(x, 1) for x in r.frag_times],
+        "fragmentation": [rnd(x) for x in r.frag],
+    }
+
+
+def wait_quantiles(r: RunResult, n: int = 101) -> list[float]:
+    """Wait-time quantiles 0..100% (an ECDF in n points; keeps the report small)."""
+    waits = [j.first_start - j.spec.submit for j in r.jobs if j.first_start is not None]
+    if not waits:
+        return []
+    return [rnd(x, 2) for x in np.percentile(np.asarray(waits, dtype=float), np.linspace(0, 100, n))]

@@ -1,0 +1,856 @@
+"""Discrete-event simulation in virtual time around the real, unchanged scheduling engine.
+
+Events (arrivals, completions, abnormal exits, node failures and repairs, retry timers) sit in a
+heap; all events at one timestamp are applied first, then the engine runs one cycle (only when
+something changed). The engine is used incrementally: ``Engine.cycle`` decides without changing
+state, ``Engine.apply`` makes admissions permanent, ``Engine.remove_running`` releases.
+
+Which pending workloads a cycle is given (the *window rule*, exact by construction)
+----------------------------------------------------------------------------------------
+The engine's cost grows with the pending list, and most of a long backlog cannot move. Pending
+workloads are grouped per queue into *classes* of identical scheduling shape (queue, priority,
+preemptible, pod groups, GPU models, topology, tolerations, selector, gang, pool), each class
+ordered by the engine's own order key. A cycle is given:
+
+* for a StrictFIFO queue, or any queue when ``one_head_per_queue`` is on: the first ``K`` pending
+  workloads of the queue in order (a *queue window*);
+* for any other queue: the first ``k`` members of each class (a *class window*).
+
+After the cycle the simulator checks that the windows could not have changed the outcome, and
+otherwise enlarges them and runs the cycle again (``cycle`` has no side effects):
+
+* StrictFIFO queue window: some member was not admitted. Everything after it was BLOCKED (or
+  SKIPPED) by the engine, so members outside the window would be too.
+* one-head queue window: some member was SKIPPED, i.e. the engine stopped inside the window.
+* class window: some member was tried and failed (QuotaExceeded, InsufficientCapacity,
+  TopologyUnsatisfiable, NoMatchingPool) and the cycle preempted nothing. A later member of the
+  same class is tried later in the same cycle with the same quota vector, at a state that only
+  got tighter (no preemption means nothing was freed), so it fails too, and a failure changes no
+  state. If the cycle preempted, every truncated class is given whole.
+
+``tests/test_sim.py`` checks on generated traces that this gives the same results as passing
+every pending workload to every cycle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from gpupool.engine import Decisions, Engine, PendingCode, apply_decisions
+from gpupool.engine.core import workload_order_key
+from gpupool.engine.invariants import check_cycle
+from gpupool.engine.placement import SCORERS, NodeFilter, _fits_node, register_scorer
+from gpupool.engine.state import ClusterState, PoolIndex
+from gpupool.model import (
+    EngineConfig,
+    Node,
+    PlacementPolicy,
+    PodGroup,
+    PodRequest,
+    PriorityClass,
+    Queue,
+    QueueingStrategy,
+    ResourcePool,
+    Running,
+    Snapshot,
+    Workload,
+)
+from gpupool.sim.scenario import Faults, Scenario, Variant, fifo_queues
+from gpupool.sim.sources import JobSpec
+
+# event kinds, in the order they are applied within one timestamp
+FINISH, JOB_FAULT, NODE_FAIL, NODE_REPAIR, ARRIVAL, RETRY, TICK = range(7)
+FAILED_CODES = frozenset({PendingCode.QUOTA, PendingCode.CAPACITY, PendingCode.TOPOLOGY, PendingCode.NO_POOL})
+
+
+class FirstFit:
+    """Score plugin for the no-scheduler baseline: the first node (in cluster order) that fits."""
+
+    name = "first-fit"
+
+    def pick_whole(
+        self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: NodeFilter
+    ) -> int | None:
+        best: int | None = None
+        for ix in idxs:
+            for i in ix.nodes:
+                if best is not None and i >= best:
+                    break
+                if st.free_whole[i] >= k and _fits_node(st, i, req) and ok(i):
+                    best = i
+                    break
+        return best
+
+    def pick_fraction(
+        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
+    ) -> tuple[int, int] | None:
+        m = req.gpu_milli
+        best: tuple[int, int] | None = None
+        for ix in idxs:
+            for i in ix.nodes:
+                if best is not None and i >= best[0]:
+                    break
+                if not (_fits_node(st, i, req) and ok(i)):
+                    continue
+                mem = req.gpu_memory_mib or m * st.nodes[i].gpu_memory_mib // 1000
+                for d, free in enumerate(st.dev_milli[i]):
+                    if free >= m and st.dev_mem[i][d] >= mem:
+                        best = (i, d)
+                        break
+                if best is not None and best[0] == i:
+                    break
+        return best
+
+
+if "first-fit" not in SCORERS:
+    register_scorer(FirstFit())
+
+
+def _config(**kw: object) -> EngineConfig:
+    """An EngineConfig with the knobs this engine version has (older ones lack reserve/preempt)."""
+    fields = set(EngineConfig.__dataclass_fields__)
+    return EngineConfig(**{k: v for k, v in kw.items() if k in fields})  # type: ignore[arg-type]
+
+
+class _Engine(Engine):
+    """The engine, unchanged, plus a record of each attempt's outcome and how many preemptions
+    the cycle had made by then (the window rule needs to know a failure came after them)."""
+
+    def cycle(self, pending: Iterable[Workload], now: float | None = None) -> Decisions:
+        self.tries: dict[str, int] = {}
+        return super().cycle(pending, now)
+
+    def _try(self, w: Workload, out: Decisions, allow_borrow: bool = True) -> bool | None:
+        r = super()._try(w, out, allow_borrow)
+        if r is False:
+            self.tries[w.name] = len(out.preempted)
+        return r
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How one policy maps onto the engine: its config, and whether it replaces the queues."""
+
+    name: str
+    config: EngineConfig
+    single_fifo_queue: bool = False
+
+    @staticmethod
+    def named(name: str) -> Policy:
+        if name == "fifo-first-fit":
+            return Policy(
+                name, _config(score="first-fit", reserve=False, preempt="none"), single_fifo_queue=True
+            )
+        if name == "kueue-like":
+            return Policy(name, _config(score="spread", one_head_per_queue=True, reserve=False))
+        if name == "gpupool":
+            return Policy(name, EngineConfig())
+        raise ValueError(f"unknown policy {name!r}")
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened to one job under one policy."""
+
+    spec: JobSpec
+    index: int
+    status: str = "waiting"  # waiting | pending | running | completed | failed | rejected
+    attempt: int = 0  # starts so far
+    retries: int = 0  # retries used after faults
+    first_start: float | None = None
+    start: float | None = None
+    finish: float | None = None
+    work_done: float = 0.0  # seconds of the current run already done (restarts begin at 0)
+    lost_gpu_s: float = 0.0  # GPU-seconds of work thrown away by preemption
+    lost_fault_gpu_s: float = 0.0  # ... by abnormal exits and node failures
+    preempted: int = 0
+    faults: int = 0
+    fault_at: float | None = None  # when the last fault/eviction happened (for time to recover)
+    recover_s: list[float] = field(default_factory=list)
+    reject_reason: str = ""
+
+
+@dataclass(slots=True)
+class Event:
+    time: float
+    kind: str
+    subject: str
+    detail: str = ""
+
+
+@dataclass(slots=True)
+class RunResult:
+    policy: str
+    variant: str
+    jobs: list[JobRecord]
+    times: list[float]
+    alloc_milli: list[int]
+    cap_milli: list[int]
+    pending: list[int]
+    running: list[int]
+    frag_times: list[float]
+    frag: list[float]
+    queue_usage_gpu_s: dict[str, float]
+    queue_guarantee_milli: dict[str, int]
+    events: list[Event]
+    preemptions: int
+    cycles: int
+    engine_calls: int
+    violations: list[str]
+    end: float
+
+
+class _Pending:
+    """Pending workloads per queue and class, each class ordered by the engine's order key
+    (and, for backfill, by declared duration)."""
+
+    def __init__(self, one_head: bool = False) -> None:
+        self.one_head = one_head
+        self.w: dict[str, Workload] = {}
+        self.cls_of: dict[str, tuple[object, ...]] = {}
+        self.by_class: dict[tuple[object, ...], list[tuple[tuple[int, float, str], str]]] = {}
+        self.by_dur: dict[tuple[object, ...], list[tuple[float, tuple[int, float, str], str]]] = {}
+        self.by_queue: dict[str, dict[tuple[object, ...], None]] = {}
+        self.count: dict[str, int] = {}
+        #: classes and queues whose first member changed, and every workload added, since the last cycle
+        self.touched: set[tuple[object, ...]] = set()
+        self.touched_queues: set[str] = set()
+        self.new: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.w)
+
+    def add(self, w: Workload) -> None:
+        ck = (
+            w.queue,
+            w.priority,
+            w.preemptible,
+            w.pod_groups,
+            w.gpu_models,
+            w.topology,
+            w.tolerations,
+            w.node_selector,
+            w.gang_min,
+            w.pool,
+        )
+        self.w[w.name] = w
+        self.cls_of[w.name] = ck
+        self.new.add(w.name)
+        key = (workload_order_key(w), w.name)
+        lst = self.by_class.setdefault(ck, [])
+        # a newcomer behind a member that is already waiting can only move when that one can
+        if not lst or key < lst[0]:
+            self.touched.add(ck)
+        qcls = self.by_queue.setdefault(w.queue, {})
+        if w.queue not in self.touched_queues and (
+            self.one_head or all(key < self.by_class[c][0] for c in qcls if self.by_class[c])
+        ):
+            self.touched_queues.add(w.queue)
+        insort(lst, key)
+        insort(self.by_dur.setdefault(ck, []), (_dur(w), *key))
+        qcls[ck] = None
+        self.count[w.queue] = self.count.get(w.queue, 0) + 1
+
+    def remove(self, name: str) -> Workload | None:
+        w = self.w.pop(name, None)
+        if w is None:
+            return None
+        self.new.discard(name)
+        ck = self.cls_of.pop(name)
+        key = (workload_order_key(w), name)
+        lst = self.by_class[ck]
+        del lst[bisect_left(lst, key)]
+        dl = self.by_dur[ck]
+        del dl[bisect_left(dl, (_dur(w), *key))]
+        if not lst:
+            del self.by_class[ck]
+            del self.by_dur[ck]
+            del self.by_queue[w.queue][ck]
+        self.count[w.queue] -= 1
+        return w
+
+    def eligible(self, ck: tuple[object, ...], max_dur: float, skip: set[str], k: int) -> list[str]:
+        """Up to ``k`` members in order, not in ``skip``, whose declared duration is <= max_dur."""
+        dl = self.by_dur[ck]
+        if not dl or dl[0][0] > max_dur:
+            return []
+        ok = {n for d, _, n in dl[: bisect_left(dl, (max_dur, (1 << 62, 0.0, ""), "~"))] if n not in skip}
+        if not ok:
+            return []
+        return [n for _, n in self.by_class[ck] if n in ok][:k]
+
+
+def _dur(w: Workload) -> float:
+    return math.inf if w.expected_duration_s is None else w.expected_duration_s
+
+
+class Simulation:
+    """One policy on one cluster variant over one trace."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        policy: Policy,
+        variant: Variant,
+        check_invariants: bool = False,
+        full_pending: bool = False,
+        progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self.sc = scenario
+        self.policy = policy
+        self.variant = variant
+        self.check = check_invariants
+        self.full_pending = full_pending
+        self.progress = progress
+        self.faults: Faults = scenario.faults
+        pools = variant.pools
+        if policy.single_fifo_queue:
+            pools = tuple(replace(p, placement=PlacementPolicy.BINPACK) for p in pools)
+            self.queues: tuple[Queue, ...] = fifo_queues(pools, variant.nodes)
+        else:
+            self.queues = variant.queues
+        self.pools: tuple[ResourcePool, ...] = pools
+        self.nodes: list[Node] = list(variant.nodes)
+        self.pcs: dict[str, PriorityClass] = {p.name: p for p in variant.priority_classes}
+        self.config = policy.config
+        self.down: set[str] = set()
+        self.head_queues = {q.name for q in self.queues if q.strategy is QueueingStrategy.STRICT_FIFO}
+        self.one_head = self.config.one_head_per_queue
+        # window sizes that were enough last time (a hint only: every cycle is verified)
+        self.k_hint: dict[tuple[object, ...], int] = {}
+        self.kq_hint: dict[str, int] = {}
+        self.engine_calls = 0
+        self.holders: set[str] = set()
+
+    # -- model objects --------------------------------------------------------------------------
+    def _workload(self, j: JobSpec) -> Workload:
+        req = PodRequest(j.gpus, j.gpu_milli if not j.gpus else 0, 0, j.cpu_milli, j.memory_mib)
+        groups = (PodGroup("main", j.replicas, req),)
+        if self.policy.single_fifo_queue:
+            return Workload(
+                j.name,
+                "fifo",
+                groups,
+                "",
+                0,
+                False,
+                j.type,
+                None,
+                j.gpu_models,
+                None,
+                None,
+                (),
+                (),
+                j.duration,
+                j.submit,
+            )
+        pc = self.pcs.get(j.priority_class)
+        prio, pre = (pc.value, pc.preemptible) if pc else (0, True)
+        return Workload(
+            j.name,
+            j.queue,
+            groups,
+            j.priority_class,
+            prio,
+            pre,
+            j.type,
+            None,
+            j.gpu_models,
+            None,
+            None,
+            (),
+            (),
+            j.duration,
+            j.submit,
+        )
+
+    def _snapshot(self, pending: tuple[Workload, ...], now: float) -> Snapshot:
+        nodes = tuple(replace(n, schedulable=False) if n.name in self.down else n for n in self.nodes)
+        return Snapshot(
+            nodes,
+            self.pools,
+            self.queues,
+            tuple(self.pcs.values()),
+            pending,
+            tuple(self.running.values()),
+            now,
+            self.config,
+        )
+
+    def _new_engine(self, now: float) -> Engine:
+        return _Engine(self._snapshot((), now))
+
+    # -- feasibility (reported, never silently dropped) ------------------------------------------
+    def _reject_reason(self, w: Workload, j: JobSpec) -> str:
+        known = {n.gpu_model for n in self.nodes}
+        if j.gpu_models and not set(j.gpu_models) & known:
+            return (
+                f"unknown GPU model(s) {', '.join(j.gpu_models)}; the cluster has {', '.join(sorted(known))}"
+            )
+        qn = {q.name for q in self.variant.queues}
+        if j.queue not in qn:
+            return f"queue {j.queue!r} does not exist; known: {', '.join(sorted(qn)) or 'none'}"
+        if any(q.parent == j.queue for q in self.variant.queues):
+            return f"queue {j.queue!r} has child queues; jobs go to leaf queues"
+        ok_nodes = [n for n in self.nodes if not j.gpu_models or n.gpu_model in j.gpu_models]
+        per = j.gpus if j.gpus else (1 if j.gpu_milli else 0)
+        fit = [
+            n
+            for n in ok_nodes
+            if n.gpu_count >= per and n.cpu_milli >= j.cpu_milli and n.memory_mib >= j.memory_mib
+        ]
+        if not fit:
+            return f"no node can host one pod ({per} GPU, {j.cpu_milli}m CPU, {j.memory_mib}Mi)"
+        if j.gpus and sum(n.gpu_count // j.gpus for n in fit) < j.replicas:
+            return (
+                f"needs {j.gpus * j.replicas} GPUs in {j.replicas} pods; the cluster cannot hold them at once"
+            )
+        return ""
+
+    # -- the run --------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        sc = self.sc
+        jobs = [JobRecord(j, i) for i, j in enumerate(sc.trace.jobs)]
+        self.jobs = {r.spec.name: r for r in jobs}
+        self.running: dict[str, Running] = {}
+        self.wl: dict[str, Workload] = {}
+        self.on_node: dict[str, set[str]] = {}
+        events: list[Event] = []
+        heap: list[tuple[float, int, int, str, int]] = []
+        seq = 0
+
+        def push(t: float, kind: int, subject: str, aux: int = 0) -> None:
+            nonlocal seq
+            seq += 1
+            heapq.heappush(heap, (t, kind, seq, subject, aux))
+
+        for r in jobs:
+            w = self._workload(r.spec)
+            self.wl[r.spec.name] = w
+            why = self._reject_reason(w, r.spec)
+            if why:
+                r.status, r.reject_reason = "rejected", why
+                events.append(Event(r.spec.submit, "rejected", r.spec.name, why))
+                continue
+            push(r.spec.submit, ARRIVAL, r.spec.name)
+        f = self.faults
+        for node, at, rep in f.node_failures:
+            push(at, NODE_FAIL, node, int(rep * 1000))
+        node_rng = {n.name: random.Random(f"{sc.seed}/node/{n.name}") for n in self.nodes}
+        if f.mtbf_s:
+            for n in self.nodes:
+                push(node_rng[n.name].expovariate(1.0 / f.mtbf_s), NODE_FAIL, n.name, -1)
+        horizon = sc.horizon if sc.horizon is not None else math.inf
+        last_submit = max((j.submit for j in sc.trace.jobs), default=0.0)
+        span = horizon if horizon < math.inf else max(last_submit, 1.0) * 1.1
+        sample_every = span / max(sc.samples, 1)
+        next_sample = 0.0
+        pend = _Pending(self.one_head)
+        eng = self._new_engine(0.0)
+        cap = self._capacity()
+        alloc = 0
+        times: list[float] = []
+        allocs: list[int] = []
+        caps: list[int] = []
+        npend: list[int] = []
+        nrun: list[int] = []
+        frag_t: list[float] = []
+        frag: list[float] = []
+        qusage: dict[str, float] = {}
+        violations: list[str] = []
+        preemptions = cycles = 0
+        now = 0.0
+        done_arrivals = 0
+        dirty = True  # something freed capacity, or the last cycle changed the running set
+        interval = sc.schedule_interval
+        stale = False  # something changed since the last cycle
+        tick_at = -1.0  # when the next scheduling tick is due (with a schedule interval)
+
+        def usage_charge(name: str, t0: float, t1: float) -> None:
+            w = self.wl[name]
+            qusage[w.queue] = qusage.get(w.queue, 0.0) + w.gpu_milli / 1000.0 * (t1 - t0)
+
+        def release(name: str, t: float) -> Running | None:
+            nonlocal alloc
+            r = self.running.pop(name, None)
+            if r is None:
+                return None
+            eng.remove_running(name)
+            alloc -= r.admission.quota_vec()[0]
+            for p in r.admission.pods:
+                s = self.on_node.get(p.node)
+                if s is not None:
+                    s.discard(name)
+            rec = self.jobs[name]
+            assert rec.start is not None
+            usage_charge(name, rec.start, t)
+            return r
+
+        def fault(name: str, t: float, why: str) -> None:
+            rec = self.jobs[name]
+            assert rec.start is not None
+            rec.lost_fault_gpu_s += self.wl[name].gpu_milli / 1000.0 * (t - rec.start)
+            release(name, t)
+            rec.faults += 1
+            rec.fault_at = t
+            rec.start = None
+            if rec.retries < f.max_retries:
+                rec.retries += 1
+                delay = f.backoff(rec.retries)
+                rec.status = "waiting"
+                events.append(Event(t, "retry-scheduled", name, f"{why}; retry {rec.retries} in {delay:g}s"))
+                push(t + delay, RETRY, name)
+            else:
+                rec.status = "failed"
+                rec.finish = t
+                events.append(Event(t, "job-failed", name, f"{why}; no retries left"))
+
+        while heap:
+            t = heap[0][0]
+            if t > horizon:
+                break
+            # the state during [now, t) is the state after the last cycle: sample it
+            while next_sample <= t and next_sample <= horizon:
+                if next_sample >= now:
+                    frag_t.append(next_sample)
+                    frag.append(self._fragmentation(eng))
+                next_sample += sample_every
+            now = t
+            changed = False
+            tick = interval <= 0
+            while heap and heap[0][0] == t:
+                _, kind, _, name, aux = heapq.heappop(heap)
+                if kind == FINISH:
+                    rec = self.jobs[name]
+                    if rec.status != "running" or rec.attempt != aux:
+                        continue
+                    release(name, t)
+                    rec.status, rec.finish = "completed", t
+                    changed = dirty = True
+                elif kind == JOB_FAULT:
+                    rec = self.jobs[name]
+                    if rec.status != "running" or rec.attempt != aux:
+                        continue
+                    events.append(Event(t, "job-fault", name, "abnormal exit"))
+                    fault(name, t, "abnormal exit")
+                    changed = dirty = True
+                elif kind == NODE_FAIL:
+                    if name in self.down:
+                        continue
+                    rep = (aux / 1000.0) if aux >= 0 else f.mtbf_repair_s
+                    events.append(Event(t, "node-failed", name, f"repair in {rep:g}s"))
+                    for jn in sorted(self.on_node.get(name, ())):
+                        events.append(Event(t, "job-evicted", jn, f"node {name} failed"))
+                        fault(jn, t, f"node {name} failed")
+                    self.down.add(name)
+                    eng = self._new_engine(t)
+                    cap = self._capacity()
+                    push(t + rep, NODE_REPAIR, name, aux)
+                    changed = dirty = True
+                elif kind == NODE_REPAIR:
+                    self.down.discard(name)
+                    events.append(Event(t, "node-repaired", name))
+                    eng = self._new_engine(t)
+                    cap = self._capacity()
+                    if aux < 0 and f.mtbf_s:
+                        push(t + node_rng[name].expovariate(1.0 / f.mtbf_s), NODE_FAIL, name, -1)
+                    changed = dirty = True
+                elif kind == TICK:
+                    tick, tick_at = True, -1.0
+                else:  # ARRIVAL or RETRY
+                    rec = self.jobs[name]
+                    if kind == ARRIVAL:
+                        done_arrivals += 1
+                    rec.status = "pending"
+                    pend.add(self.wl[name])
+                    changed = True
+            if self.progress is not None:
+                self.progress(done_arrivals)
+            stale = stale or changed
+            if interval > 0 and stale and not tick and tick_at < 0:
+                tick_at = math.ceil(t / interval) * interval
+                push(tick_at, TICK, "")
+            if not (stale and tick) or not len(pend):
+                self._record(times, allocs, caps, npend, nrun, t, alloc, cap, len(pend), len(self.running))
+                continue
+            stale = False
+            # one logical cycle; a one-head policy repeats at the same instant while it makes progress
+            while len(pend):
+                d, passed = self._decide(eng, pend, t, dirty)
+                dirty = bool(d.admitted or d.preempted)
+                cycles += 1
+                if self.check:
+                    before = self._snapshot(tuple(passed), t)
+                    after = apply_decisions(before, d, t)
+                    violations.extend(
+                        f"t={t:g} {self.policy.name}: {v}" for v in check_cycle(before, d, after)
+                    )
+                victims = d.victims()
+                for pe in d.preempted:
+                    preemptions += len(pe.victims)
+                    for vic in pe.victims:
+                        vrec = self.jobs[vic.workload]
+                        assert vrec.start is not None
+                        vrec.lost_gpu_s += self.wl[vic.workload].gpu_milli / 1000.0 * (t - vrec.start)
+                        events.append(Event(t, "preempted", vic.workload, f"{vic.rule} by {pe.preemptor}"))
+                for v in victims:
+                    rv = self.running.pop(v, None)
+                    if rv is None:
+                        continue
+                    alloc -= rv.admission.quota_vec()[0]
+                    for pp in rv.admission.pods:
+                        self.on_node.get(pp.node, set()).discard(v)
+                    rec = self.jobs[v]
+                    assert rec.start is not None
+                    usage_charge(v, rec.start, t)
+                    rec.preempted += 1
+                    rec.fault_at = t
+                    rec.start = None
+                    rec.status = "pending"
+                admitted = eng.apply(d, passed, t)
+                for v in victims:
+                    if self.jobs[v].status == "pending":
+                        pend.add(self.wl[v])
+                for ra in admitted:
+                    name = ra.name
+                    pend.remove(name)
+                    self.running[name] = ra
+                    alloc += ra.admission.quota_vec()[0]
+                    for pp in ra.admission.pods:
+                        self.on_node.setdefault(pp.node, set()).add(name)
+                    rec = self.jobs[name]
+                    rec.status = "running"
+                    rec.attempt += 1
+                    rec.start = t
+                    if rec.first_start is None:
+                        rec.first_start = t
+                    if rec.fault_at is not None:
+                        rec.recover_s.append(t - rec.fault_at)
+                        rec.fault_at = None
+                    end = t + rec.spec.duration
+                    if f.job_failures_per_s > 0:
+                        rng = random.Random(f"{sc.seed}/job/{rec.index}/{rec.attempt}")
+                        at = t + rng.expovariate(f.job_failures_per_s)
+                        if at < end:
+                            push(at, JOB_FAULT, name, rec.attempt)
+                            continue
+                    push(end, FINISH, name, rec.attempt)
+                if not (self.one_head and admitted):
+                    break
+            self._record(times, allocs, caps, npend, nrun, t, alloc, cap, len(pend), len(self.running))
+        end = now
+        if horizon < math.inf:
+            end = horizon
+        for name in list(self.running):
+            rec = self.jobs[name]
+            assert rec.start is not None
+            usage_charge(name, rec.start, end)
+        guarantees = self._guarantees()
+        return RunResult(
+            self.policy.name,
+            self.variant.name,
+            jobs,
+            times,
+            allocs,
+            caps,
+            npend,
+            nrun,
+            frag_t,
+            frag,
+            qusage,
+            guarantees,
+            sorted(events, key=lambda e: (e.time, e.kind, e.subject)),
+            preemptions,
+            cycles,
+            self.engine_calls,
+            violations,
+            end,
+        )
+
+    @staticmethod
+    def _record(
+        times: list[float],
+        allocs: list[int],
+        caps: list[int],
+        npend: list[int],
+        nrun: list[int],
+        t: float,
+        alloc: int,
+        cap: int,
+        pending: int,
+        running: int,
+    ) -> None:
+        if times and times[-1] == t:
+            allocs[-1], caps[-1], npend[-1], nrun[-1] = alloc, cap, pending, running
+            return
+        times.append(t)
+        allocs.append(alloc)
+        caps.append(cap)
+        npend.append(pending)
+        nrun.append(running)
+
+    def _capacity(self) -> int:
+        return sum(n.gpu_count * 1000 for n in self.nodes if n.name not in self.down)
+
+    def _guarantees(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        parents = {q.parent for q in self.queues if q.parent}
+        for q in self.queues:
+            if q.name in parents:
+                continue
+            out[q.name] = sum(pq.guarantee[0] for pq in q.quotas if pq.guarantee[0] < 1 << 60)
+        return out
+
+    def _fragmentation(self, eng: Engine) -> float:
+        """Share of free GPU capacity on nodes that are not wholly free (cannot host a whole-node job)."""
+        st = eng.cluster
+        free_all = frag = 0
+        for i, n in enumerate(st.nodes):
+            if not n.schedulable or n.gpu_count == 0:
+                continue
+            free = sum(st.dev_milli[i])
+            free_all += free
+            if st.free_whole[i] < n.gpu_count:
+                frag += free
+        return frag / free_all if free_all else 0.0
+
+    def _decide(
+        self, eng: Engine, pend: _Pending, now: float, dirty: bool
+    ) -> tuple[Decisions, list[Workload]]:
+        """One engine cycle over windows of the pending set, enlarged until provably exact."""
+        touched, touched_q, new = pend.touched, pend.touched_queues, pend.new
+        pend.touched, pend.touched_queues, pend.new = set(), set(), set()
+        if self.full_pending:
+            everything = list(pend.w.values())
+            self.engine_calls += 1
+            return eng.cycle(everything, now), everything
+        full_classes: set[tuple[object, ...]] = set()
+        extra: set[str] = set()
+        if not dirty:
+            # unchanged state: newcomers (they may backfill) and the last holders, besides windows
+            # (a StrictFIFO or one-head queue is given as a window or not at all)
+            extra = {
+                n
+                for n in new
+                if n in pend.w and not self.one_head and pend.w[n].queue not in self.head_queues
+            }
+            extra.update(n for n in self.holders if n in pend.w)
+        k_class = self.k_hint
+        k_queue = self.kq_hint
+        passed: list[Workload] = []
+        while True:
+            passed = []
+            seen: set[str] = set()
+            q_trunc: dict[str, list[str]] = {}
+            c_trunc: dict[tuple[object, ...], list[str]] = {}
+            for q, classes in pend.by_queue.items():
+                if not classes:
+                    continue
+                if q in self.head_queues or self.one_head:
+                    if not dirty and q not in touched_q:
+                        continue
+                    k = k_queue.get(q, 8)
+                    lists = [pend.by_class[c][:k] for c in classes]
+                    got = heapq.nsmallest(k, (x for lst in lists for x in lst))
+                    names = [n for _, n in got]
+                    if pend.count[q] > len(names):
+                        q_trunc[q] = names
+                    seen.update(names)
+                    passed.extend(pend.w[n] for n in names)
+                else:
+                    for c in classes:
+                        if not dirty and c not in touched:
+                            continue
+                        lst = pend.by_class[c]
+                        k = len(lst) if c in full_classes else k_class.get(c, 1)
+                        names = [n for _, n in lst[:k]]
+                        if len(lst) > k:
+                            c_trunc[c] = names
+                        seen.update(names)
+                        passed.extend(pend.w[n] for n in names)
+            passed.extend(pend.w[n] for n in sorted(extra - seen))
+            if not passed:
+                return Decisions(), passed
+            d = eng.cycle(passed, now)
+            self.engine_calls += 1
+            held = getattr(eng.placer, "reserved", None) or {}
+            if not q_trunc and not c_trunc:
+                break
+            outcome: dict[str, object] = {p.workload: p.code for p in d.pending}
+            for a in d.admitted:
+                outcome[a.workload] = "admitted"
+            ok = True
+            if d.preempted and not dirty:
+                dirty, ok = True, False  # a preemption freed capacity mid-cycle: give every class
+            for q, names in q_trunc.items():
+                if q in self.head_queues:
+                    good = any(outcome.get(n) != "admitted" for n in names)
+                else:
+                    good = any(outcome.get(n) == PendingCode.SKIPPED for n in names)
+                if not good:
+                    ok = False
+                    k_queue[q] = k_queue.get(q, 8) * 2
+            tries: dict[str, int] | None = getattr(eng, "tries", None)
+            if d.preempted and c_trunc and tries is None:
+                full_classes.update(c_trunc)
+                ok = False
+            else:
+                # a witness must have failed after the cycle's last preemption (capacity only
+                # shrinks from then on); without preemptions every failure qualifies
+                npre = len(d.preempted)
+                failed = {n for n, k in (tries or {}).items() if k == npre} if d.preempted else None
+                # backfill: a member that may use held nodes needs a failed witness that could too
+                bf_any = max((h[1] for h in held.values()), default=-math.inf) - now
+                bf_all = min((h[1] for h in held.values()), default=math.inf) - now
+                for c, names in c_trunc.items():
+                    if not any(
+                        outcome.get(n) in FAILED_CODES and (failed is None or n in failed) for n in names
+                    ):
+                        ok = False
+                        k_class[c] = k_class.get(c, 1) * 2
+                        continue
+                    if not held or not pend.eligible(c, bf_any, set(names) | extra, 1):
+                        continue
+                    if any(
+                        outcome.get(n) in FAILED_CODES
+                        and (failed is None or n in failed)
+                        and _dur(pend.w[n]) <= bf_all
+                        for n in list(names) + [x for x in extra if pend.cls_of.get(x) == c]
+                    ):
+                        continue
+                    more = pend.eligible(c, bf_all, set(names) | extra, 2)
+                    if not more:  # nothing can witness for every hold: give the class whole
+                        full_classes.add(c)
+                    extra.update(more)
+                    ok = False
+            if ok:
+                adm: dict[tuple[object, ...], int] = {}
+                for a in d.admitted:
+                    c = pend.cls_of[a.workload]
+                    adm[c] = adm.get(c, 0) + 1
+                for c in c_trunc:
+                    k_class[c] = min(64, adm.get(c, 0) + 1)
+                for q, names in q_trunc.items():
+                    k_queue[q] = max(8, min(1024, 2 * sum(outcome.get(n) == "admitted" for n in names)))
+                break
+        self.holders = {h[2] for h in held.values()}
+        return d, passed
+
+
+def simulate(
+    scenario: Scenario,
+    policy: str,
+    variant: Variant | None = None,
+    check_invariants: bool | None = None,
+    full_pending: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Run one policy on one variant (the baseline by default)."""
+    v = variant or scenario.variants[0]
+    chk = scenario.check_invariants if check_invariants is None else check_invariants
+    return Simulation(scenario, Policy.named(policy), v, chk, full_pending, progress).run()
