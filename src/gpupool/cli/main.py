@@ -190,6 +190,37 @@ def bench_engine(
         console.print(format_result(res))
 
 
+@bench_app.command("fragmentation")
+def bench_fragmentation(
+    nodes: Path = typer.Option(
+        ..., "--nodes", help="openb node list CSV (sn,cpu_milli,memory_mib,gpu,model)"
+    ),
+    pods: Path = typer.Option(..., "--pods", help="openb pod list CSV"),
+    policy: list[str] = typer.Option(None, "--policy", help="policies to run (default: all)"),
+    seeds: int = typer.Option(10, "--seeds", min=1),
+    output: Output = typer.Option(Output.table, "-o", "--output"),
+) -> None:
+    """The FGD paper's experiment: GPU allocation ratio when arrived requests reach 100% of capacity."""
+    from gpupool.fragbench import POLICIES, FragbenchError, format_table, run_fragmentation
+
+    for f in (nodes, pods):
+        if not f.is_file():
+            fail(f"{f}: no such file")
+    unknown = [p for p in policy or [] if p not in POLICIES]
+    if unknown:
+        fail(f"--policy: unknown {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    say = None if output is Output.json else (lambda m: err_console.print(m, highlight=False))
+    try:
+        res = run_fragmentation(nodes, pods, list(policy) if policy else None, seeds, progress=say)
+    except FragbenchError as exc:
+        fail(str(exc))
+        raise AssertionError from exc
+    if output is Output.json:
+        sys.stdout.write(json.dumps(res) + "\n")
+    else:
+        console.print(format_table(res))
+
+
 # Command groups that live in their own modules register themselves here. A module that is not
 # present is skipped; an error inside one that is present is not hidden.
 COMMAND_MODULES = ("gpupool.cli.sim", "gpupool.cli.server", "gpupool.cli.client")
