@@ -72,6 +72,23 @@ def test_explain_cancel_and_queue_position(api: Api) -> None:
     assert api.get("/v1/workloads/big-2/explain")["position"] == 1
 
 
+def test_pending_reason_is_shown_in_get_and_list(api: Api) -> None:
+    big = {"podGroups": [{"replicas": 5, "resources": {"nvidia.com/gpu": 8, "cpu": 8, "memory": "64Gi"}}]}
+    for i in range(3):
+        assert api.req("POST", "/v1/workloads", json=wl(f"big-{i}", **big)).status_code == 201
+
+    def reason() -> str:
+        w = api.get("/v1/workloads/big-2")
+        return str(w["reason"]) if w["phase"] == "Pending" else ""
+
+    got = wait_for(reason, what="a stored pending reason")
+    code, _, why = got.partition(": ")
+    ex = api.get("/v1/workloads/big-2/explain")
+    assert code == ex["code"] and why == ex["reason"]
+    listed = {w["name"]: w["reason"] for w in api.get("/v1/workloads", params={"phase": "Pending"})["items"]}
+    assert listed["big-2"] == got and listed["big-1"]
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -185,3 +185,87 @@ def test_recovery_stops_preempted_and_cancelled(tmp_path: Path, db_url: str) -> 
         assert store2.get_workload("p1").phase == "Running" and be2.starts["p1"] == 2
     finally:
         store2.close()
+
+
+BIG = {"podGroups": [{"replicas": 5, "resources": {"nvidia.com/gpu": 8, "cpu": 8, "memory": "64Gi"}}]}
+
+
+def test_pending_reasons_are_stored_when_they_change_and_survive_a_restart(
+    tmp_path: Path, db_url: str
+) -> None:
+    """The engine's reason is written only when its text changes, and explain has it after a restart."""
+    store, ctl, _ = _controller(db_url, tmp_path)
+    writes: list[dict[str, str]] = []
+    real = store.set_pending_reasons
+
+    def spy(reasons: Any) -> int:
+        writes.append(dict(reasons))
+        return real(reasons)
+
+    store.set_pending_reasons = spy  # type: ignore[method-assign]
+    try:
+        ctl.recover()
+        for i in range(3):
+            _submit(store, ctl, f"big-{i}", **BIG)
+        ctl.cycle()
+        assert store.get_workload("big-0").phase == "Running"
+        assert len(writes) == 1 and set(writes[0]) == {"big-1", "big-2"}  # one batch per cycle
+        stored = store.get_workload("big-2").reason
+        assert stored.split(": ")[0] in ("QuotaExceeded", "InsufficientCapacity"), stored
+        for _ in range(3):
+            ctl.cycle()
+        assert len(writes) == 1  # same texts: nothing written again
+        before = ctl.explain(store.get_workload("big-2"))
+        assert before["code"] != "NotConsidered"
+    finally:
+        ctl.stop()
+        store.close()
+
+    store2, ctl2, _ = _controller(db_url, tmp_path)
+    try:
+        ctl2.recover()  # no cycle yet: the stored reason is all it knows
+        after = ctl2.explain(store2.get_workload("big-2"))
+        assert (after["code"], after["reason"]) == (before["code"], before["reason"])
+        writes2: list[dict[str, str]] = []
+        real2 = store2.set_pending_reasons
+
+        def spy2(reasons: Any) -> int:
+            writes2.append(dict(reasons))
+            return real2(reasons)
+
+        store2.set_pending_reasons = spy2  # type: ignore[method-assign]
+        ctl2.cycle()
+        assert writes2 == []  # recovered texts are known: a restart rewrites nothing
+        # cancelled or admitted workloads keep their own reason
+        ctl2.cancel("big-2", "alice")
+        assert store2.set_pending_reasons({"big-2": "QuotaExceeded: stale"}) == 0
+        assert store2.get_workload("big-2").reason == "cancelled by alice"
+    finally:
+        ctl2.stop()
+        store2.close()
+
+
+def test_cancel_before_the_first_cycle_and_cancel_many(tmp_path: Path, db_url: str) -> None:
+    """A workload cancelled between its commit and the next cycle is never scheduled; bulk cancel."""
+    store, ctl, be = _controller(db_url, tmp_path)
+    try:
+        ctl.recover()
+        _submit(store, ctl, "early")  # handed to the controller, not yet in a cycle
+        ctl.cancel("early", "alice")
+        stats = ctl.cycle()  # used to try to admit it, failing the whole cycle
+        assert stats.admitted == 0 and store.get_workload("early").phase == "Cancelled"
+        for i in range(4):
+            _submit(store, ctl, f"bulk-{i}", duration="1h")
+        ctl.cycle()
+        assert store.get_workload("bulk-0").phase == "Running"
+        _submit(store, ctl, "bulk-9")  # not yet in a cycle either
+        names = [f"bulk-{i}" for i in (0, 1, 2, 3, 9)] + ["early", "ghost"]
+        assert ctl.cancel_many(names, "bench", chunk=2) == 5  # finished and unknown are skipped
+        ctl.cycle()
+        assert {w.phase for w in store.list_workloads() if w.name != "early"} == {"Cancelled"}
+        assert not ctl.pending and not ctl.engine.running and not be.runs()
+        acts = [r.action for r in store.audit_records()]
+        assert acts.count("workload.cancel") == 6 and store.verify_audit().ok
+    finally:
+        ctl.stop()
+        store.close()

@@ -27,6 +27,7 @@ from gpupool.store import (
     Store,
     StoreError,
     ValidationFailed,
+    check_submission,
 )
 from gpupool.store.schema import Base
 from tests import pg
@@ -243,6 +244,97 @@ def test_submit_is_idempotent_by_name(store: Store) -> None:
         store.submit_workload(workload(), owner="mallory")
     assert "owner" in ei.value.problem
     assert len(store.list_workloads()) == 1
+
+
+def test_submit_workloads_is_one_transaction_with_per_item_results(store: Store, clock: FakeClock) -> None:
+    store.submit_workload(workload("old"), owner="alice", audit=AuditEntry("alice", "workload.submit"))
+    clock.advance(5)
+
+    def sub(name: str, owner: str = "alice", **spec: Any) -> Any:
+        return check_submission(
+            workload(name, **spec),
+            owner=owner,
+            audit=AuditEntry(owner, "workload.submit", detail={"n": name}),
+        )
+
+    batch = [
+        sub("a"),
+        sub("old"),  # resubmit of a stored workload: unchanged, not audited again
+        sub("old", replicas=9),  # a different manifest under a stored name: Conflict, alone
+        sub("b", owner="bob"),
+        sub("a"),  # the same name twice in one batch: a resubmit of the first
+        sub("b", owner="mallory"),  # ... by another owner: Conflict
+    ]
+    res = store.submit_workloads(batch)
+    assert len(res) == len(batch)
+    a, old, bad, b, a2, b2 = res
+    assert (
+        isinstance(a, tuple) and a[1] and a[0].name == "a" and a[0].submitted_at == T0 + timedelta(seconds=5)
+    )
+    assert isinstance(b, tuple) and b[1] and b[0].owner == "bob" and b[0].seq > a[0].seq
+    assert isinstance(old, tuple) and not old[1] and old[0] == store.get_workload("old")
+    assert a2 == (a[0], False)
+    assert isinstance(bad, Conflict) and "different manifest" in bad.problem
+    assert isinstance(b2, Conflict) and "another owner" in b2.problem
+    assert [w.name for w in store.list_workloads()] == ["old", "a", "b"]
+    assert store.get_workload("a") == a[0] and store.get_workload("b") == b[0]
+    assert [e.reason for e in store.list_events("a")] == ["Submitted"]
+    # one audit record per created workload, chained, under one anchor update
+    assert [(r.action, r.name, r.detail) for r in store.audit_records()] == [
+        ("workload.submit", "old", {}),
+        ("workload.submit", "a", {"n": "a"}),
+        ("workload.submit", "b", {"n": "b"}),
+    ]
+    assert store.verify_audit().ok and store.audit_head()[0] == 3
+    assert store.submit_workloads([]) == []
+
+
+def test_submit_workloads_large_batch(store: Store) -> None:
+    """More rows than one statement takes on PostgreSQL (bind-parameter limit): still one batch."""
+    subs = [
+        check_submission(workload(f"w{i}"), owner="alice", audit=AuditEntry("alice", "workload.submit"))
+        for i in range(2100)
+    ]
+    res = store.submit_workloads(subs)
+    assert all(isinstance(r, tuple) and r[1] for r in res)
+    seqs = [r[0].seq for r in res if isinstance(r, tuple)]
+    assert len(set(seqs)) == 2100
+    assert len(store.list_workloads()) == 2100 and len(store.list_events()) == 2100
+    assert store.audit_head()[0] == 2100 and store.verify_audit().ok
+
+
+def test_submit_workloads_writes_nothing_when_the_batch_fails(store: Store) -> None:
+    """All or nothing: an audit entry the chain refuses fails the whole batch, rows included."""
+    good = check_submission(workload("a"), owner="alice", audit=AuditEntry("alice", "workload.submit"))
+    bad = check_submission(workload("b"), owner="alice", audit=AuditEntry("", "workload.submit"))
+    with pytest.raises(ValidationFailed):
+        store.submit_workloads([good, bad])
+    assert store.list_workloads() == [] and store.list_events() == [] and store.audit_head()[0] == 0
+
+
+def test_submit_workloads_concurrent_batches_with_overlapping_names(url: str) -> None:
+    """Two stores (as two processes) submit overlapping batches: each name is created once."""
+    s1, s2 = Store.open(url), Store.open(url)
+    try:
+        names = [f"w{i}" for i in range(40)]
+        results: list[Any] = []
+
+        def work(i: int) -> None:
+            st = s1 if i % 2 else s2
+            subs = [
+                check_submission(workload(n), owner="alice", audit=AuditEntry("alice", "workload.submit"))
+                for n in (names if i % 2 else names[::-1])
+            ]
+            results.append(st.submit_workloads(subs))
+
+        assert _run_threads(4, work) == []
+        created = [r[0].name for batch in results for r in batch if isinstance(r, tuple) and r[1]]
+        assert sorted(created) == sorted(names)
+        assert all(isinstance(r, tuple) for batch in results for r in batch)
+        assert len(s1.list_workloads()) == 40 and s1.verify_audit().ok and s1.audit_head()[0] == 40
+    finally:
+        s1.close()
+        s2.close()
 
 
 def test_submit_validation(store: Store) -> None:

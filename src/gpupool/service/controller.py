@@ -34,6 +34,7 @@ from gpupool.model import (
     Node,
     PoolQuota,
     Queue,
+    ResourcePool,
     Running,
     Snapshot,
     Workload,
@@ -54,6 +55,7 @@ log = logging.getLogger("gpupool.controller")
 SCHEDULER = "scheduler"
 ACTIVE = ("Admitted", "Running")
 EXCEPTION_EVENT = "ExceptionGranted"
+PENDING_CODES = frozenset(str(c) for c in PendingCode)
 DEFAULT_EXCEPTION_S = 3600.0
 
 
@@ -127,9 +129,15 @@ class Controller:
         self.engine = Engine(Snapshot((), (), ()))
         self.parents: dict[str, str | None] = {}
         self.children: dict[str, list[str]] = {}
+        #: per-configuration lookups for the submit path (rebuilt in ``_install``)
+        self.pools_by_name: dict[str, ResourcePool] = {}
+        self.queues_by_name: dict[str, Queue] = {}
+        self._limit_cache: dict[tuple[str, str], int] = {}
         self.pending: dict[str, _Queued] = {}
         #: the engine's latest reason for every pending workload (what ``explain`` shows)
         self.reasons: dict[str, Pending] = {}
+        #: the reason text last stored for each pending workload (written only when it changes)
+        self._stored_reasons: dict[str, str] = {}
         #: approved exceptions: workload -> end of its window (epoch seconds)
         self.exceptions: dict[str, float] = {}
         self.ready = False
@@ -218,6 +226,9 @@ class Controller:
             if q.parent in self.children:
                 self.children[q.parent].append(q.name)
         self.engine = Engine(self._snapshot(bundle, running))
+        self.pools_by_name = {p.name: p for p in bundle.pools}
+        self.queues_by_name = {q.name: q for q in bundle.queues}
+        self._limit_cache = {}
         self.backend.set_nodes(bundle.nodes)
 
     def _snapshot(
@@ -254,10 +265,18 @@ class Controller:
         return queue in self.children and not self.children[queue]
 
     def queue_limit_gpu_milli(self, queue: str, pool: str) -> int:
-        """The most GPU (milli) a workload in ``queue`` can ever get in ``pool`` under its quotas."""
+        """The most GPU (milli) a workload in ``queue`` can ever get in ``pool`` under its quotas.
+
+        Cached until the next ``_install``: the limits change only with the configuration, and
+        every submit asks."""
+        hit = self._limit_cache.get((queue, pool))
+        if hit is not None:
+            return hit
         q = self.engine.quota
         lims = [q.limit[(n, pool)][0] for n in q.path.get(queue, ()) if (n, pool) in q.limit]
-        return min(lims) if lims else 0
+        out = min(lims) if lims else 0
+        self._limit_cache[(queue, pool)] = out
+        return out
 
     # ------------------------------------------------------------------ recovery
     def recover(self) -> None:
@@ -391,9 +410,48 @@ class Controller:
             self.engine.remove_running(name)
             self.pending.pop(name, None)
             self.reasons.pop(name, None)
+            self._stored_reasons.pop(name, None)
             self.exceptions.pop(name, None)
             self._wake.set()
             return rec
+
+    def cancel_many(self, names: Sequence[str], actor: str, chunk: int = 500) -> int:
+        """Cancel many workloads, one transaction per chunk (each audited); returns how many.
+
+        Why: cancelling a large set one request at a time costs a transaction each; the write-
+        ahead order is the same as ``cancel`` (Cancelled committed, then the backend stopped).
+        Finished or unknown names are skipped.
+        """
+        done = 0
+        with self.lock:
+            for i in range(0, len(names), chunk):
+                live = [
+                    w
+                    for w in self.store.list_workloads(names=names[i : i + chunk])
+                    if w.phase not in TERMINAL_PHASES
+                ]
+                if not live:
+                    continue
+                self.store.apply_transitions(
+                    [PhaseChange(w.name, "Cancelled", f"cancelled by {actor}") for w in live],
+                    audit=[
+                        AuditEntry(actor, "workload.cancel", "Workload", w.name, {"from": w.phase})
+                        for w in live
+                    ],
+                    at=_dt(self.clock()),
+                )
+                active = [w.name for w in live if w.phase in (*ACTIVE, "Preempted")]
+                if active:
+                    self.backend.stop(active)
+                for w in live:
+                    self.engine.remove_running(w.name)
+                    self.pending.pop(w.name, None)
+                    self.reasons.pop(w.name, None)
+                    self._stored_reasons.pop(w.name, None)
+                    self.exceptions.pop(w.name, None)
+                done += len(live)
+            self._wake.set()
+        return done
 
     def grant_exception(self, name: str, until: float) -> None:
         with self.lock:
@@ -406,27 +464,70 @@ class Controller:
 
     # ------------------------------------------------------------------ the cycle
     def _sync_pending(self, now: float) -> None:
+        drained: list[_Queued] = []
         while self._inbox:
             q = self._inbox.popleft()
-            self.pending.setdefault(q.name, q)
+            if q.name not in self.pending:
+                drained.append(q)
+        if drained:
+            # only what is still Pending: a workload cancelled between its commit and this cycle
+            # must not be scheduled (admitting it would fail the whole cycle's transaction)
+            still = self.store.pending_reasons(names=[q.name for q in drained])
+            for q in drained:
+                if q.name in still:
+                    self.pending[q.name] = q
+                    self._stored_reasons[q.name] = still[q.name]
         if not self._resync and now - self._last_resync < self.resync_s:
             return
         self._resync = False
         self._last_resync = now
+        # names and stored reasons only: with a large backlog, reloading every pending manifest
+        # each resync cost more than a scheduling cycle; only workloads not yet held are loaded
+        stored = self.store.pending_reasons()
         fresh: dict[str, _Queued] = {}
-        for w in self.store.list_workloads(phases=["Pending"]):
-            old = self.pending.get(w.name)
-            if old is not None:
-                fresh[w.name] = old
-                continue
+        unknown = [n for n in stored if n not in self.pending]
+        if len(unknown) > 500:  # e.g. at start-up: one scan beats a huge IN list
+            loaded = [w for w in self.store.list_workloads(phases=["Pending"]) if w.name not in self.pending]
+        else:
+            loaded = self.store.list_workloads(names=unknown, phases=["Pending"]) if unknown else []
+        for w in loaded:
             model = workload_model(w.manifest, self.bundle.priority_classes, float(w.seq), strict=False)
             fresh[w.name] = _Queued(
                 w.name, w.seq, w.queue, w.owner, w.submitted_at.timestamp(), model, is_exception(w.manifest)
             )
-        self.pending = fresh
+        for n in stored:
+            old = self.pending.get(n)
+            if old is not None:
+                fresh[n] = old
+        self.pending = dict(sorted(fresh.items(), key=lambda kv: kv[1].seq))
+        self._stored_reasons = {n: r for n, r in stored.items() if n in self.pending}
         for n in list(self.reasons):
             if n not in fresh:
                 del self.reasons[n]
+
+    def _store_reasons(self) -> None:
+        """Persist the reasons whose text changed this cycle, in one transaction.
+
+        Why: ``get``/``list`` read the store, and a restart must not forget why work waits; but
+        the engine re-derives every reason each cycle, so only changed texts are written. The
+        text is ``<code>: <reason>`` so ``explain`` can recover the code after a restart.
+        """
+        changed: dict[str, str] = {}
+        for name in self.pending:
+            p = self.reasons.get(name)
+            if p is None:
+                continue
+            text = f"{p.code}: {p.reason}"
+            if self._stored_reasons.get(name) != text:
+                changed[name] = text
+        if not changed:
+            return
+        try:
+            self.store.set_pending_reasons(changed)
+        except Exception:  # advisory status: never fail a cycle for it; retried next cycle
+            log.warning("could not store %d pending reasons", len(changed), exc_info=True)
+            return
+        self._stored_reasons.update(changed)
 
     def cycle(self) -> CycleStats:
         """One pass: record finished runs, expire what is due, admit/preempt, apply durably."""
@@ -453,6 +554,7 @@ class Controller:
                         self.reasons[q.name] = Pending(
                             q.name, q.queue, PendingCode.SKIPPED, "waiting for approval of its exception"
                         )
+            self._store_reasons()
             stats.pending = len(self.pending)
             self.cycles += 1
             self.last_cycle_at = now
@@ -548,6 +650,7 @@ class Controller:
         for a in d.admitted:
             q = self.pending.pop(a.workload, None)
             self.reasons.pop(a.workload, None)
+            self._stored_reasons.pop(a.workload, None)
             if q is not None:
                 self.hooks.on_admit(q.queue, max(0.0, now - q.submitted_at))
             admitted_recs.append((a.workload, by_name[a.workload], placements[a.workload]))
@@ -567,6 +670,7 @@ class Controller:
                     r.workload,
                     is_exception(rec.manifest),
                 )
+                self._stored_reasons[name] = rec.reason
 
     def _start_in_backend(self, recs: Sequence[WorkloadRecord], now: float) -> None:
         specs = [
@@ -696,7 +800,10 @@ class Controller:
             out["queueLength"] = len(names)
             out["ahead"] = names[: (out["position"] or 1) - 1][:20]
             p = self.reasons.get(rec.name)
-            if p is None:
+            code, _, why = rec.reason.partition(": ")
+            if p is None and code in PENDING_CODES and why:
+                out["code"], out["reason"] = code, why  # stored by an earlier cycle (or run)
+            elif p is None:
                 out["code"] = "NotConsidered"
                 out["reason"] = "not yet considered by the scheduler (it runs within a second)"
             else:
@@ -751,10 +858,11 @@ def needs_approval(model: Workload, manifest: Mapping[str, Any], bundle: Bundle,
     """A pool or queue on the workload's path requires approval, or it asks for an exception."""
     if is_exception(manifest):
         return True
-    pools = {p.name: p for p in bundle.pools}
+    current = bundle is ctl.bundle and ctl.pools_by_name  # the controller's cached lookups
+    pools = ctl.pools_by_name if current else {p.name: p for p in bundle.pools}
     if model.pool is not None and model.pool in pools and pools[model.pool].requires_approval:
         return True
-    queues = {q.name: q for q in bundle.queues}
+    queues = ctl.queues_by_name if current else {q.name: q for q in bundle.queues}
     if any(queues[n].requires_approval for n in ctl.queue_path(model.queue) if n in queues):
         return True
     if model.pool is None:

@@ -15,6 +15,7 @@ from gpupool.store.records import (
     PhaseChange,
     TokenRecord,
     WorkloadRecord,
+    WorkloadSubmission,
 )
 from gpupool.store.store import (
     ALLOWED_TRANSITIONS,
@@ -22,6 +23,7 @@ from gpupool.store.store import (
     OBJECT_KINDS,
     TERMINAL_PHASES,
     Store,
+    check_submission,
     run_migrations,
 )
 
@@ -43,5 +45,7 @@ __all__ = [
     "TokenRecord",
     "ValidationFailed",
     "WorkloadRecord",
+    "WorkloadSubmission",
+    "check_submission",
     "run_migrations",
 ]

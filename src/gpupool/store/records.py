@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gpupool.audit import AuditEntry
+
 API_VERSION = "gpupool.io/v1alpha1"
 
 
@@ -102,6 +104,23 @@ class ApprovalRecord:
     requested_at: datetime
     decided_at: datetime | None
     expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSubmission:
+    """One validated submission for :meth:`Store.submit_workloads`.
+
+    Build it with :func:`gpupool.store.check_submission`, which validates the manifest and
+    detaches it from the caller's objects, so a batch can be written without re-checking.
+    """
+
+    manifest: Mapping[str, Any]
+    name: str
+    queue: str
+    priority_class: str | None
+    owner: str
+    phase: str
+    audit: AuditEntry | None = None
 
 
 class _Keep:

@@ -9,6 +9,7 @@ Manifests are stored as JSON so this layer does not depend on the engine.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -21,15 +22,17 @@ from typing import Any, Literal, TextIO
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from gpupool import audit as auditlog
 from gpupool.audit import AuditEntry, AuditRecord, VerifyResult
 from gpupool.auth import Principal, Role, generate_token, hash_token, token_matches
-from gpupool.store.errors import Conflict, NotFound, ValidationFailed
+from gpupool.store.errors import Conflict, NotFound, StoreError, ValidationFailed
 from gpupool.store.records import (
     API_VERSION,
     KEEP,
@@ -40,6 +43,7 @@ from gpupool.store.records import (
     PhaseChange,
     TokenRecord,
     WorkloadRecord,
+    WorkloadSubmission,
     _Keep,
 )
 from gpupool.store.schema import (
@@ -109,8 +113,10 @@ def _check_str_map(value: Any, field: str) -> dict[str, str]:
     return dict(value)
 
 
-def _check_manifest(manifest: Any, kinds: Collection[str]) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
-    """Validate the envelope; returns (kind, name, metadata, spec)."""
+def _check_manifest(
+    manifest: Any, kinds: Collection[str], *, copy: bool = True
+) -> tuple[str, str, dict[str, Any], dict[str, Any]]:
+    """Validate the envelope; returns (kind, name, metadata, spec); ``copy=False`` when already detached."""
     if not isinstance(manifest, Mapping):
         raise ValidationFailed("manifest", "must be a mapping")
     if manifest.get("apiVersion") != API_VERSION:
@@ -125,7 +131,7 @@ def _check_manifest(manifest: Any, kinds: Collection[str]) -> tuple[str, str, di
     spec = manifest.get("spec", {})
     if not isinstance(spec, Mapping):
         raise ValidationFailed("spec", "must be a mapping")
-    return str(kind), name, dict(meta), _json_copy(dict(spec), "spec")
+    return str(kind), name, dict(meta), _json_copy(dict(spec), "spec") if copy else dict(spec)
 
 
 def _create_engine(url: str, echo: bool) -> Engine:
@@ -243,6 +249,252 @@ def _check_version(field_owner: str, current: int, expected: int | None) -> None
         )
 
 
+def _table(cls: Any) -> sa.Table:
+    t: sa.Table = cls.__table__
+    return t
+
+
+_WT, _ET, _AT, _ANCHOR = _table(WorkloadRow), _table(EventRow), _table(AuditRow), _table(AuditAnchorRow)
+
+
+def _insert_ignore(dialect: str, table: sa.Table) -> Any:
+    """``INSERT .. ON CONFLICT DO NOTHING`` for the dialect (both support it with RETURNING)."""
+    if dialect == "postgresql":
+        return pg_insert(table).on_conflict_do_nothing(index_elements=["name"])
+    return sqlite_insert(table).on_conflict_do_nothing(index_elements=["name"])
+
+
+def check_submission(
+    manifest: Any, *, owner: str, phase: str = "Pending", audit: AuditEntry | None = None
+) -> WorkloadSubmission:
+    """Validate a Workload submission and detach it (one JSON round trip); raises ValidationFailed.
+
+    Why separate from writing: the API validates on the request path and hands the result to
+    the group-commit writer, which then needs no check of its own.
+    """
+    if not isinstance(manifest, Mapping):
+        raise ValidationFailed("manifest", "must be a mapping")
+    stored = _json_copy({k: v for k, v in manifest.items() if k != "status"}, "manifest")
+    _kind, name, _meta, spec = _check_manifest(stored, ("Workload",), copy=False)
+    queue = spec.get("queue")
+    if not isinstance(queue, str) or not queue:
+        raise ValidationFailed("spec.queue", "required, must be a non-empty string")
+    _check_name(queue, "spec.queue")
+    pc = spec.get("priorityClass")
+    if pc is not None and (not isinstance(pc, str) or not pc or len(pc) > 253):
+        raise ValidationFailed(
+            "spec.priorityClass", "must be a non-empty string (at most 253 chars) when given"
+        )
+    if not isinstance(owner, str) or not owner or len(owner) > 253:
+        raise ValidationFailed("owner", "required, must be a non-empty string (at most 253 chars)")
+    if phase not in ("Pending", "AwaitingApproval"):
+        raise ValidationFailed("phase", "initial phase must be Pending or AwaitingApproval")
+    return WorkloadSubmission(stored, name, queue, pc, owner, phase, audit)
+
+
+def _same(sub: WorkloadSubmission, owner: str, manifest: Mapping[str, Any]) -> Conflict | None:
+    """None when ``sub`` resubmits what is stored, else the Conflict that says what differs."""
+    if owner != sub.owner:
+        return Conflict("metadata.name", f"workload {sub.name!r} already exists (submitted by another owner)")
+    if manifest is not sub.manifest and _canonical(manifest) != _canonical(sub.manifest):
+        return Conflict("metadata.name", f"workload {sub.name!r} already exists with a different manifest")
+    return None
+
+
+def _new_record(sub: WorkloadSubmission, seq: int, now: datetime) -> WorkloadRecord:
+    return WorkloadRecord(
+        seq=seq,
+        name=sub.name,
+        queue=sub.queue,
+        priority_class=sub.priority_class,
+        owner=sub.owner,
+        manifest=sub.manifest,
+        phase=sub.phase,
+        placement=None,
+        reason="",
+        submitted_at=now,
+        admitted_at=None,
+        finished_at=None,
+        resource_version=1,
+    )
+
+
+def _row_record(row: Any) -> WorkloadRecord:
+    """A Core result row of the workloads table as a record."""
+    return WorkloadRecord(
+        seq=row.seq,
+        name=row.name,
+        queue=row.queue,
+        priority_class=row.priority_class,
+        owner=row.owner,
+        manifest=row.manifest,
+        phase=row.phase,
+        placement=row.placement,
+        reason=row.reason,
+        submitted_at=row.submitted_at,
+        admitted_at=row.admitted_at,
+        finished_at=row.finished_at,
+        resource_version=row.resource_version,
+    )
+
+
+def _chain_rows(
+    entries: Sequence[AuditEntry], now: datetime, count: int, head: str
+) -> tuple[list[dict[str, Any]], int, str]:
+    """Audit rows chained after (count, head) from the locked anchor; returns (rows, count, head)."""
+    rows = []
+    for entry in entries:
+        try:
+            rec = auditlog.chain(entry, seq=count + 1, at=now, prev_hash=head)
+        except ValueError as exc:
+            raise ValidationFailed("audit", str(exc)) from exc
+        count, head = rec.seq, rec.hash
+        rows.append(
+            {
+                "seq": rec.seq,
+                "at": rec.at,
+                "actor": rec.actor,
+                "action": rec.action,
+                "kind": rec.kind,
+                "name": rec.name,
+                "detail": dict(rec.detail),
+                "prev_hash": rec.prev_hash,
+                "hash": rec.hash,
+            }
+        )
+    return rows, count, head
+
+
+# ---- PostgreSQL group commit in three round trips (psycopg pipeline mode)
+#
+# Why: on PostgreSQL each statement is a round trip to another process; on a busy machine
+# every one of them waits to be scheduled, and the batch (anchor lock, insert, events, audit,
+# anchor update, commit) took seven. Pipelined, it takes three: [lock anchor + insert],
+# [events + audit + anchor update], [commit], with the same statements and the same
+# transaction. Durability is unchanged (the commit is a normal synchronous commit).
+
+_PG_WL_COLS = (
+    "name, queue, priority_class, owner, manifest, phase, placement, reason, "
+    "submitted_at, admitted_at, finished_at, resource_version"
+)
+
+
+@functools.cache
+def _pg_pipeline_ok() -> bool:
+    try:
+        import psycopg
+    except ImportError:  # pragma: no cover - psycopg is a dependency
+        return False
+    return bool(psycopg.Pipeline.is_supported())
+
+
+def _pg_raw(conn: sa.Connection) -> Any:
+    return conn.connection.dbapi_connection
+
+
+def _pg_lock_and_insert(
+    conn: sa.Connection, subs: Sequence[WorkloadSubmission], now: datetime
+) -> tuple[tuple[int, str], dict[str, int]]:
+    """``Store._lock_and_insert`` in one round trip (errors surface as SQLAlchemy DBAPIError)."""
+    from psycopg.types.json import Json
+
+    raw = _pg_raw(conn)
+    try:
+        with raw.pipeline(), raw.cursor() as c1:
+            c1.execute("SELECT count, head_hash FROM audit_anchor WHERE id = 1 FOR UPDATE")
+            curs = []
+            for part in _chunks(subs):
+                cur = raw.cursor()
+                curs.append(cur)
+                cur.execute(
+                    f"INSERT INTO workloads ({_PG_WL_COLS}) VALUES "
+                    + ",".join(["(%s,%s,%s,%s,%s,%s,NULL,'',%s,NULL,NULL,1)"] * len(part))
+                    + " ON CONFLICT (name) DO NOTHING RETURNING seq, name",
+                    [
+                        v
+                        for sub in part
+                        for v in (
+                            sub.name,
+                            sub.queue,
+                            sub.priority_class,
+                            sub.owner,
+                            Json(sub.manifest),
+                            sub.phase,
+                            now,
+                        )
+                    ],
+                )
+            row = c1.fetchone()
+            seqs: dict[str, int] = {}
+            for cur in curs:
+                seqs.update((name, seq) for seq, name in cur.fetchall())
+                cur.close()
+    except Exception as exc:
+        raise _wrap_pg(exc) from exc
+    assert row is not None
+    return (int(row[0]), str(row[1])), seqs
+
+
+def _pg_append(
+    conn: sa.Connection,
+    events: Sequence[Mapping[str, Any]],
+    audit_rows: Sequence[Mapping[str, Any]],
+    count: int,
+    head: str,
+) -> None:
+    """Events, audit records and the anchor update in one round trip."""
+    from psycopg.types.json import Json
+
+    raw = _pg_raw(conn)
+    try:
+        with raw.pipeline(), raw.cursor() as cur:
+            for part in _chunks(events):
+                cur.execute(
+                    "INSERT INTO events (workload, type, reason, message, at) VALUES "
+                    + ",".join(["(%s,%s,%s,%s,%s)"] * len(part)),
+                    [v for e in part for v in (e["workload"], e["type"], e["reason"], e["message"], e["at"])],
+                )
+            for part in _chunks(audit_rows):
+                cur.execute(
+                    "INSERT INTO audit (seq, at, actor, action, kind, name, detail, prev_hash, hash) VALUES "
+                    + ",".join(["(%s,%s,%s,%s,%s,%s,%s,%s,%s)"] * len(part)),
+                    [
+                        v
+                        for a in part
+                        for v in (
+                            a["seq"],
+                            a["at"],
+                            a["actor"],
+                            a["action"],
+                            a["kind"],
+                            a["name"],
+                            Json(a["detail"]),
+                            a["prev_hash"],
+                            a["hash"],
+                        )
+                    ],
+                )
+            if audit_rows:
+                cur.execute("UPDATE audit_anchor SET count = %s, head_hash = %s WHERE id = 1", (count, head))
+    except Exception as exc:
+        raise _wrap_pg(exc) from exc
+
+
+def _chunks(items: Sequence[Any], size: int = 1000) -> Iterator[Sequence[Any]]:
+    """Slices small enough for PostgreSQL's 65,535 bind parameters per statement."""
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _wrap_pg(exc: Exception) -> Exception:
+    """psycopg errors from the raw connection as SQLAlchemy's, as every other store call raises."""
+    import psycopg
+
+    if isinstance(exc, psycopg.Error):
+        return DBAPIError(None, None, exc)
+    return exc
+
+
 class Store:
     """Repository over the gpupool database. Thread-safe; one transaction per call."""
 
@@ -252,6 +504,7 @@ class Store:
         sqlite = engine.dialect.name == "sqlite"
         writer = engine.execution_options(gpupool_begin="IMMEDIATE") if sqlite else engine
         snapshot = engine if sqlite else engine.execution_options(isolation_level="REPEATABLE READ")
+        self._core_writer = writer
         self._reader = sessionmaker(engine, expire_on_commit=False)
         self._writer = sessionmaker(writer, expire_on_commit=False)
         self._snapshot = sessionmaker(snapshot, expire_on_commit=False)
@@ -482,68 +735,177 @@ class Store:
         Same name with the same manifest (ignoring ``status``) and owner returns
         the existing row with created=False; anything different is a Conflict.
         """
-        _kind, name, _meta, spec = _check_manifest(manifest, ("Workload",))
-        queue = spec.get("queue")
-        if not isinstance(queue, str) or not queue:
-            raise ValidationFailed("spec.queue", "required, must be a non-empty string")
-        _check_name(queue, "spec.queue")
-        pc = spec.get("priorityClass")
-        if pc is not None and (not isinstance(pc, str) or not pc):
-            raise ValidationFailed("spec.priorityClass", "must be a non-empty string when given")
-        if not isinstance(owner, str) or not owner:
-            raise ValidationFailed("owner", "required, must be a non-empty string")
-        if phase not in ("Pending", "AwaitingApproval"):
-            raise ValidationFailed("phase", "initial phase must be Pending or AwaitingApproval")
-        stored = _json_copy({k: v for k, v in manifest.items() if k != "status"}, "manifest")
+        sub = check_submission(manifest, owner=owner, phase=phase, audit=audit)
+        res = self.submit_workloads([sub], at=at)[0]
+        if isinstance(res, StoreError):
+            raise res
+        return res
+
+    def submit_workloads(
+        self, batch: Sequence[WorkloadSubmission], *, at: datetime | None = None
+    ) -> list[tuple[WorkloadRecord, bool] | StoreError]:
+        """Submit many in ONE transaction (group commit); one result per item, in order.
+
+        Why: a submit is durable only once committed, and the audit chain serialises appends on
+        one anchor row, so concurrent submits are cheapest when they share a commit. Each item
+        has ``submit_workload``'s semantics: (record, created), or a StoreError (a Conflict for
+        a different manifest or owner under an existing name) that fails that item alone. The
+        same name twice in a batch is a resubmit of the first. Rows, ``Submitted`` events and
+        audit records are written together or not at all. Should the database refuse the batch
+        as a whole, each item is retried in its own transaction so one bad item cannot fail the
+        others.
+        """
+        if not batch:
+            return []
         now = self._now(at)
-
-        def existing(s: Session) -> WorkloadRecord | None:
-            row = s.execute(sa.select(WorkloadRow).where(WorkloadRow.name == name)).scalar_one_or_none()
-            if row is None:
-                return None
-            if row.owner != owner:
-                raise Conflict(
-                    "metadata.name", f"workload {name!r} already exists (submitted by another owner)"
-                )
-            if _canonical(row.manifest) != _canonical(stored):
-                raise Conflict("metadata.name", f"workload {name!r} already exists with a different manifest")
-            return _wl(row)
-
         try:
-            with self._write() as s:
-                found = existing(s)
-                if found is not None:
-                    return found, False
-                row = WorkloadRow(
-                    name=name,
-                    queue=queue,
-                    priority_class=pc,
-                    owner=owner,
-                    manifest=stored,
-                    phase=phase,
-                    placement=None,
-                    reason="",
-                    submitted_at=now,
-                    admitted_at=None,
-                    finished_at=None,
-                    resource_version=1,
-                )
-                s.add(row)
-                s.flush()
-                s.add(
-                    EventRow(
-                        workload=name, type="Normal", reason="Submitted", message=f"queue {queue}", at=now
-                    )
-                )
-                self._audit(s, audit, now, "Workload", name)
-                return _wl(row), True
-        except IntegrityError:
-            # Lost a race with a concurrent submit of the same name: compare with the winner.
-            with self._read() as s:
-                found = existing(s)
-            if found is None:
+            with self._core_writer.begin() as conn:
+                return self._submit_batch(conn, batch, now)
+        except DBAPIError:
+            if len(batch) == 1:
                 raise
-            return found, False
+            out: list[tuple[WorkloadRecord, bool] | StoreError] = []
+            for sub in batch:
+                try:
+                    with self._core_writer.begin() as conn:
+                        out.extend(self._submit_batch(conn, [sub], now))
+                except DBAPIError as exc:
+                    out.append(StoreError("workload", f"the database refused it: {type(exc.orig).__name__}"))
+            return out
+
+    @staticmethod
+    def _lock_and_insert(
+        conn: sa.Connection, subs: Sequence[WorkloadSubmission], now: datetime
+    ) -> tuple[tuple[int, str], dict[str, int]]:
+        """Lock the audit anchor, insert the new names: ((count, head), name -> seq of those inserted).
+
+        INSERT .. ON CONFLICT DO NOTHING: a name that exists (or that a concurrent writer is
+        inserting: PostgreSQL waits for it) is skipped, and the caller compares it.
+        """
+        row = conn.execute(
+            sa.select(_ANCHOR.c.count, _ANCHOR.c.head_hash).where(_ANCHOR.c.id == 1).with_for_update()
+        ).one()
+        ins = _insert_ignore(conn.dialect.name, _WT).returning(_WT.c.seq, _WT.c.name)
+        rows = [
+            {
+                "name": sub.name,
+                "queue": sub.queue,
+                "priority_class": sub.priority_class,
+                "owner": sub.owner,
+                "manifest": sub.manifest,
+                "phase": sub.phase,
+                "placement": None,
+                "reason": "",
+                "submitted_at": now,
+                "admitted_at": None,
+                "finished_at": None,
+                "resource_version": 1,
+            }
+            for sub in subs
+        ]
+        seqs = {name: seq for seq, name in conn.execute(ins, rows)}
+        return (int(row[0]), str(row[1])), seqs
+
+    def _submit_batch(
+        self, conn: sa.Connection, batch: Sequence[WorkloadSubmission], now: datetime
+    ) -> list[tuple[WorkloadRecord, bool] | StoreError]:
+        out: list[tuple[WorkloadRecord, bool] | StoreError | None] = [None] * len(batch)
+        firsts: dict[str, int] = {}
+        for i, sub in enumerate(batch):
+            firsts.setdefault(sub.name, i)
+        new = [batch[i] for i in firsts.values()]
+        # the anchor first: batches (of this or another process) then never wait on each other's
+        # uncommitted names, so they cannot deadlock; every audited write takes it anyway
+        pg = conn.dialect.name == "postgresql" and _pg_pipeline_ok()
+        anchor, seqs = _pg_lock_and_insert(conn, new, now) if pg else self._lock_and_insert(conn, new, now)
+        missing = sorted({sub.name for sub in new} - seqs.keys())
+        existing: dict[str, Any] = {}
+        if missing:
+            q = sa.select(_WT).where(_WT.c.name.in_(missing))
+            existing = {r.name: r for r in conn.execute(q)}
+        created: list[WorkloadSubmission] = []
+        for i, sub in enumerate(batch):
+            first = firsts[sub.name]
+            if sub.name in seqs:
+                if i == first:
+                    created.append(sub)
+                    out[i] = (_new_record(sub, seqs[sub.name], now), True)
+                else:  # the same name twice in one batch: the later one is a resubmit
+                    out[i] = _same(sub, batch[first].owner, batch[first].manifest) or (
+                        _new_record(batch[first], seqs[sub.name], now),
+                        False,
+                    )
+                continue
+            row = existing.get(sub.name)
+            if row is None:  # deleted between the insert and the select: cannot happen, be explicit
+                out[i] = StoreError("metadata.name", f"workload {sub.name!r} could not be stored; retry")
+                continue
+            out[i] = _same(sub, row.owner, row.manifest) or (_row_record(row), False)
+        if created:
+            events = [
+                {
+                    "workload": c.name,
+                    "type": "Normal",
+                    "reason": "Submitted",
+                    "message": f"queue {c.queue}",
+                    "at": now,
+                }
+                for c in created
+            ]
+            entries = [
+                replace(c.audit, kind=c.audit.kind or "Workload", name=c.audit.name or c.name)
+                for c in created
+                if c.audit is not None
+            ]
+            audit_rows, count, head = _chain_rows(entries, now, *anchor)
+            if pg:
+                _pg_append(conn, events, audit_rows, count, head)
+            else:
+                conn.execute(sa.insert(_ET), events)
+                if audit_rows:
+                    conn.execute(sa.insert(_AT), audit_rows)
+                    conn.execute(
+                        sa.update(_ANCHOR).where(_ANCHOR.c.id == 1).values(count=count, head_hash=head)
+                    )
+        return [r if r is not None else StoreError("workload", "not processed") for r in out]
+
+    def pending_reasons(self, names: Sequence[str] | None = None) -> dict[str, str]:
+        """Name -> stored reason of the Pending workloads (of ``names``; all in arrival order).
+
+        Why: the controller resyncs its pending set periodically, and checks that what it was
+        handed is still Pending; reading two narrow columns instead of whole rows keeps that
+        cheap with a large backlog.
+        """
+        q = sa.select(_WT.c.name, _WT.c.reason).where(_WT.c.phase == "Pending").order_by(_WT.c.seq)
+        out: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            if names is None:
+                out.update((n, r) for n, r in conn.execute(q))
+            else:
+                for part in _chunks(sorted(set(names))):
+                    out.update((n, r) for n, r in conn.execute(q.where(_WT.c.name.in_(part))))
+        return out
+
+    def set_pending_reasons(self, reasons: Mapping[str, str]) -> int:
+        """Record why Pending workloads wait (the scheduler's latest reason), in one transaction.
+
+        Why: the reason must be visible in every workload view and survive a restart, yet the
+        scheduler re-derives it every cycle; the caller passes only the reasons whose text
+        changed, so a cycle costs one statement, not a write per pending workload. Only rows
+        still Pending are touched (a workload admitted or cancelled meanwhile keeps its own
+        reason); resourceVersion is not bumped and nothing is audited: this is advisory status,
+        not a decision. Returns the number of rows updated.
+        """
+        if not reasons:
+            return 0
+        stmt = (
+            sa.update(_WT)
+            .where(_WT.c.name == sa.bindparam("n"), _WT.c.phase == "Pending")
+            .values(reason=sa.bindparam("r"))
+        )
+        with self._core_writer.begin() as conn:
+            res = conn.execute(stmt, [{"n": n, "r": r} for n, r in sorted(reasons.items())])
+            return int(res.rowcount)
 
     def get_workload(self, name: str) -> WorkloadRecord:
         """One workload; NotFound if missing."""
@@ -559,6 +921,7 @@ class Store:
         queues: Collection[str] | None = None,
         phases: Collection[str] | None = None,
         owner: str | None = None,
+        names: Collection[str] | None = None,
         after_seq: int = 0,
         limit: int | None = None,
     ) -> list[WorkloadRecord]:
@@ -576,6 +939,8 @@ class Store:
             q = q.where(WorkloadRow.phase.in_(list(phases)))
         if owner is not None:
             q = q.where(WorkloadRow.owner == owner)
+        if names is not None:
+            q = q.where(WorkloadRow.name.in_(list(names)))
         if limit is not None:
             q = q.limit(limit)
         with self._read() as s:
