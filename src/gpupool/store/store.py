@@ -588,6 +588,28 @@ class Store:
         s.flush()
         return rec
 
+    def _audit_many(
+        self, s: Session, entries: Sequence[AuditEntry], at: datetime, kind: str = "", name: str = ""
+    ) -> None:
+        """Append several records under one anchor lock, one INSERT and one anchor update.
+
+        Why: a scheduling cycle (or a bulk cancel) audits one decision per workload; appending
+        them one by one cost an anchor read and a flush each.
+        """
+        if len(entries) <= 1:
+            for entry in entries:
+                self._audit(s, entry, at, kind, name)
+            return
+        s.flush()
+        conn = s.connection()
+        row = conn.execute(
+            sa.select(_ANCHOR.c.count, _ANCHOR.c.head_hash).where(_ANCHOR.c.id == 1).with_for_update()
+        ).one()
+        full = [replace(e, kind=e.kind or kind, name=e.name or name) for e in entries]
+        rows, count, head = _chain_rows(full, at, int(row[0]), str(row[1]))
+        conn.execute(sa.insert(_AT), rows)
+        conn.execute(sa.update(_ANCHOR).where(_ANCHOR.c.id == 1).values(count=count, head_hash=head))
+
     # ------------------------------------------------------------------ objects
 
     def apply_object(
@@ -1024,8 +1046,7 @@ class Store:
                     )
                 )
             s.flush()
-            for entry in audit or ():
-                self._audit(s, entry, now, "Workload", names[0] if len(names) == 1 else "")
+            self._audit_many(s, audit or (), now, "Workload", names[0] if len(names) == 1 else "")
             out = {n: _wl(rows[n]) for n in names}
         return [out[n] for n in names]
 
