@@ -328,7 +328,7 @@ class EngineConfig:
     """
 
     order: str = "fair-share"
-    score: str = "binpack"
+    score: str = "fragmentation"
     preempt: str = "default"
     max_preemption_candidates: int = 512
     max_domain_tries: int = 64

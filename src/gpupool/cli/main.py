@@ -201,14 +201,15 @@ def bench_fragmentation(
     output: Output = typer.Option(Output.table, "-o", "--output"),
 ) -> None:
     """The FGD paper's experiment: GPU allocation ratio when arrived requests reach 100% of capacity."""
-    from gpupool.fragbench import POLICIES, FragbenchError, format_table, run_fragmentation
+    from gpupool.fragbench import ENGINE_POLICIES, POLICIES, FragbenchError, format_table, run_fragmentation
 
     for f in (nodes, pods):
         if not f.is_file():
             fail(f"{f}: no such file")
-    unknown = [p for p in policy or [] if p not in POLICIES]
+    known = (*POLICIES, *ENGINE_POLICIES)
+    unknown = [p for p in policy or [] if p not in known]
     if unknown:
-        fail(f"--policy: unknown {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+        fail(f"--policy: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     say = None if output is Output.json else (lambda m: err_console.print(m, highlight=False))
     try:
         res = run_fragmentation(nodes, pods, list(policy) if policy else None, seeds, progress=say)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import heapq
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -91,6 +92,11 @@ class Engine:
         self.leaf = {q: not kids for q, kids in self.quota.children.items()}
         for r in snapshot.running:
             self._charge(r)
+        self._running_shapes: Counter[object] = Counter()
+        if self.config.score == "fragmentation":
+            from gpupool.engine.fragscore import add_shapes
+
+            add_shapes(self._running_shapes, (r.workload for r in snapshot.running))  # type: ignore[arg-type]
         self.cluster.commit()
         self.quota.commit()
         self.now = snapshot.now
@@ -119,6 +125,10 @@ class Engine:
         self._charge(r)
         self.cluster.commit()
         self.quota.commit()
+        if self.config.score == "fragmentation":
+            from gpupool.engine.fragscore import add_shapes
+
+            add_shapes(self._running_shapes, [r.workload])  # type: ignore[arg-type]
 
     def remove_running(self, name: str) -> Running | None:
         """Release a finished, cancelled or evicted workload permanently."""
@@ -128,6 +138,10 @@ class Engine:
         self._discharge(r)
         self.cluster.commit()
         self.quota.commit()
+        if self.config.score == "fragmentation":
+            from gpupool.engine.fragscore import add_shapes
+
+            add_shapes(self._running_shapes, [r.workload], sign=-1)  # type: ignore[arg-type]
         return r
 
     def apply(self, decisions: Decisions, pending: Iterable[Workload], now: float) -> list[Running]:
@@ -193,6 +207,12 @@ class Engine:
         self._statics: dict[str, tuple[Vec, list[str], list[tuple[object, ...]]]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._reason_memo: dict[tuple[object, ...], str] = {}
+        if self.config.score == "fragmentation":
+            from gpupool.engine.fragscore import FragContext
+
+            # the mix to keep capacity useful for: what runs and what waits
+            pend = [w for lst in by_queue.values() for w in lst]
+            self.cluster.frag = FragContext(self.cluster, pend, self._running_shapes)  # type: ignore[arg-type]
         self.placer.reserved = {}
         self.placer.now = self.now
         self._evicted: set[str] = set()

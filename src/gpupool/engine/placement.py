@@ -145,9 +145,31 @@ class Spread:
 SCORERS: dict[str, Scorer] = {"binpack": BinPack(), "spread": Spread()}
 
 
+def _register_builtin() -> None:
+    from gpupool.engine.fragscore import FragAware
+
+    SCORERS["fragmentation"] = FragAware()
+
+
 def register_scorer(scorer: Scorer) -> None:
     """Add a Score plugin; pools and the engine config refer to it by name."""
     SCORERS[scorer.name] = scorer
+
+
+_register_builtin()
+
+
+def pick_cpu_only(st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter) -> int | None:
+    """The node with the fewest fully free GPUs that fits a pod without GPUs."""
+    top = max((ix.max_gpus for ix in idxs), default=0)
+    for j in range(top + 1):
+        for ix in idxs:
+            if j > ix.max_gpus:
+                continue
+            for i in ix.whole[j]:
+                if _fits_node(st, i, req) and ok(i):
+                    return i
+    return None
 
 
 def _free_devices(st: ClusterState, i: int, k: int) -> list[int]:
@@ -246,15 +268,14 @@ class Placer:
             return PodPlacement(
                 p.group, p.index, st.nodes[i].name, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma
             )
-        # CPU-only pod: any node of the pool
-        for ix in idxs:
-            for i in ix.nodes:
-                if _fits_node(st, i, r) and ok(i) and st.nodes[i].schedulable:
-                    st.allocate(i, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma)
-                    return PodPlacement(
-                        p.group, p.index, st.nodes[i].name, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma
-                    )
-        return None
+        # CPU-only pod: on the node with the fewest free GPUs that fits, so that its CPU and
+        # memory are not taken from nodes whose GPUs are still free (that strands GPUs)
+        pick_cpu = getattr(scorer, "pick_cpu", None)
+        i = pick_cpu(st, idxs, r, ok) if pick_cpu is not None else pick_cpu_only(st, idxs, r, ok)
+        if i is None:
+            return None
+        st.allocate(i, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma)
+        return PodPlacement(p.group, p.index, st.nodes[i].name, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma)
 
     def _place_in_nodes(self, p: PodSpec, nodes: list[int], ok: NodeFilter) -> PodPlacement | None:
         """Best fit restricted to a topology domain's nodes (small lists: a linear scan is fine)."""

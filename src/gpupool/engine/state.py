@@ -9,6 +9,7 @@ sorted node structure), so placement never rescans the cluster.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from sortedcontainers import SortedSet
 
@@ -76,6 +77,8 @@ class ClusterState:
         self._node_domains: list[tuple[tuple[str, TopologyScope, str], ...]] = []
         self.log: list[tuple[int, int, tuple[int, ...], int, int, int, int, int]] = []
         self._idx_cache: dict[tuple[str, tuple[str, ...]], list[PoolIndex]] = {}
+        #: per-cycle context of the fragmentation Score plugin (engine.fragscore.FragContext)
+        self.frag: Any = None
         for i, n in enumerate(self.nodes):
             pool = next((p.name for p in self.pools.values() if p.selects(n)), None)
             self.pool_of.append(pool)

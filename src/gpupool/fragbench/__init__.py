@@ -7,6 +7,7 @@ Public API: :func:`run_fragmentation` and :func:`format_table` (the benchmark),
 """
 
 from gpupool.fragbench.bench import PUBLISHED, format_table, run_fragmentation
+from gpupool.fragbench.engine_run import ENGINE_POLICIES
 from gpupool.fragbench.fgd import (
     CompiledShapes,
     PodShape,
@@ -18,6 +19,7 @@ from gpupool.fragbench.sim import POLICIES
 from gpupool.fragbench.trace import FragbenchError, Node, Pod, load_nodes, load_pods
 
 __all__ = [
+    "ENGINE_POLICIES",
     "POLICIES",
     "PUBLISHED",
     "CompiledShapes",

@@ -15,6 +15,7 @@ from typing import Any
 
 from rich.table import Table
 
+from gpupool.fragbench.engine_run import ENGINE_POLICIES, simulate_seed_engine
 from gpupool.fragbench.fgd import ShapeDistribution
 from gpupool.fragbench.sim import POLICIES, Cluster, PodTable, simulate_seed
 from gpupool.fragbench.trace import FragbenchError, load_nodes, load_pods
@@ -54,10 +55,11 @@ def run_fragmentation(
     """
     if seeds < 1:
         raise FragbenchError(f"seeds must be >= 1 (got {seeds})")
-    names = [p.lower() for p in (policies or list(POLICIES))]
-    unknown = [p for p in names if p not in POLICIES]
+    known = (*POLICIES, *ENGINE_POLICIES)
+    names = [p.lower() for p in (policies or list(known))]
+    unknown = [p for p in names if p not in known]
     if unknown:
-        raise FragbenchError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+        raise FragbenchError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(known)}")
     nodes = load_nodes(Path(nodes_csv))
     pods = load_pods(Path(pods_csv))
     cluster = Cluster.from_nodes(nodes)
@@ -73,7 +75,12 @@ def run_fragmentation(
         ratios: list[float] = []
         skipped: list[int] = []
         for seed in range(seeds):
-            ratio, skip = simulate_seed(cluster, table, name, seed, shapes)
+            if name in ENGINE_POLICIES:  # the product's engine itself places the pods
+                ratio, skip = simulate_seed_engine(
+                    nodes, pods, table, cluster, seed, name.removeprefix("engine-")
+                )
+            else:
+                ratio, skip = simulate_seed(cluster, table, name, seed, shapes)
             ratios.append(round(ratio, 4))
             skipped.append(skip)
         median = round(statistics.median(ratios), 4)
