@@ -195,6 +195,7 @@ def test_pending_reasons_are_stored_when_they_change_and_survive_a_restart(
 ) -> None:
     """The engine's reason is written only when its text changes, and explain has it after a restart."""
     store, ctl, _ = _controller(db_url, tmp_path)
+    ctl.reason_interval_s = 0.0  # every cycle may write: what is checked is "only when changed"
     writes: list[dict[str, str]] = []
     real = store.set_pending_reasons
 
@@ -222,6 +223,7 @@ def test_pending_reasons_are_stored_when_they_change_and_survive_a_restart(
         store.close()
 
     store2, ctl2, _ = _controller(db_url, tmp_path)
+    ctl2.reason_interval_s = 0.0
     try:
         ctl2.recover()  # no cycle yet: the stored reason is all it knows
         after = ctl2.explain(store2.get_workload("big-2"))

@@ -107,6 +107,7 @@ class Controller:
         tick_s: float = 1.0,
         min_interval_s: float = 0.02,
         resync_s: float = 15.0,
+        reason_interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
         hooks: Hooks | None = None,
     ) -> None:
@@ -115,6 +116,10 @@ class Controller:
         self.tick_s = tick_s
         self.min_interval_s = min_interval_s
         self.resync_s = resync_s
+        #: at most one write of changed pending reasons per this many seconds (a submit storm
+        #: runs a cycle every few tens of ms, and each write takes the store's write lock)
+        self.reason_interval_s = reason_interval_s
+        self._last_reason_write = float("-inf")
         self.clock = clock
         self.hooks = hooks or Hooks()
         self.lock = threading.RLock()
@@ -510,7 +515,8 @@ class Controller:
 
         Why: ``get``/``list`` read the store, and a restart must not forget why work waits; but
         the engine re-derives every reason each cycle, so only changed texts are written. The
-        text is ``<code>: <reason>`` so ``explain`` can recover the code after a restart.
+        text is ``<code>: <reason>`` so ``explain`` can recover the code after a restart. Called
+        at most every ``reason_interval_s`` (what changed meanwhile is written together).
         """
         changed: dict[str, str] = {}
         for name in self.pending:
@@ -554,7 +560,9 @@ class Controller:
                         self.reasons[q.name] = Pending(
                             q.name, q.queue, PendingCode.SKIPPED, "waiting for approval of its exception"
                         )
-            self._store_reasons()
+            if now - self._last_reason_write >= self.reason_interval_s:
+                self._store_reasons()
+                self._last_reason_write = now
             stats.pending = len(self.pending)
             self.cycles += 1
             self.last_cycle_at = now
