@@ -337,6 +337,20 @@ def test_submit_workloads_concurrent_batches_with_overlapping_names(url: str) ->
         s2.close()
 
 
+def test_pending_reasons_touch_only_pending_rows(store: Store) -> None:
+    for n in ("p1", "p2", "done"):
+        store.submit_workload(workload(n), owner="alice")
+    store.transition_workload("done", "Cancelled", reason="cancelled by alice")
+    v = store.get_workload("p1").resource_version
+    assert store.set_pending_reasons({"p1": "QuotaExceeded: x", "p2": "O'Brien: 100%", "done": "y"}) == 2
+    assert store.set_pending_reasons({}) == 0
+    assert store.pending_reasons() == {"p1": "QuotaExceeded: x", "p2": "O'Brien: 100%"}
+    assert store.pending_reasons(names=["p2", "done", "ghost"]) == {"p2": "O'Brien: 100%"}
+    assert store.get_workload("done").reason == "cancelled by alice"
+    assert store.get_workload("p1").resource_version == v  # advisory status: no new version
+    assert store.audit_head()[0] == 0  # ... and no audit records
+
+
 def test_submit_validation(store: Store) -> None:
     for manifest, field in [
         ({**workload(), "spec": {"replicas": 1}}, "spec.queue"),

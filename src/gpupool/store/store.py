@@ -920,13 +920,22 @@ class Store:
         """
         if not reasons:
             return 0
-        stmt = (
-            sa.update(_WT)
-            .where(_WT.c.name == sa.bindparam("n"), _WT.c.phase == "Pending")
-            .values(reason=sa.bindparam("r"))
-        )
+        # the driver's executemany directly: SQLAlchemy's per-row parameter processing cost more
+        # than the UPDATEs themselves for a few thousand reasons (and it runs in the scheduler)
+        # (PostgreSQL: one statement over two arrays instead of a round trip per row)
+        pairs = sorted(reasons.items())
         with self._core_writer.begin() as conn:
-            res = conn.execute(stmt, [{"n": n, "r": r} for n, r in sorted(reasons.items())])
+            if self.dialect == "postgresql":
+                res = conn.exec_driver_sql(
+                    "UPDATE workloads AS w SET reason = v.r FROM unnest(%s::text[], %s::text[]) AS v(n, r) "
+                    "WHERE w.name = v.n AND w.phase = 'Pending'",
+                    ([n for n, _ in pairs], [r for _, r in pairs]),
+                )
+            else:
+                res = conn.exec_driver_sql(
+                    "UPDATE workloads SET reason = ? WHERE name = ? AND phase = 'Pending'",
+                    [(r, n) for n, r in pairs],
+                )
             return int(res.rowcount)
 
     def get_workload(self, name: str) -> WorkloadRecord:
