@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpupool.model import PodPlacement, Workload
+from gpupool.model import PodPlacement
 
 
 class PreemptRule(StrEnum):
@@ -88,13 +88,3 @@ class Decisions:
             "pending": len(self.pending),
             "considered": self.considered,
         }
-
-
-def describe_workload(w: Workload) -> str:
-    """A compact shape for messages, e.g. '2x8 GPU' or '1x0.5 GPU'."""
-    parts = []
-    for g in w.pod_groups:
-        r = g.request
-        gpu = f"{r.gpus}" if r.gpus else f"{r.gpu_milli / 1000:g}"
-        parts.append(f"{g.replicas}x{gpu} GPU")
-    return " + ".join(parts)
