@@ -40,7 +40,7 @@ class FragContext:
         self.model_ix = {m: i for i, m in enumerate(models)}
         self.max_gpus = max((n.gpu_count for n in st.nodes), default=1) or 1
         if self.active:
-            dist = _distribution(counts)
+            dist = ShapeDistribution.from_counts(counts)
             self.shapes = dist.compile(models)
         self.memo: dict[Sig, float] = {}
 
@@ -77,23 +77,6 @@ def add_shapes(counts: Counter[PodShape], workloads: Iterable[Workload], sign: i
                 counts[PodShape(r.cpu_milli, 0, 1, r.gpu_milli, spec)] += sign * g.replicas
 
 
-def _distribution(counts: Counter[PodShape], popularity: float = 0.95) -> ShapeDistribution:
-    """The most common shapes covering ``popularity`` of the pods (as the FGD artifact does)."""
-    ranked = sorted(
-        counts.items(),
-        key=lambda kv: (-kv[1], kv[0].num_gpu, kv[0].gpu_milli, kv[0].cpu_milli, sorted(kv[0].gpu_spec)),
-    )
-    total = sum(counts.values())
-    chosen: list[tuple[PodShape, int]] = []
-    cum = 0
-    for shape, n in ranked:
-        chosen.append((shape, n))
-        cum += n
-        if cum >= popularity * total:
-            break
-    return ShapeDistribution(tuple(s for s, _ in chosen), tuple(n / cum for _, n in chosen))
-
-
 def _band(delta: float) -> int:
     """Quantised preference (the validated gpupool policy): smaller growth, higher band."""
     x = max(-50.0, min(50.0, delta / 1000.0))
@@ -114,15 +97,22 @@ class FragAware:
     def _sig(self, st: ClusterState, ctx: FragContext, i: int, dev: list[int], cpu: int) -> Sig:
         return (ctx.model_ix[st.nodes[i].gpu_model], tuple(sorted(dev)), cpu)
 
-    def pick_whole(
-        self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: object
-    ) -> int | None:
-        ctx: FragContext | None = st.frag
+    def _node_candidates(
+        self,
+        st: ClusterState,
+        ctx: FragContext,
+        idxs: list[PoolIndex],
+        first: int,
+        req: PodRequest,
+        ok: object,
+    ) -> list[int]:
+        """Feasible nodes with distinct states, in best-fit order from ``first`` free GPUs up:
+        a few per bucket (nodes in one bucket mostly look alike), a bounded number in all."""
         cands: list[int] = []
         seen: set[Sig] = set()
         scanned = 0
         top = max((ix.max_gpus for ix in idxs), default=0)
-        for j in range(k, top + 1):
+        for j in range(first, top + 1):
             for ix in idxs:
                 if j > ix.max_gpus:
                     continue
@@ -131,14 +121,11 @@ class FragAware:
                     scanned += 1
                     if not (_fits(st, i, req) and ok(i)):  # type: ignore[operator]
                         continue
-                    if ctx is None or not ctx.active:
-                        return i
                     sig = self._sig(st, ctx, i, st.dev_milli[i], st.free_cpu[i])
                     if sig not in seen:
                         seen.add(sig)
                         cands.append(i)
                     in_bucket += 1
-                    # nodes in one bucket mostly look alike: a few per bucket are enough
                     if (
                         in_bucket >= PER_BUCKET
                         or len(cands) >= MAX_CANDIDATES
@@ -146,10 +133,19 @@ class FragAware:
                     ):
                         break
                 if len(cands) >= MAX_CANDIDATES or (scanned >= MAX_SCANNED and cands):
-                    break
-            if len(cands) >= MAX_CANDIDATES or (scanned >= MAX_SCANNED and cands):
-                break
-        if len(cands) <= 1 or ctx is None:
+                    return cands
+        return cands
+
+    def pick_whole(
+        self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: object
+    ) -> int | None:
+        ctx: FragContext | None = st.frag
+        if ctx is None or not ctx.active:
+            from gpupool.engine.placement import SCORERS
+
+            return SCORERS["binpack"].pick_whole(st, idxs, k, req, ok)  # type: ignore[arg-type]
+        cands = self._node_candidates(st, ctx, idxs, k, req, ok)
+        if len(cands) <= 1:
             return cands[0] if cands else None
         before, after = [], []
         for i in cands:
@@ -250,34 +246,7 @@ class FragAware:
         ctx: FragContext | None = st.frag
         if ctx is None or not ctx.active:
             return pick_cpu_only(st, idxs, req, ok)  # type: ignore[arg-type]
-        cands: list[int] = []
-        seen: set[Sig] = set()
-        top = max((ix.max_gpus for ix in idxs), default=0)
-        scanned = 0
-        for j in range(top + 1):
-            for ix in idxs:
-                if j > ix.max_gpus:
-                    continue
-                in_bucket = 0
-                for i in ix.whole[j]:
-                    scanned += 1
-                    if not (_fits(st, i, req) and ok(i)):  # type: ignore[operator]
-                        continue
-                    sig = self._sig(st, ctx, i, st.dev_milli[i], st.free_cpu[i])
-                    if sig not in seen:
-                        seen.add(sig)
-                        cands.append(i)
-                    in_bucket += 1
-                    if (
-                        in_bucket >= PER_BUCKET
-                        or len(cands) >= MAX_CANDIDATES
-                        or (scanned >= MAX_SCANNED and cands)
-                    ):
-                        break
-                if len(cands) >= MAX_CANDIDATES or (scanned >= MAX_SCANNED and cands):
-                    break
-            if len(cands) >= MAX_CANDIDATES or (scanned >= MAX_SCANNED and cands):
-                break
+        cands = self._node_candidates(st, ctx, idxs, 0, req, ok)
         if len(cands) <= 1:
             return cands[0] if cands else None
         before = [self._sig(st, ctx, i, st.dev_milli[i], st.free_cpu[i]) for i in cands]

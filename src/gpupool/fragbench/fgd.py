@@ -101,6 +101,11 @@ class ShapeDistribution:
                 p.cpu_milli, p.memory_mib if include_memory else 0, p.num_gpu, p.gpu_milli, p.gpu_spec
             )
             counts[shape] += 1 if weight_by == "count" else p.num_gpu * p.gpu_milli
+        return cls.from_counts(counts, popularity)
+
+    @classmethod
+    def from_counts(cls, counts: Counter[PodShape], popularity: float = 0.95) -> ShapeDistribution:
+        """Most popular shapes covering ``popularity`` of the total weight, renormalised."""
         total = sum(counts.values())
         if total == 0:
             raise ValueError("no pods to build a shape distribution from")
