@@ -158,8 +158,11 @@ class Engine:
         return out
 
     # -- the cycle ----------------------------------------------------------------------------
-    def cycle(self, pending: Iterable[Workload], now: float | None = None) -> Decisions:
-        """Decide what to admit, preempt and leave pending. Leaves the state as it found it."""
+    def cycle(
+        self, pending: Iterable[Workload], now: float | None = None, *, restore: bool = True
+    ) -> Decisions:
+        """Decide what to admit, preempt and leave pending. Leaves the state as it found it
+        (``restore=False`` skips the rollback, for a caller that discards the engine)."""
         if now is not None:
             self.now = now
         cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
@@ -172,9 +175,10 @@ class Engine:
         finally:
             if gc_was_on:
                 gc.enable()
-            self.cluster.rollback(cp_c)
-            self.quota.rollback(cp_q)
-            self.running = running_before
+            if restore:
+                self.cluster.rollback(cp_c)
+                self.quota.rollback(cp_q)
+                self.running = running_before
 
     def _cycle(self, pending: list[Workload]) -> Decisions:
         out = Decisions()
@@ -705,4 +709,4 @@ def vec_of(pods: Iterable[object]) -> Vec:
 
 def decide(snapshot: Snapshot) -> Decisions:
     """The engine's one public verb: a pure function of the snapshot."""
-    return Engine(snapshot).cycle(snapshot.pending, snapshot.now)
+    return Engine(snapshot).cycle(snapshot.pending, snapshot.now, restore=False)
