@@ -483,7 +483,8 @@ def _auto_queues(trace: Trace, spec: AutoQueuesSpec, docs: list[Document], where
             "apiVersion": API_VERSION,
             "kind": "Queue",
             "metadata": {"name": spec.cohort},
-            "spec": {"quotas": [{"pool": spec.pool, "guarantee": {"nvidia.com/gpu": cap}}]},
+            # the root does not cap the cohort (capacity does), so what-if node groups count
+            "spec": {"quotas": [{"pool": spec.pool, "guarantee": {"nvidia.com/gpu": 1_000_000}}]},
         }
     ]
     shares = {

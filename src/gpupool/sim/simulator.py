@@ -38,6 +38,7 @@ import heapq
 import math
 import random
 from bisect import bisect_left, insort
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
@@ -62,6 +63,11 @@ from gpupool.model import (
 )
 from gpupool.sim.scenario import Faults, Scenario, Variant, fifo_queues
 from gpupool.sim.sources import JobSpec
+
+try:  # the fragmentation scorer's shape counting (absent in engines without that scorer)
+    from gpupool.engine.fragscore import add_shapes
+except ImportError:  # pragma: no cover
+    add_shapes = None  # type: ignore[assignment]
 
 # event kinds, in the order they are applied within one timestamp
 FINISH, JOB_FAULT, NODE_FAIL, NODE_REPAIR, ARRIVAL, RETRY, TICK = range(7)
@@ -119,11 +125,27 @@ def _config(**kw: object) -> EngineConfig:
 
 class _Engine(Engine):
     """The engine, unchanged, plus a record of each attempt's outcome and how many preemptions
-    the cycle had made by then (the window rule needs to know a failure came after them)."""
+    the cycle had made by then (the window rule needs to know a failure came after them).
 
-    def cycle(self, pending: Iterable[Workload], now: float | None = None) -> Decisions:
+    The ``fragmentation`` scorer weighs placements against the mix of pod shapes that wait; a
+    window hides part of that mix, so the shapes of the pending workloads left out of a cycle are
+    counted in for its duration (``hidden``): the scorer sees exactly the mix it would see if it
+    were given every pending workload.
+    """
+
+    hidden: Counter[object] | None = None
+
+    def cycle(self, pending: Iterable[Workload], now: float | None = None, **kw: bool) -> Decisions:
         self.tries: dict[str, int] = {}
-        return super().cycle(pending, now)
+        shapes = getattr(self, "_running_shapes", None)
+        hidden = self.hidden
+        if hidden is None or shapes is None or self.config.score != "fragmentation":
+            return super().cycle(pending, now, **kw)
+        shapes.update(hidden)
+        try:
+            return super().cycle(pending, now, **kw)
+        finally:
+            shapes.subtract(hidden)
 
     def _try(self, w: Workload, out: Decisions, allow_borrow: bool = True) -> bool | None:
         r = super()._try(w, out, allow_borrow)
@@ -221,6 +243,8 @@ class _Pending:
         self.touched: set[tuple[object, ...]] = set()
         self.touched_queues: set[str] = set()
         self.new: set[str] = set()
+        #: pod shapes of every pending workload (for the fragmentation scorer's mix)
+        self.shapes: Counter[object] | None = Counter() if add_shapes is not None else None
 
     def __len__(self) -> int:
         return len(self.w)
@@ -253,6 +277,8 @@ class _Pending:
             self.touched_queues.add(w.queue)
         insort(lst, key)
         insort(self.by_dur.setdefault(ck, []), (_dur(w), *key))
+        if self.shapes is not None and add_shapes is not None:
+            add_shapes(self.shapes, [w])  # type: ignore[arg-type]
         qcls[ck] = None
         self.count[w.queue] = self.count.get(w.queue, 0) + 1
 
@@ -261,6 +287,8 @@ class _Pending:
         if w is None:
             return None
         self.new.discard(name)
+        if self.shapes is not None and add_shapes is not None:
+            add_shapes(self.shapes, [w], sign=-1)  # type: ignore[arg-type]
         ck = self.cls_of.pop(name)
         key = (workload_order_key(w), name)
         lst = self.by_class[ck]
@@ -326,6 +354,7 @@ class Simulation:
         self.kq_hint: dict[str, int] = {}
         self.engine_calls = 0
         self.holders: set[str] = set()
+        self.last_held: dict[str, object] = {}
 
     # -- model objects --------------------------------------------------------------------------
     def _workload(self, j: JobSpec) -> Workload:
@@ -471,9 +500,12 @@ class Simulation:
         stale = False  # something changed since the last cycle
         tick_at = -1.0  # when the next scheduling tick is due (with a schedule interval)
 
+        open_jobs = sum(1 for r in jobs if r.status != "rejected")
+
         def usage_charge(name: str, t0: float, t1: float) -> None:
             w = self.wl[name]
-            qusage[w.queue] = qusage.get(w.queue, 0.0) + w.gpu_milli / 1000.0 * (t1 - t0)
+            q = self.jobs[name].spec.queue  # the trace's queue, also under the single FIFO queue
+            qusage[q] = qusage.get(q, 0.0) + w.gpu_milli / 1000.0 * (t1 - t0)
 
         def release(name: str, t: float) -> Running | None:
             nonlocal alloc
@@ -492,6 +524,7 @@ class Simulation:
             return r
 
         def fault(name: str, t: float, why: str) -> None:
+            nonlocal open_jobs
             rec = self.jobs[name]
             assert rec.start is not None
             rec.lost_fault_gpu_s += self.wl[name].gpu_milli / 1000.0 * (t - rec.start)
@@ -508,12 +541,15 @@ class Simulation:
             else:
                 rec.status = "failed"
                 rec.finish = t
+                open_jobs -= 1
                 events.append(Event(t, "job-failed", name, f"{why}; no retries left"))
 
         while heap:
             t = heap[0][0]
             if t > horizon:
                 break
+            if not open_jobs:
+                break  # every job is done: perpetual faults (MTBF) would otherwise never stop
             # the state during [now, t) is the state after the last cycle: sample it
             while next_sample <= t and next_sample <= horizon:
                 if next_sample >= now:
@@ -531,6 +567,7 @@ class Simulation:
                         continue
                     release(name, t)
                     rec.status, rec.finish = "completed", t
+                    open_jobs -= 1
                     changed = dirty = True
                 elif kind == JOB_FAULT:
                     rec = self.jobs[name]
@@ -699,8 +736,8 @@ class Simulation:
 
     def _guarantees(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        parents = {q.parent for q in self.queues if q.parent}
-        for q in self.queues:
+        parents = {q.parent for q in self.variant.queues if q.parent}
+        for q in self.variant.queues:
             if q.name in parents:
                 continue
             out[q.name] = sum(pq.guarantee[0] for pq in q.quotas if pq.guarantee[0] < 1 << 60)
@@ -776,17 +813,24 @@ class Simulation:
             passed.extend(pend.w[n] for n in sorted(extra - seen))
             if not passed:
                 return Decisions(), passed
+            if isinstance(eng, _Engine) and pend.shapes is not None and add_shapes is not None:
+                hidden = pend.shapes.copy()
+                add_shapes(hidden, passed, sign=-1)  # type: ignore[arg-type]
+                eng.hidden = +hidden
             d = eng.cycle(passed, now)
             self.engine_calls += 1
             held = getattr(eng.placer, "reserved", None) or {}
+            if not dirty and (d.admitted or d.preempted or held != self.last_held):
+                # the state changed mid-cycle (an admission can move the nodes held for a blocked
+                # workload, a preemption frees capacity): give every class its window
+                dirty = True
+                continue
             if not q_trunc and not c_trunc:
                 break
             outcome: dict[str, object] = {p.workload: p.code for p in d.pending}
             for a in d.admitted:
                 outcome[a.workload] = "admitted"
             ok = True
-            if d.preempted and not dirty:
-                dirty, ok = True, False  # a preemption freed capacity mid-cycle: give every class
             for q, names in q_trunc.items():
                 if q in self.head_queues:
                     good = any(outcome.get(n) != "admitted" for n in names)
@@ -839,6 +883,7 @@ class Simulation:
                     k_queue[q] = max(8, min(1024, 2 * sum(outcome.get(n) == "admitted" for n in names)))
                 break
         self.holders = {h[2] for h in held.values()}
+        self.last_held = dict(held)
         return d, passed
 
 

@@ -265,8 +265,9 @@ def load_generic(
             if col is None:
                 return default
             if col not in row:
-                errors.append(f"{where}: column {col!r} (for {key}) is missing")
-                return default
+                if key in ("submit", "duration") or fmt == "csv":
+                    errors.append(f"{where}: column {col!r} (for {key}) is missing")
+                return default  # a JSON object may leave optional fields out
             return row[col]
 
         submit = _num(get("submit"), where, columns["submit"], errors)
