@@ -86,6 +86,10 @@ def test_incremental_apply_matches_a_fresh_engine(snap: Snapshot) -> None:
     assert fresh.cluster.dev_milli == eng.cluster.dev_milli
     assert fresh.cluster.free_whole == eng.cluster.free_whole
     assert fresh.quota.E == eng.quota.E
+    assert fresh.cluster.pool_used == eng.cluster.pool_used
+    assert fresh.cluster.pool_used == {
+        p.name: fresh.cluster.used_gpu_milli(p.name) for p in snap.pools if p.name in fresh.cluster.pool_used
+    } or any(not n.schedulable for n in snap.nodes)
     assert not check_state(after)
 
 

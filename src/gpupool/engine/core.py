@@ -211,6 +211,7 @@ class Engine:
         self._statics: dict[str, tuple[Vec, list[str], list[tuple[object, ...]]]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._reason_memo: dict[tuple[object, ...], str] = {}
+        self._preempt_failed: set[tuple[object, ...]] = set()
         if self.config.score == "fragmentation":
             from gpupool.engine.fragscore import FragContext
 
@@ -631,8 +632,21 @@ class Engine:
         return res.pods is not None
 
     def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions) -> bool:
+        # Within a cycle capacity only shrinks and candidates only leave, until a preemption
+        # succeeds: a failed search for the same queue, pool, shape and priority fails again.
+        sid = self._statics[w.name][2][self._statics[w.name][1].index(pool)]
+        memo = (w.queue, w.priority, sid)
+        if memo in self._preempt_failed:
+            return False
         cands = self.preemption_candidates(w, pool, vec)
         if not cands:
+            self._preempt_failed.add(memo)
+            return False
+        # cheap bound first: all candidates and all free GPUs together must cover the request
+        free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
+        freed = 0
+        if free_gpu + sum(c.running.admission.quota_vec()[0] for c in cands) < vec[0]:
+            self._preempt_failed.add(memo)
             return False
         cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
         removed: list[_Candidate] = []
@@ -640,6 +654,9 @@ class Engine:
         for c in cands:
             self._discharge(c.running)
             removed.append(c)
+            freed += c.running.admission.quota_vec()[0]
+            if free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
+                continue  # a placement trial cannot succeed yet
             if self._fits_now(w, pool, vec):
                 found = True
                 break
@@ -648,6 +665,7 @@ class Engine:
             self.quota.rollback(cp_q)
             for c in removed:
                 self.running[c.running.name] = c.running
+            self._preempt_failed.add(memo)
             return False
         # minimise: give back every victim that turns out not to be needed (newest choice last)
         victims: list[_Candidate] = []
@@ -667,6 +685,7 @@ class Engine:
         for c in victims:
             self._evicted.add(c.running.name)
         self._fail_cache.clear()
+        self._preempt_failed.clear()
         names = tuple(c.running.name for c in victims)
         out.preempted.append(
             Preempt(

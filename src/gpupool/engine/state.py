@@ -71,6 +71,8 @@ class ClusterState:
         self.pool_of: list[str | None] = []
         self.by_pool: dict[str, dict[str, PoolIndex]] = {p: {} for p in self.pools}
         self.capacity: dict[str, Vec] = {p: ZERO for p in self.pools}
+        #: GPU milli allocated per pool (kept up to date by every allocate/release)
+        self.pool_used: dict[str, int] = dict.fromkeys(self.pools, 0)
         # topology: (pool, scope) -> domain -> [node indices]; free whole GPUs per (pool, scope, domain)
         self.domains: dict[tuple[str, TopologyScope], dict[str, list[int]]] = {}
         self.domain_free: dict[tuple[str, TopologyScope, str], int] = {}
@@ -153,6 +155,8 @@ class ClusterState:
             if pool is not None and self.nodes[i].schedulable
             else None
         )
+        if idx is not None:
+            self.pool_used[pool] += sign * milli * len(devs)  # type: ignore[index]
         dm = self.dev_milli[i]
         dmem = self.dev_mem[i]
         old_whole = self.free_whole[i]
