@@ -51,7 +51,22 @@ def _fmt(d: int, v: int) -> str:
 class _Candidate:
     running: Running
     rule: PreemptRule
-    reason: str
+    preemptor: Workload
+    pool: str
+    cohort: str
+
+    @property
+    def reason(self) -> str:
+        """Why this victim (formatted only for victims actually chosen)."""
+        w, v = self.preemptor, self.running.workload
+        if self.rule is PreemptRule.WITHIN_QUEUE:
+            return f"preempted by {w.name} (priority {w.priority} > {v.priority}) within queue {w.queue}"
+        if self.rule is PreemptRule.RECLAIM:
+            return f"queue {w.queue} reclaims its guarantee in pool {self.pool}; queue {v.queue} is borrowing"
+        return (
+            f"preempted by {w.name} (priority {w.priority} > {v.priority}) borrowing in cohort {self.cohort}; "
+            f"queue {v.queue} is borrowing"
+        )
 
 
 ORDER_POLICIES = ("fair-share", "fifo")
@@ -239,6 +254,7 @@ class Engine:
         self._admitted_now: set[str] = set()
         # preemption candidates are workloads that were running before this cycle, by pool and queue
         self._usage_at_start = dict(self.quota.U)
+        self._borrowing_at_start: dict[tuple[str, str, str | None], bool] = {}
         self._by_pool_queue_cache: dict[tuple[str, str], list[Running]] | None = None
         self._leaves_of_root: dict[str, list[str]] = {}
         for qn, is_leaf in self.leaf.items():
@@ -601,27 +617,26 @@ class Engine:
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
                     continue
-                c = _Candidate(
-                    r,
-                    PreemptRule.WITHIN_QUEUE,
-                    f"preempted by {w.name} (priority {w.priority} > {v.priority}) within queue {w.queue}",
-                )
+                c = _Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root)
                 out.append(((1, v.priority, -r.admission.admitted_at, v.name), c))
-        reclaim = pol.reclaim_within_cohort is not ReclaimPolicy.NEVER
+        reclaim = pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and q.within_guarantee(
+            w.queue, pool, vec
+        )
         borrow = pol.borrow_within_cohort is not ReclaimPolicy.NEVER
-        if (reclaim or borrow) and any(
-            self._by_pool_queue.get((pool, o)) for o in self._leaves_of_root.get(root, ()) if o != w.queue
-        ):
-            reclaim = reclaim and q.within_guarantee(w.queue, pool, vec)
+        if reclaim or borrow:
             for other in self._leaves_of_root.get(root, ()):
                 rs = self._by_pool_queue.get((pool, other))
                 if other == w.queue or not rs:
                     continue
                 # borrowing now, and already when the cycle started (victims are pre-cycle work)
                 lca = q.common_ancestor(w.queue, other)
-                if not q.is_borrowing(other, pool, lca) or not q.is_borrowing(
-                    other, pool, lca, self._usage_at_start
-                ):
+                key = (other, pool, lca)
+                at_start = self._borrowing_at_start.get(key)
+                if at_start is None:
+                    at_start = self._borrowing_at_start[key] = q.is_borrowing(
+                        other, pool, lca, self._usage_at_start
+                    )
+                if not at_start or not q.is_borrowing(other, pool, lca):
                     continue
                 for r in rs:
                     v = r.workload
@@ -630,21 +645,17 @@ class Engine:
                     if reclaim and (
                         pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority
                     ):
-                        c = _Candidate(
-                            r,
-                            PreemptRule.RECLAIM,
-                            f"queue {w.queue} reclaims its guarantee in pool {pool}; queue {v.queue} is borrowing",
-                        )
+                        rule = PreemptRule.RECLAIM
                     elif borrow and v.priority < w.priority:
-                        c = _Candidate(
-                            r,
-                            PreemptRule.BORROW,
-                            f"preempted by {w.name} (priority {w.priority} > {v.priority}) borrowing in cohort {root}; "
-                            f"queue {v.queue} is borrowing",
-                        )
+                        rule = PreemptRule.BORROW
                     else:
                         continue
-                    out.append(((0, v.priority, -r.admission.admitted_at, v.name), c))
+                    out.append(
+                        (
+                            (0, v.priority, -r.admission.admitted_at, v.name),
+                            _Candidate(r, rule, w, pool, root),
+                        )
+                    )
         out.sort(key=lambda t: t[0])
         return [c for _, c in out[: self.config.max_preemption_candidates]]
 
