@@ -307,10 +307,16 @@ class _Pending:
         dl = self.by_dur[ck]
         if not dl or dl[0][0] > max_dur:
             return []
-        ok = {n for d, _, n in dl[: bisect_left(dl, (max_dur, (1 << 62, 0.0, ""), "~"))] if n not in skip}
-        if not ok:
-            return []
-        return [n for _, n in self.by_class[ck] if n in ok][:k]
+        # walk the class in order and stop at k: no set over the whole class per call
+        out: list[str] = []
+        ws = self.w
+        for _, n in self.by_class[ck]:
+            if n in skip or _dur(ws[n]) > max_dur:
+                continue
+            out.append(n)
+            if len(out) >= k:
+                break
+        return out
 
 
 def _dur(w: Workload) -> float:
