@@ -105,6 +105,8 @@ class Engine:
         self.pools = {p.name: p for p in snapshot.pools}
         self.running: dict[str, Running] = {}
         self._run_log: list[tuple[str, Running | None]] | None = None
+        self._run_version = 0
+        self._ends_cache: dict[tuple[str, int], dict[str, list[float]]] = {}
         self.leaf = {q: not kids for q, kids in self.quota.children.items()}
         for r in snapshot.running:
             self._charge(r)
@@ -122,6 +124,7 @@ class Engine:
     # -- state changes (used by incremental callers too) --------------------------------------
     def _run_set(self, name: str, r: Running | None) -> None:
         """Change the running set; inside a cycle, remember how to undo it (no copy per cycle)."""
+        self._run_version += 1
         if self._run_log is not None:
             self._run_log.append((name, self.running.get(name)))
         if r is None:
@@ -402,20 +405,8 @@ class Engine:
         st = self.cluster
         idxs = st.pool_indexes(pool, w.gpu_models)
         ok = self.placer.node_filter(w)
-        # when each busy device frees: the end of the last workload on it (unknown duration: never)
-        dev_end: dict[tuple[str, int], float] = {}
+        ends = self._device_ends(pool)
         inf = float("inf")
-        for r in self.running.values():
-            if r.admission.pool != pool or r.name in self._evicted:
-                continue
-            d = r.workload.expected_duration_s
-            end = inf if d is None else r.admission.admitted_at + d
-            for p in r.admission.pods:
-                for dev in p.devices:
-                    dev_end[(p.node, dev)] = max(end, dev_end.get((p.node, dev), 0.0))
-        ends: dict[str, list[float]] = {}
-        for (node_name, _dev), end in dev_end.items():
-            ends.setdefault(node_name, []).append(end)
         topo = w.topology
         scope = topo.scope if topo is not None and topo.mode is TopologyMode.REQUIRED else None
         n_pods = len(pods)
@@ -456,6 +447,30 @@ class Engine:
         names = ", ".join(st.nodes[c[2]].name for c in chosen[:4]) + (" ..." if len(chosen) > 4 else "")
         when = "when running work ends" if start == inf else f"expected from t={start:g}"
         return f"holding {len(held)} node(s) for it ({names}), {when}"
+
+    def _device_ends(self, pool: str) -> dict[str, list[float]]:
+        """Per node of ``pool``, when each busy device frees (the end of the last workload on it;
+        unknown duration: never). Cached until the running set changes: most blocked workloads
+        of a cycle ask with nothing changed in between."""
+        key = (pool, self._run_version)
+        cached = self._ends_cache.get(key)
+        if cached is not None:
+            return cached
+        dev_end: dict[tuple[str, int], float] = {}
+        inf = float("inf")
+        for r in self.running.values():
+            if r.admission.pool != pool or r.name in self._evicted:
+                continue
+            d = r.workload.expected_duration_s
+            end = inf if d is None else r.admission.admitted_at + d
+            for p in r.admission.pods:
+                for dev in p.devices:
+                    dev_end[(p.node, dev)] = max(end, dev_end.get((p.node, dev), 0.0))
+        ends: dict[str, list[float]] = {}
+        for (node_name, _dev), end in dev_end.items():
+            ends.setdefault(node_name, []).append(end)
+        self._ends_cache = {key: ends}
+        return ends
 
     def _must_borrow(self, w: Workload) -> bool:
         """True when ``w`` needs GPUs and its leaf queue already uses its whole GPU guarantee in
