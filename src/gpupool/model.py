@@ -65,6 +65,7 @@ class TopologyMode(StrEnum):
 class PlacementPolicy(StrEnum):
     BINPACK = "BinPack"
     SPREAD = "Spread"
+    FRAGMENTATION = "Fragmentation"
 
 
 class ReclaimPolicy(StrEnum):
@@ -328,7 +329,7 @@ class EngineConfig:
     """
 
     order: str = "fair-share"
-    score: str = "fragmentation"
+    score: str = "binpack"
     preempt: str = "default"
     max_preemption_candidates: int = 512
     max_domain_tries: int = 64

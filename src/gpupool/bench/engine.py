@@ -10,6 +10,7 @@ import gc
 import time
 import tracemalloc
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ from rich.table import Table
 from gpupool.engine import decide
 from gpupool.model import (
     UNLIMITED,
+    EngineConfig,
     Node,
     PodGroup,
     PodRequest,
@@ -201,11 +203,14 @@ def run_engine_bench(
     n_workloads: int = 50000,
     seed: int = 1,
     progress: Callable[[str], Any] | None = None,
+    score: str = "binpack",
 ) -> dict[str, Any]:
     """Run gpupool's cycle and the first-fit baseline on the same snapshot; return both."""
     say = progress or (lambda _m: None)
     say(f"building {n_nodes} nodes, {n_queues} queues in {n_cohorts} cohorts, {n_workloads} workloads ...")
-    snap = build_snapshot(n_nodes, n_queues, n_cohorts, n_workloads, seed)
+    snap = replace(
+        build_snapshot(n_nodes, n_queues, n_cohorts, n_workloads, seed), config=EngineConfig(score=score)
+    )
     say("running gpupool's engine (one full cycle) ...")
     last: dict[str, Any] = {}
 
@@ -227,6 +232,7 @@ def run_engine_bench(
     base = _measure(lambda: first_fit(snap))
     return {
         "nodes": n_nodes,
+        "score": score,
         "gpus": n_nodes * 8,
         "queues": n_queues,
         "cohorts": n_cohorts,

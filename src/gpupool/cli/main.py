@@ -176,14 +176,17 @@ def bench_engine(
     cohorts: int = typer.Option(10, help="cohorts (top-level queues)"),
     workloads: int = typer.Option(50000, help="pending workloads"),
     seed: int = typer.Option(1),
+    score: str = typer.Option("binpack", help="Score plugin: binpack (default), fragmentation, spread"),
     output: Output = typer.Option(Output.table, "-o", "--output"),
 ) -> None:
     """One full scheduling cycle on a large synthetic cluster, against a naive first-fit baseline."""
     from gpupool.bench.engine import format_result, run_engine_bench
+    from gpupool.engine.placement import SCORERS
 
-    res = run_engine_bench(
-        nodes, queues, cohorts, workloads, seed, progress=None if output is Output.json else console.print
-    )
+    if score not in SCORERS:
+        fail(f"--score: unknown policy {score!r}; choose one of {', '.join(SCORERS)}")
+    say = None if output is Output.json else console.print
+    res = run_engine_bench(nodes, queues, cohorts, workloads, seed, progress=say, score=score)
     if output is Output.json:
         sys.stdout.write(json.dumps(res) + "\n")
     else:

@@ -28,6 +28,7 @@ from gpupool.model import (
     UNLIMITED,
     Admission,
     EngineConfig,
+    PlacementPolicy,
     QueueingStrategy,
     ReclaimPolicy,
     Running,
@@ -99,6 +100,10 @@ class Engine:
     def __init__(self, snapshot: Snapshot) -> None:
         self.config: EngineConfig = snapshot.config
         validate_config(self.config)
+        # the fragmentation score needs the mix of pod shapes: keep it only where it is used
+        self._frag = self.config.score == "fragmentation" or any(
+            p.placement is PlacementPolicy.FRAGMENTATION for p in snapshot.pools
+        )
         self.cluster = ClusterState(snapshot.nodes, snapshot.pools)
         self.quota = QuotaState(snapshot.queues, [p.name for p in snapshot.pools], self.cluster.capacity)
         self.placer = Placer(self.cluster, snapshot.config.score)
@@ -111,7 +116,7 @@ class Engine:
         for r in snapshot.running:
             self._charge(r)
         self._running_shapes: Counter[object] = Counter()
-        if self.config.score == "fragmentation":
+        if self._frag:
             from gpupool.engine.fragscore import add_shapes
 
             add_shapes(self._running_shapes, (r.workload for r in snapshot.running))  # type: ignore[arg-type]
@@ -153,7 +158,7 @@ class Engine:
         self._charge(r)
         self.cluster.commit()
         self.quota.commit()
-        if self.config.score == "fragmentation":
+        if self._frag:
             from gpupool.engine.fragscore import add_shapes
 
             add_shapes(self._running_shapes, [r.workload])  # type: ignore[arg-type]
@@ -166,7 +171,7 @@ class Engine:
         self._discharge(r)
         self.cluster.commit()
         self.quota.commit()
-        if self.config.score == "fragmentation":
+        if self._frag:
             from gpupool.engine.fragscore import add_shapes
 
             add_shapes(self._running_shapes, [r.workload], sign=-1)  # type: ignore[arg-type]
@@ -245,7 +250,7 @@ class Engine:
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._reason_memo: dict[tuple[object, ...], str] = {}
         self._preempt_failed: set[tuple[object, ...]] = set()
-        if self.config.score == "fragmentation":
+        if self._frag:
             from gpupool.engine.fragscore import FragContext
 
             # the mix to keep capacity useful for: what runs and what waits

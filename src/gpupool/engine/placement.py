@@ -208,6 +208,8 @@ class Placer:
         p = self.st.pools.get(pool)
         if p is not None and p.placement is PlacementPolicy.SPREAD:
             return SCORERS["spread"]
+        if p is not None and p.placement is PlacementPolicy.FRAGMENTATION:
+            return SCORERS["fragmentation"]
         return SCORERS.get(self.default_scorer, SCORERS["binpack"])
 
     def node_filter(self, w: Workload) -> NodeFilter:
