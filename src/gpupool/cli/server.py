@@ -90,7 +90,9 @@ def serve(
     finally:
         store.close()
     url = f"http://{host}:{port}"
-    console.print(f"[bold]gpupool[/] serving on {url}  (dashboard {url}/, API docs {url}/docs, database {cfg.url})")
+    console.print(
+        f"[bold]gpupool[/] serving on {url}  (dashboard {url}/, API docs {url}/docs, database {cfg.url})"
+    )
     if seeded:
         console.print(f"configuration: {seeded} objects from {cfg.config_dir}")
     if token is not None:
