@@ -7,7 +7,7 @@ placement costs about the same on 50 nodes or 5,000.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -66,6 +66,42 @@ def _fits_node(st: ClusterState, i: int, req: PodRequest) -> bool:
     )
 
 
+def first_whole(
+    st: ClusterState, idxs: list[PoolIndex], buckets: Iterable[int], req: PodRequest, ok: NodeFilter
+) -> int | None:
+    """The first feasible node, walking the free-GPU buckets in the order given."""
+    for j in buckets:
+        for ix in idxs:
+            if j > ix.max_gpus:
+                continue
+            for i in ix.whole[j]:
+                if _fits_node(st, i, req) and ok(i):
+                    return i
+    return None
+
+
+def first_shared(
+    st: ClusterState, idxs: list[PoolIndex], buckets: Iterable[int], req: PodRequest, ok: NodeFilter
+) -> tuple[int, int] | None:
+    """The first partly used device that holds the fractional pod, walking free-milli buckets."""
+    m = req.gpu_milli
+    for b in buckets:
+        for ix in idxs:
+            for i, d in ix.partial[b]:
+                if (
+                    st.dev_milli[i][d] >= m
+                    and st.dev_mem[i][d] >= _mem_for(st, i, req)
+                    and _fits_node(st, i, req)
+                    and ok(i)
+                ):
+                    return i, d
+    return None
+
+
+def _top(idxs: list[PoolIndex]) -> int:
+    return max((ix.max_gpus for ix in idxs), default=0)
+
+
 class BinPack:
     """Best fit: the node with the fewest free GPUs that still fits; the fullest shared device."""
 
@@ -74,30 +110,14 @@ class BinPack:
     def pick_whole(
         self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: NodeFilter
     ) -> int | None:
-        top = max((ix.max_gpus for ix in idxs), default=0)
-        for j in range(k, top + 1):
-            for ix in idxs:
-                if j > ix.max_gpus:
-                    continue
-                for i in ix.whole[j]:
-                    if _fits_node(st, i, req) and ok(i):
-                        return i
-        return None
+        return first_whole(st, idxs, range(k, _top(idxs) + 1), req, ok)
 
     def pick_fraction(
         self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
     ) -> tuple[int, int] | None:
-        m = req.gpu_milli
-        for b in range(m // FRAC_BUCKET, N_FRAC_BUCKETS):
-            for ix in idxs:
-                for i, d in ix.partial[b]:
-                    if (
-                        st.dev_milli[i][d] >= m
-                        and st.dev_mem[i][d] >= _mem_for(st, i, req)
-                        and _fits_node(st, i, req)
-                        and ok(i)
-                    ):
-                        return i, d
+        got = first_shared(st, idxs, range(req.gpu_milli // FRAC_BUCKET, N_FRAC_BUCKETS), req, ok)
+        if got is not None:
+            return got
         node = self.pick_whole(st, idxs, 1, req, _with_device_memory(st, req, ok))
         if node is None:
             return None
@@ -112,15 +132,7 @@ class Spread:
     def pick_whole(
         self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: NodeFilter
     ) -> int | None:
-        top = max((ix.max_gpus for ix in idxs), default=0)
-        for j in range(top, k - 1, -1):
-            for ix in idxs:
-                if j > ix.max_gpus:
-                    continue
-                for i in ix.whole[j]:
-                    if _fits_node(st, i, req) and ok(i):
-                        return i
-        return None
+        return first_whole(st, idxs, range(_top(idxs), k - 1, -1), req, ok)
 
     def pick_fraction(
         self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
@@ -128,18 +140,9 @@ class Spread:
         i = self.pick_whole(st, idxs, 1, req, _with_device_memory(st, req, ok))
         if i is not None:
             return i, _free_devices(st, i, 1)[0]
-        m = req.gpu_milli
-        for b in range(N_FRAC_BUCKETS - 1, m // FRAC_BUCKET - 1, -1):
-            for ix in idxs:
-                for i, d in ix.partial[b]:
-                    if (
-                        st.dev_milli[i][d] >= m
-                        and st.dev_mem[i][d] >= _mem_for(st, i, req)
-                        and _fits_node(st, i, req)
-                        and ok(i)
-                    ):
-                        return i, d
-        return None
+        return first_shared(
+            st, idxs, range(N_FRAC_BUCKETS - 1, req.gpu_milli // FRAC_BUCKET - 1, -1), req, ok
+        )
 
 
 SCORERS: dict[str, Scorer] = {"binpack": BinPack(), "spread": Spread()}
@@ -161,15 +164,7 @@ _register_builtin()
 
 def pick_cpu_only(st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter) -> int | None:
     """The node with the fewest fully free GPUs that fits a pod without GPUs."""
-    top = max((ix.max_gpus for ix in idxs), default=0)
-    for j in range(top + 1):
-        for ix in idxs:
-            if j > ix.max_gpus:
-                continue
-            for i in ix.whole[j]:
-                if _fits_node(st, i, req) and ok(i):
-                    return i
-    return None
+    return first_whole(st, idxs, range(_top(idxs) + 1), req, ok)
 
 
 def _free_devices(st: ClusterState, i: int, k: int) -> list[int]:
