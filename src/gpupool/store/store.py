@@ -539,7 +539,13 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Session]:
+        """One write transaction. On PostgreSQL it takes the audit anchor's row lock first:
+        every writer then locks in the same order (anchor, then rows), so a scheduling cycle, a
+        batch of submits and an approval can never deadlock each other. (SQLite's writer is
+        already exclusive.)"""
         with self._writer.begin() as s:
+            if self.dialect == "postgresql":
+                s.execute(sa.select(_ANCHOR.c.id).where(_ANCHOR.c.id == 1).with_for_update())
             yield s
 
     @contextmanager
@@ -556,7 +562,7 @@ class Store:
     def _audit(
         self, s: Session, entry: AuditEntry | None, at: datetime, kind: str = "", name: str = ""
     ) -> AuditRecord | None:
-        """Append to the chain inside the caller's transaction (anchor row locked last)."""
+        """Append to the chain inside the caller's transaction (its writer locked the anchor first)."""
         if entry is None:
             return None
         entry = replace(entry, kind=entry.kind or kind, name=entry.name or name)
@@ -926,6 +932,8 @@ class Store:
         pairs = sorted(reasons.items())
         with self._core_writer.begin() as conn:
             if self.dialect == "postgresql":
+                # the anchor first, as every writer does (no lock-order deadlock with a cycle)
+                conn.execute(sa.select(_ANCHOR.c.id).where(_ANCHOR.c.id == 1).with_for_update())
                 res = conn.exec_driver_sql(
                     "UPDATE workloads AS w SET reason = v.r FROM unnest(%s::text[], %s::text[]) AS v(n, r) "
                     "WHERE w.name = v.n AND w.phase = 'Pending'",
