@@ -60,7 +60,7 @@ from gpupool.service.convert import (
 )
 from gpupool.service.metrics import Metrics
 from gpupool.store import TERMINAL_PHASES, NotFound, ObjectRecord, Store, StoreError, WorkloadRecord
-from gpupool.store.schema import WorkloadRow
+from gpupool.store.schema import PHASES, WorkloadRow
 
 log = logging.getLogger("gpupool.api")
 
@@ -472,17 +472,7 @@ def _routes(app: FastAPI) -> None:
                     sa.select(WorkloadRow.phase, sa.func.count()).group_by(WorkloadRow.phase)
                 ).all()
             counts = {p: n for p, n in rows}
-            for p in (
-                "Pending",
-                "AwaitingApproval",
-                "Admitted",
-                "Running",
-                "Succeeded",
-                "Failed",
-                "Cancelled",
-                "Preempted",
-                "Rejected",
-            ):
+            for p in PHASES:
                 m.workloads.labels(p).set(counts.get(p, 0))
             ctl = svc.controller
             with ctl.lock:

@@ -196,21 +196,7 @@ def _obj(row: ObjectRow) -> ObjectRecord:
 
 
 def _wl(row: WorkloadRow) -> WorkloadRecord:
-    return WorkloadRecord(
-        seq=row.seq,
-        name=row.name,
-        queue=row.queue,
-        priority_class=row.priority_class,
-        owner=row.owner,
-        manifest=row.manifest,
-        phase=row.phase,
-        placement=row.placement,
-        reason=row.reason,
-        submitted_at=row.submitted_at,
-        admitted_at=row.admitted_at,
-        finished_at=row.finished_at,
-        resource_version=row.resource_version,
-    )
+    return _row_record(row)
 
 
 def _ev(row: EventRow) -> EventRecord:
