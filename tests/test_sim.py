@@ -201,6 +201,23 @@ def test_same_seed_byte_identical_json(tmp_path: Path) -> None:
     assert any(r["metrics"]["node_failures"] > 0 for r in data["runs"])
 
 
+def test_parallel_runs_equal_sequential_runs(tmp_path: Path) -> None:
+    """Worker processes (used for long traces) must not change a byte of the results."""
+    p = philly_scenario(
+        tmp_path,
+        n=150,
+        extra="  faults: {mtbf: {hours: 2, repairAfter: 30m}, jobFailuresPerHour: 0.5}\n",
+    )
+    seen: list[tuple[str, int, int]] = []
+    sc = load_scenario(p)
+    par = run_scenario(sc, lambda label, done, total: seen.append((label, done, total)), workers=2)
+    seq = run_scenario(load_scenario(p), workers=1)
+    assert dumps(to_json(sc, par)) == dumps(to_json(sc, seq))
+    assert [r.label for r in par] == list(sc.policies)
+    # every run reports completion through the progress callback
+    assert {(label, done) for label, done, total in seen if done == total} == {(q, 150) for q in sc.policies}
+
+
 # -- faults -------------------------------------------------------------------------------------
 def _one_job_scenario(tmp_path: Path, faults: str, duration: int = 7200) -> Path:
     (tmp_path / "t.csv").write_text(f"submit,duration,gpus,queue\n0,{duration},8,a\n")

@@ -110,8 +110,12 @@ class Engine:
         self.pools = {p.name: p for p in snapshot.pools}
         self.running: dict[str, Running] = {}
         self._run_log: list[tuple[str, Running | None]] | None = None
-        self._run_version = 0
-        self._ends_cache: dict[tuple[str, int], dict[str, list[float]]] = {}
+        # indexes over the running set, kept in step with it (and with its rollback) so that a
+        # cycle never walks every running workload: by (pool, queue) for preemption, and per
+        # node and device the expected end of each workload on it for node holds
+        self._by_pq: dict[tuple[str, str], dict[str, Running]] = {}
+        self._dev_ends: dict[str, dict[int, dict[str, float]]] = {}
+        self._node_ends: dict[str, list[float]] = {}
         self.leaf = {q: not kids for q, kids in self.quota.children.items()}
         for r in snapshot.running:
             self._charge(r)
@@ -129,13 +133,50 @@ class Engine:
     # -- state changes (used by incremental callers too) --------------------------------------
     def _run_set(self, name: str, r: Running | None) -> None:
         """Change the running set; inside a cycle, remember how to undo it (no copy per cycle)."""
-        self._run_version += 1
+        prev = self.running.get(name)
         if self._run_log is not None:
-            self._run_log.append((name, self.running.get(name)))
+            self._run_log.append((name, prev))
+        if prev is not None:
+            self._unindex(prev)
         if r is None:
             del self.running[name]
         else:
             self.running[name] = r
+            self._index(r)
+
+    def _index(self, r: Running) -> None:
+        a = r.admission
+        self._by_pq.setdefault((a.pool, r.workload.queue), {})[r.name] = r
+        d = r.workload.expected_duration_s
+        end = float("inf") if d is None else a.admitted_at + d
+        dev_ends, node_ends = self._dev_ends, self._node_ends
+        for p in a.pods:
+            if not p.devices:
+                continue
+            per_dev = dev_ends.setdefault(p.node, {})
+            for dev in p.devices:
+                per_dev.setdefault(dev, {})[r.name] = end
+            node_ends.pop(p.node, None)
+
+    def _unindex(self, r: Running) -> None:
+        a = r.admission
+        key = (a.pool, r.workload.queue)
+        pq = self._by_pq[key]
+        del pq[r.name]
+        if not pq:
+            del self._by_pq[key]
+        dev_ends, node_ends = self._dev_ends, self._node_ends
+        for p in a.pods:
+            if not p.devices:
+                continue
+            per_dev = dev_ends[p.node]
+            for dev in p.devices:
+                ends = per_dev.get(dev)  # absent: two pods of this workload shared the device
+                if ends is not None:
+                    ends.pop(r.name, None)
+                    if not ends:
+                        del per_dev[dev]
+            node_ends.pop(p.node, None)
 
     def _charge(self, r: Running) -> None:
         for p in r.admission.pods:
@@ -212,10 +253,14 @@ class Engine:
                 self.cluster.rollback(cp_c)
                 self.quota.rollback(cp_q)
                 for name, prev in reversed(self._run_log):
+                    cur = self.running.get(name)
+                    if cur is not None:
+                        self._unindex(cur)
                     if prev is None:
                         self.running.pop(name, None)
                     else:
                         self.running[name] = prev
+                        self._index(prev)
             self._run_log = None
 
     def _cycle(self, pending: list[Workload]) -> Decisions:
@@ -263,7 +308,6 @@ class Engine:
         # preemption candidates are workloads that were running before this cycle, by pool and queue
         self._usage_at_start = dict(self.quota.U)
         self._borrowing_at_start: dict[tuple[str, str, str | None], bool] = {}
-        self._by_pool_queue_cache: dict[tuple[str, str], list[Running]] | None = None
         self._leaves_of_root: dict[str, list[str]] = {}
         for qn, is_leaf in self.leaf.items():
             if is_leaf:
@@ -410,7 +454,6 @@ class Engine:
         st = self.cluster
         idxs = st.pool_indexes(pool, w.gpu_models)
         ok = self.placer.node_filter(w)
-        ends = self._device_ends(pool)
         inf = float("inf")
         topo = w.topology
         scope = topo.scope if topo is not None and topo.mode is TopologyMode.REQUIRED else None
@@ -424,7 +467,7 @@ class Engine:
                 node = st.nodes[i]
                 if node.gpu_count < k or not ok(i):
                     continue
-                busy = sorted(ends.get(node.name, []))
+                busy = self._busy_ends(node.name)
                 free_now = st.free_whole[i]
                 # time when k devices are free: the (k - free_now)-th release (an estimate: a
                 # device shared by fractional pods frees when its last sharer ends)
@@ -453,29 +496,15 @@ class Engine:
         when = "when running work ends" if start == inf else f"expected from t={start:g}"
         return f"holding {len(held)} node(s) for it ({names}), {when}"
 
-    def _device_ends(self, pool: str) -> dict[str, list[float]]:
-        """Per node of ``pool``, when each busy device frees (the end of the last workload on it;
-        unknown duration: never). Cached until the running set changes: most blocked workloads
-        of a cycle ask with nothing changed in between."""
-        key = (pool, self._run_version)
-        cached = self._ends_cache.get(key)
-        if cached is not None:
-            return cached
-        dev_end: dict[tuple[str, int], float] = {}
-        inf = float("inf")
-        for r in self.running.values():
-            if r.admission.pool != pool or r.name in self._evicted:
-                continue
-            d = r.workload.expected_duration_s
-            end = inf if d is None else r.admission.admitted_at + d
-            for p in r.admission.pods:
-                for dev in p.devices:
-                    dev_end[(p.node, dev)] = max(end, dev_end.get((p.node, dev), 0.0))
-        ends: dict[str, list[float]] = {}
-        for (node_name, _dev), end in dev_end.items():
-            ends.setdefault(node_name, []).append(end)
-        self._ends_cache = {key: ends}
-        return ends
+    def _busy_ends(self, node: str) -> list[float]:
+        """When each busy device of ``node`` frees (the end of the last workload on it; unknown
+        duration: never), sorted; kept per node until something on it changes."""
+        got = self._node_ends.get(node)
+        if got is None:
+            per_dev = self._dev_ends.get(node)
+            got = sorted(max(e.values()) for e in per_dev.values()) if per_dev else []
+            self._node_ends[node] = got
+        return got
 
     def _must_borrow(self, w: Workload) -> bool:
         """True when ``w`` needs GPUs and its leaf queue already uses its whole GPU guarantee in
@@ -606,25 +635,13 @@ class Engine:
         )
 
     # -- preemption ---------------------------------------------------------------------------
-    @property
-    def _by_pool_queue(self) -> dict[tuple[str, str], list[Running]]:
-        """Running work by pool and queue, built on the first preemption attempt of a cycle
-        (work admitted in this cycle is never a candidate, so it is left out)."""
-        if self._by_pool_queue_cache is None:
-            idx: dict[tuple[str, str], list[Running]] = {}
-            for r in self.running.values():
-                if r.name not in self._admitted_now:
-                    idx.setdefault((r.admission.pool, r.workload.queue), []).append(r)
-            self._by_pool_queue_cache = idx
-        return self._by_pool_queue_cache
-
     def preemption_candidates(self, w: Workload, pool: str, vec: Vec) -> list[_Candidate]:
         """Preempt extension point: who may be evicted for ``w``, in the order to try them.
 
         Kept in one place (as Kueue does) so the order is easy to audit: other queues' borrowed
         capacity first, then the lowest priority, then the most recently admitted.
         """
-        if not self._by_pool_queue or not self.pools[pool].preemptible:
+        if not self._by_pq or not self.pools[pool].preemptible:
             return []
         q = self.quota
         queue = q.queues[w.queue]
@@ -633,7 +650,7 @@ class Engine:
         out: list[tuple[tuple[object, ...], _Candidate]] = []
         evicted, now = self._evicted, self._admitted_now
         if pol.within_queue is not ReclaimPolicy.NEVER:
-            for r in self._by_pool_queue.get((pool, w.queue), ()):
+            for r in self._by_pq.get((pool, w.queue), {}).values():
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
                     continue
@@ -645,7 +662,7 @@ class Engine:
         borrow = pol.borrow_within_cohort is not ReclaimPolicy.NEVER
         if reclaim or borrow:
             for other in self._leaves_of_root.get(root, ()):
-                rs = self._by_pool_queue.get((pool, other))
+                rs = self._by_pq.get((pool, other))
                 if other == w.queue or not rs:
                     continue
                 # borrowing now, and already when the cycle started (victims are pre-cycle work)
@@ -658,7 +675,7 @@ class Engine:
                     )
                 if not at_start or not q.is_borrowing(other, pool, lca):
                     continue
-                for r in rs:
+                for r in rs.values():
                     v = r.workload
                     if v.name in evicted or v.name in now or not v.preemptible:
                         continue

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import queue
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,25 +27,89 @@ def run_label(policy: str, variant: str, n_variants: int) -> str:
     return policy if n_variants == 1 else f"{policy} @ {variant}"
 
 
+#: below this many jobs a run takes about as long as starting a worker process
+PARALLEL_MIN_JOBS = 5000
+
+_progress_queue: Any = None
+
+
+def _init_worker(q: Any) -> None:
+    global _progress_queue
+    _progress_queue = q
+
+
+def _run_one(sc: Scenario, vi: int, policy: str, label: str, check: bool | None) -> Run:
+    """One (variant, policy) run in a worker process; progress goes back through a queue."""
+    q = _progress_queue
+
+    def tick(done: int) -> None:
+        if q is not None and done % 256 == 0:
+            q.put((label, done))
+
+    r = simulate(sc, policy, sc.variants[vi], check, progress=tick)
+    return Run(label, r, compute(r))
+
+
 def run_scenario(
     sc: Scenario,
     progress: Callable[[str, int, int], None] | None = None,
     check_invariants: bool | None = None,
+    workers: int | None = None,
 ) -> list[Run]:
-    """Every (variant, policy) pair, in the scenario's order; progress(label, done, total)."""
+    """Every (variant, policy) pair, in the scenario's order; progress(label, done, total).
+
+    Runs are independent and deterministic, so long ones go to worker processes, one per core
+    (``workers``; by default only for traces of PARALLEL_MIN_JOBS jobs or more): the results
+    are the same, in the same order, as a sequential run."""
+    total = len(sc.trace.jobs)
+    todo = [
+        (vi, p, run_label(p, v.name, len(sc.variants)))
+        for vi, v in enumerate(sc.variants)
+        for p in sc.policies
+    ]
+    if workers is None:
+        workers = min(len(todo), os.cpu_count() or 1) if total >= PARALLEL_MIN_JOBS else 1
+    if workers > 1 and len(todo) > 1:
+        return _run_parallel(sc, todo, progress, check_invariants, workers, total)
     runs: list[Run] = []
-    total = sum(1 for j in sc.trace.jobs)
-    for v in sc.variants:
-        for p in sc.policies:
-            label = run_label(p, v.name, len(sc.variants))
+    for vi, p, label in todo:
 
-            def tick(done: int, label: str = label) -> None:
-                if progress is not None:
-                    progress(label, done, total)
+        def tick(done: int, label: str = label) -> None:
+            if progress is not None:
+                progress(label, done, total)
 
-            r = simulate(sc, p, v, check_invariants, progress=tick if progress else None)
-            runs.append(Run(label, r, compute(r)))
+        r = simulate(sc, p, sc.variants[vi], check_invariants, progress=tick if progress else None)
+        runs.append(Run(label, r, compute(r)))
     return runs
+
+
+def _run_parallel(
+    sc: Scenario,
+    todo: list[tuple[int, str, str]],
+    progress: Callable[[str, int, int], None] | None,
+    check: bool | None,
+    workers: int,
+    total: int,
+) -> list[Run]:
+    # spawn, not fork: the caller may run threads (a progress bar), and fork with threads can deadlock
+    ctx = multiprocessing.get_context("spawn")
+    q = ctx.Queue() if progress is not None else None
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q,)) as ex:
+        futs = [ex.submit(_run_one, sc, vi, p, label, check) for vi, p, label in todo]
+        pending = set(futs)
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            while q is not None and progress is not None:
+                try:
+                    label, n = q.get_nowait()
+                except queue.Empty:
+                    break
+                progress(label, n, total)
+            for f in done:
+                run = f.result()
+                if progress is not None:
+                    progress(run.label, total, total)
+        return [f.result() for f in futs]
 
 
 def to_json(sc: Scenario, runs: list[Run], with_series: bool = True) -> dict[str, Any]:

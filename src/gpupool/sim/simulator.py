@@ -231,7 +231,7 @@ class _Pending:
     """Pending workloads per queue and class, each class ordered by the engine's order key
     (and, for backfill, by declared duration)."""
 
-    def __init__(self, one_head: bool = False) -> None:
+    def __init__(self, one_head: bool = False, track_shapes: bool = False) -> None:
         self.one_head = one_head
         self.w: dict[str, Workload] = {}
         self.cls_of: dict[str, tuple[object, ...]] = {}
@@ -244,7 +244,7 @@ class _Pending:
         self.touched_queues: set[str] = set()
         self.new: set[str] = set()
         #: pod shapes of every pending workload (for the fragmentation scorer's mix)
-        self.shapes: Counter[object] | None = Counter() if add_shapes is not None else None
+        self.shapes: Counter[object] | None = Counter() if track_shapes and add_shapes is not None else None
 
     def __len__(self) -> int:
         return len(self.w)
@@ -361,6 +361,12 @@ class Simulation:
         self.engine_calls = 0
         self.holders: set[str] = set()
         self.last_held: dict[str, object] = {}
+
+    def _uses_shape_mix(self) -> bool:
+        """Only the fragmentation scorer weighs placements against the mix of waiting shapes."""
+        return self.config.score == "fragmentation" or any(
+            p.placement is PlacementPolicy.FRAGMENTATION for p in self.pools
+        )
 
     # -- model objects --------------------------------------------------------------------------
     def _workload(self, j: JobSpec) -> Workload:
@@ -485,7 +491,7 @@ class Simulation:
         span = horizon if horizon < math.inf else max(last_submit, 1.0) * 1.1
         sample_every = span / max(sc.samples, 1)
         next_sample = 0.0
-        pend = _Pending(self.one_head)
+        pend = _Pending(self.one_head, track_shapes=self._uses_shape_mix())
         eng = self._new_engine(0.0)
         cap = self._capacity()
         alloc = 0
