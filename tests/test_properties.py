@@ -186,3 +186,30 @@ def test_one_head_per_queue_considers_one_workload_per_queue(snap: Snapshot) -> 
         if p.code not in (PendingCode.SKIPPED, PendingCode.BLOCKED):
             per_queue[p.queue] = per_queue.get(p.queue, 0) + 1
     assert all(n == 1 for n in per_queue.values()), per_queue
+
+
+@SETTINGS
+@given(snapshots(), st.data())
+def test_blocked_hint_changes_no_decision(snap: Snapshot, data: st.DataObject) -> None:
+    """Workloads shown blocked at the start state may be skipped by the engine; every admission,
+    preemption and hold stays exactly what it is without the hint."""
+    eng = Engine(snap)
+    d = eng.cycle(snap.pending, 0.0)
+    eng.apply(d, snap.pending, 0.0)
+    admitted = set(d.admitted_names())
+    leaves = [q.name for q in snap.queues if q.parent is not None]
+    new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(0, 6))))
+    pending = [w for w in snap.pending if w.name not in admitted] + list(new)
+    memo: dict[object, bool] = {}
+    blocked = {w.name for w in pending if eng.blocked_at_start(w, memo)}
+    plain = eng.cycle(pending, 1.0)
+    held = dict(eng.placer.reserved)
+    hinted = eng.cycle(pending, 1.0, blocked=blocked)
+    assert hinted.admitted == plain.admitted
+    assert hinted.preempted == plain.preempted
+    assert eng.placer.reserved == held
+    assert set(hinted.pending) <= set(plain.pending)
+    assert len(hinted.pending) + hinted.skipped == len(plain.pending)
+    assert {p.workload for p in plain.pending} - {p.workload for p in hinted.pending} <= blocked
+    if not plain.preempted:  # the proof itself: nothing shown blocked gets in
+        assert not blocked & set(plain.admitted_names())

@@ -41,6 +41,7 @@ from gpupool.model import (
 from gpupool.quantity import format_cpu, format_gpu, format_mib
 
 _DIM_NAMES = ("GPU", "CPU", "memory")
+_INF = float("inf")
 _DIM_FMT = (format_gpu, format_cpu, format_mib)
 
 
@@ -233,12 +234,24 @@ class Engine:
 
     # -- the cycle ----------------------------------------------------------------------------
     def cycle(
-        self, pending: Iterable[Workload], now: float | None = None, *, restore: bool = True
+        self,
+        pending: Iterable[Workload],
+        now: float | None = None,
+        *,
+        restore: bool = True,
+        blocked: frozenset[str] | set[str] = frozenset(),
     ) -> Decisions:
         """Decide what to admit, preempt and leave pending. Leaves the state as it found it
-        (``restore=False`` skips the rollback, for a caller that discards the engine)."""
+        (``restore=False`` skips the rollback, for a caller that discards the engine).
+
+        ``blocked`` names pending workloads the caller has shown can neither be placed nor
+        preempt anything in the state the cycle starts from (see ``blocked_at_start``). Until
+        something is preempted, such a workload would only fail again; the engine still takes
+        it in its turn (it may be the one a pool holds nodes for) but skips it, without a
+        pending entry, once every pool it could use holds nodes (``Decisions.skipped``)."""
         if now is not None:
             self.now = now
+        self._blocked = blocked
         cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
         self._run_log = []
         # The cycle creates no reference cycles; pausing the cyclic GC saves ~20% on big cycles.
@@ -295,6 +308,7 @@ class Engine:
         self._shape_ids: dict[tuple[object, ...], int] = {}
         self._reason_memo: dict[tuple[object, ...], str] = {}
         self._preempt_failed: set[tuple[object, ...]] = set()
+        self._low_prio: dict[tuple[str, str], float] = {}
         if self._frag:
             from gpupool.engine.fragscore import FragContext
 
@@ -368,6 +382,7 @@ class Engine:
             heapq.heapify(heaps[par])
         deferred: dict[str, list[Workload]] = {}
         one_head = self.config.one_head_per_queue
+        blocked = self._blocked
         while heaps.get(top):
             path: list[tuple[str, str]] = []
             n = top
@@ -380,10 +395,22 @@ class Engine:
             w = lst[pos[q]]
             pos[q] += 1
             strict = quota.queues[q].strategy is QueueingStrategy.STRICT_FIFO
-            if not allow_borrow and self._must_borrow(w):
-                result: bool | None = None  # cheap deferral: the queue is already at its guarantee
+            if (
+                blocked
+                and w.name in blocked
+                and not out.preempted
+                and not strict
+                and not one_head
+                and self._held_everywhere(w)
+            ):
+                out.skipped += 1  # it would fail again and can no longer move a hold
+                result: bool | None = False
+            elif not allow_borrow and self._must_borrow(w):
+                result = None  # cheap deferral: the queue is already at its guarantee
             else:
                 result = self._try(w, out, allow_borrow)
+                if result is not None:
+                    out.considered += 1
             stop = False
             if result is None:  # needs to borrow: wait for pass 2
                 deferred.setdefault(q, []).append(w)
@@ -391,7 +418,6 @@ class Engine:
                     deferred[q].extend(lst[pos[q] :])
                     stop = True
             else:
-                out.considered += 1
                 if result is False and strict:
                     for rest in lst[pos[q] :]:
                         out.pending.append(
@@ -506,6 +532,65 @@ class Engine:
             self._node_ends[node] = got
         return got
 
+    def _held_everywhere(self, w: Workload) -> bool:
+        pools = self._static(w)[1]
+        reserved = self.placer.reserved
+        return bool(pools) and all(p in reserved for p in pools)
+
+    def blocked_at_start(self, w: Workload, memo: dict[object, bool] | None = None) -> bool:
+        """True when ``w`` can neither be placed nor preempt anything in the current (committed)
+        state, whatever its quota: an incremental caller may then pass it as ``blocked`` to the
+        next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
+        state only); the check ignores holds, which only ever take capacity away."""
+        vec = w.quota_vec()
+        pools = self.candidate_pools(w)
+        if not pools:
+            return False  # the cycle reports why; nothing to skip
+        shape = (w.pod_groups, w.gpu_models, w.topology, w.tolerations, w.node_selector, w.gang_min)
+        for pool in pools:
+            pk = ("preempt", w.queue, w.priority, pool, vec)
+            may = None if memo is None else memo.get(pk)
+            if may is None:
+                may = self._may_preempt_at_start(w, pool, vec)
+                if memo is not None:
+                    memo[pk] = may
+            if may:
+                return False
+            key = (pool, shape)
+            fits = None if memo is None else memo.get(key)
+            if fits is None:
+                st = self.cluster
+                if vec[0] > st.capacity[pool][0] - st.pool_used[pool]:
+                    fits = False  # not enough free GPU milli in the whole pool
+                else:
+                    saved, self.placer.reserved = self.placer.reserved, {}
+                    cp = st.checkpoint()
+                    try:
+                        fits = self.placer.place(w, pool, self.config.max_domain_tries).pods is not None
+                    finally:
+                        st.rollback(cp)
+                        self.placer.reserved = saved
+                if memo is not None:
+                    memo[key] = fits
+            if fits:
+                return False
+        return True
+
+    def _may_preempt_at_start(self, w: Workload, pool: str, vec: Vec) -> bool:
+        """Could any preemption rule give ``w`` a victim in ``pool`` now (a cheap superset)?"""
+        if self.config.preempt == "none" or not self.pools[pool].preemptible or not self._by_pq:
+            return False
+        pol = self.quota.queues[w.queue].preemption
+        if pol.within_queue is not ReclaimPolicy.NEVER:
+            rs = self._by_pq.get((pool, w.queue), {})
+            if any(r.workload.preemptible and r.workload.priority < w.priority for r in rs.values()):
+                return True
+        if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
+            return True
+        return pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and self.quota.within_guarantee(
+            w.queue, pool, vec
+        )
+
     def _must_borrow(self, w: Workload) -> bool:
         """True when ``w`` needs GPUs and its leaf queue already uses its whole GPU guarantee in
         every pool it may use: it can only be admitted by borrowing, so pass 1 skips it."""
@@ -585,8 +670,8 @@ class Engine:
         # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
         if wants_borrow:
             return None
-        for pool in pools if self.config.preempt != "none" else ():
-            if self._try_preempt(w, pool, vec, out):
+        for pool, ckey in zip(pools, ckeys, strict=True) if self.config.preempt != "none" else ():
+            if self._try_preempt(w, pool, vec, out, ckey[1]):
                 return True
         if self.config.reserve:
             for pool, code, _ in reasons:
@@ -649,7 +734,7 @@ class Engine:
         root = q.root[w.queue]
         out: list[tuple[tuple[object, ...], _Candidate]] = []
         evicted, now = self._evicted, self._admitted_now
-        if pol.within_queue is not ReclaimPolicy.NEVER:
+        if pol.within_queue is not ReclaimPolicy.NEVER and self._lowest_priority(pool, w.queue) < w.priority:
             for r in self._by_pq.get((pool, w.queue), {}).values():
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
@@ -696,6 +781,17 @@ class Engine:
         out.sort(key=lambda t: t[0])
         return [c for _, c in out[: self.config.max_preemption_candidates]]
 
+    def _lowest_priority(self, pool: str, queue: str) -> float:
+        """Lowest priority of preemptible work the queue runs in the pool, once per cycle (within
+        a cycle work only leaves the candidate set, so the figure can only be too low: safe)."""
+        key = (pool, queue)
+        got = self._low_prio.get(key)
+        if got is None:
+            rs = self._by_pq.get(key, {})
+            got = min((r.workload.priority for r in rs.values() if r.workload.preemptible), default=_INF)
+            self._low_prio[key] = got
+        return got
+
     def _fits_now(self, w: Workload, pool: str, vec: Vec) -> bool:
         if not self.quota.check(w.queue, pool, vec)[0]:
             return False
@@ -704,11 +800,10 @@ class Engine:
         self.cluster.rollback(cp)
         return res.pods is not None
 
-    def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions) -> bool:
+    def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions, sid: object) -> bool:
         # Within a cycle capacity only shrinks and candidates only leave, until a preemption
         # succeeds: a failed search for the same queue, pool, shape and priority fails again.
-        sid = self._statics[w.name][2][self._statics[w.name][1].index(pool)]
-        memo = (w.queue, w.priority, sid)
+        memo = (w.queue, w.priority, pool, sid)
         if memo in self._preempt_failed:
             return False
         cands = self.preemption_candidates(w, pool, vec)

@@ -68,6 +68,8 @@ class Decisions:
     pending: list[Pending] = field(default_factory=list)
     #: Workloads looked at in this cycle (for throughput figures).
     considered: int = 0
+    #: Workloads passed as ``blocked`` that the cycle skipped (no pending entry for them).
+    skipped: int = 0
 
     def admitted_names(self) -> list[str]:
         return [a.workload for a in self.admitted]

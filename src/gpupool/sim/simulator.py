@@ -41,6 +41,7 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from gpupool.engine import Decisions, Engine, PendingCode, apply_decisions
 from gpupool.engine.core import workload_order_key
@@ -135,7 +136,7 @@ class _Engine(Engine):
 
     hidden: Counter[object] | None = None
 
-    def cycle(self, pending: Iterable[Workload], now: float | None = None, **kw: bool) -> Decisions:
+    def cycle(self, pending: Iterable[Workload], now: float | None = None, **kw: Any) -> Decisions:
         self.tries: dict[str, int] = {}
         shapes = getattr(self, "_running_shapes", None)
         hidden = self.hidden
@@ -792,8 +793,14 @@ class Simulation:
         k_class = self.k_hint
         k_queue = self.kq_hint
         passed: list[Workload] = []
+        # classes whose head can neither be placed nor preempt at the cycle's start state: every
+        # member would fail (capacity only shrinks until something is preempted), so only the
+        # head is given, as ``blocked`` (the engine may need it to choose a hold)
+        memo: dict[object, bool] = {}
+        use_blocked = isinstance(eng, Engine) and hasattr(eng, "blocked_at_start")
         while True:
             passed = []
+            blocked: set[str] = set()
             seen: set[str] = set()
             q_trunc: dict[str, list[str]] = {}
             c_trunc: dict[tuple[object, ...], list[str]] = {}
@@ -816,6 +823,13 @@ class Simulation:
                         if not dirty and c not in touched:
                             continue
                         lst = pend.by_class[c]
+                        if use_blocked and c not in full_classes:
+                            head = pend.w[lst[0][1]]
+                            if eng.blocked_at_start(head, memo):
+                                blocked.add(head.name)
+                                seen.add(head.name)
+                                passed.append(head)
+                                continue
                         k = len(lst) if c in full_classes else k_class.get(c, 1)
                         names = [n for _, n in lst[:k]]
                         if len(lst) > k:
@@ -829,8 +843,12 @@ class Simulation:
                 hidden = pend.shapes.copy()
                 add_shapes(hidden, passed, sign=-1)  # type: ignore[arg-type]
                 eng.hidden = +hidden
-            d = eng.cycle(passed, now)
+            d = eng.cycle(passed, now, blocked=blocked) if blocked else eng.cycle(passed, now)
             self.engine_calls += 1
+            if blocked and d.preempted:
+                # a preemption frees capacity: the proof behind ``blocked`` no longer holds
+                use_blocked = False
+                continue
             held = getattr(eng.placer, "reserved", None) or {}
             if not dirty and (d.admitted or d.preempted or held != self.last_held):
                 # the state changed mid-cycle (an admission can move the nodes held for a blocked
