@@ -42,6 +42,7 @@ from gpupool.quantity import format_cpu, format_gpu, format_mib
 
 _DIM_NAMES = ("GPU", "CPU", "memory")
 _INF = float("inf")
+_STATICS_MAX = 200_000  # cached workload facts before the cache starts afresh
 _DIM_FMT = (format_gpu, format_cpu, format_mib)
 
 
@@ -130,6 +131,10 @@ class Engine:
         self.now = snapshot.now
         self._pool_order: dict[str, list[str]] = {}
         self._model_pools: dict[tuple[str, ...], set[str]] = {}
+        # facts about a workload that no state change alters, kept across cycles (checked by
+        # object identity, so a new workload under an old name is looked at afresh)
+        self._statics: dict[str, tuple[Workload, tuple[Vec, list[str], list[tuple[object, ...]]]]] = {}
+        self._shape_ids: dict[tuple[object, ...], int] = {}
 
     # -- state changes (used by incremental callers too) --------------------------------------
     def _run_set(self, name: str, r: Running | None) -> None:
@@ -248,7 +253,10 @@ class Engine:
         preempt anything in the state the cycle starts from (see ``blocked_at_start``). Until
         something is preempted, such a workload would only fail again; the engine still takes
         it in its turn (it may be the one a pool holds nodes for) but skips it, without a
-        pending entry, once every pool it could use holds nodes (``Decisions.skipped``)."""
+        pending entry, once every pool it could use holds nodes (``Decisions.skipped``). A cycle
+        that preempts nothing decides exactly as without the hint; one that preempts may have
+        skipped work that the freed capacity would have let in, so a caller that needs the
+        exact outcome runs it again without the hint."""
         if now is not None:
             self.now = now
         self._blocked = blocked
@@ -304,8 +312,8 @@ class Engine:
         for lst in by_queue.values():
             lst.sort(key=workload_order_key)
         self._fail_cache: dict[tuple[object, ...], tuple[PendingCode, str]] = {}
-        self._statics: dict[str, tuple[Vec, list[str], list[tuple[object, ...]]]] = {}
-        self._shape_ids: dict[tuple[object, ...], int] = {}
+        if len(self._statics) > _STATICS_MAX:
+            self._statics.clear()
         self._reason_memo: dict[tuple[object, ...], str] = {}
         self._preempt_failed: set[tuple[object, ...]] = set()
         self._low_prio: dict[tuple[str, str], float] = {}
@@ -442,6 +450,14 @@ class Engine:
                     stop = True
             if stop:
                 pos[q] = len(lst)
+            elif blocked and not out.preempted and not strict and not one_head:
+                # skip a run of hinted workloads at the queue's head in one go: each would only
+                # be popped and skipped in its turn (this is what makes the hint cheap)
+                p, n_lst = pos[q], len(lst)
+                while p < n_lst and lst[p].name in blocked and self._held_everywhere(lst[p]):
+                    p += 1
+                out.skipped += p - pos[q]
+                pos[q] = p
             for par, child in reversed(path):
                 alive = pos[child] < len(by_queue[child]) if child in by_queue else bool(heaps.get(child))
                 if alive:
@@ -542,12 +558,10 @@ class Engine:
         state, whatever its quota: an incremental caller may then pass it as ``blocked`` to the
         next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
         state only); the check ignores holds, which only ever take capacity away."""
-        vec = w.quota_vec()
-        pools = self.candidate_pools(w)
+        vec, pools, ckeys = self._static(w)
         if not pools:
             return False  # the cycle reports why; nothing to skip
-        shape = (w.pod_groups, w.gpu_models, w.topology, w.tolerations, w.node_selector, w.gang_min)
-        for pool in pools:
+        for pool, key in zip(pools, ckeys, strict=True):
             pk = ("preempt", w.queue, w.priority, pool, vec)
             may = None if memo is None else memo.get(pk)
             if may is None:
@@ -556,7 +570,6 @@ class Engine:
                     memo[pk] = may
             if may:
                 return False
-            key = (pool, shape)
             fits = None if memo is None else memo.get(key)
             if fits is None:
                 st = self.cluster
@@ -602,13 +615,14 @@ class Engine:
 
     def _static(self, w: Workload) -> tuple[Vec, list[str], list[tuple[object, ...]]]:
         """Per-cycle facts about a workload that do not change between attempts."""
-        st = self._statics.get(w.name)
-        if st is None:
-            pools = self.candidate_pools(w)
-            shape = (w.pod_groups, w.gpu_models, w.topology, w.tolerations, w.node_selector, w.gang_min)
-            sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
-            st = (w.quota_vec(), pools, [(p, sid) for p in pools])
-            self._statics[w.name] = st
+        got = self._statics.get(w.name)
+        if got is not None and got[0] is w:
+            return got[1]
+        pools = self.candidate_pools(w)
+        shape = (w.pod_groups, w.gpu_models, w.topology, w.tolerations, w.node_selector, w.gang_min)
+        sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
+        st = (w.quota_vec(), pools, [(p, sid) for p in pools])
+        self._statics[w.name] = (w, st)
         return st
 
     def _try(self, w: Workload, out: Decisions, allow_borrow: bool = True) -> bool | None:
