@@ -187,6 +187,23 @@ def test_window_rule_gives_the_same_results_as_passing_everything(
     assert fast.preemptions == full.preemptions
 
 
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_window_rule_exact_under_a_deep_backlog(tmp_path: Path, seed: int) -> None:
+    """Many queues and classes, a backlog, holds and backfill: the blocked-class hint, windows
+    grown during the cycle and up-front backfill witnesses must not change a single start."""
+    philly_csv(tmp_path / "trace.csv", 700, seed, queues=6, span=30_000.0)
+    body = (
+        "  workload:\n    philly: {path: trace.csv, autoQueues: {pool: p, cohort: all}}\n"
+        f"  seed: {seed}\n  scheduleInterval: 60s\n"
+    )
+    sc = load_scenario(scenario_file(tmp_path, body, 3))
+    fast = simulate(sc, "gpupool")
+    full = simulate(sc, "gpupool", full_pending=True)
+    key = [(j.spec.name, j.first_start, j.finish, j.preempted) for j in fast.jobs]
+    assert key == [(j.spec.name, j.first_start, j.finish, j.preempted) for j in full.jobs]
+    assert fast.engine_calls < 2 * fast.cycles
+
+
 def test_same_seed_byte_identical_json(tmp_path: Path) -> None:
     p = philly_scenario(
         tmp_path,

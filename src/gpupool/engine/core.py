@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import gc
 import heapq
+from bisect import insort
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gpupool.engine.decisions import (
@@ -245,6 +246,7 @@ class Engine:
         *,
         restore: bool = True,
         blocked: frozenset[str] | set[str] = frozenset(),
+        more: Callable[[Workload], Workload | None] | None = None,
     ) -> Decisions:
         """Decide what to admit, preempt and leave pending. Leaves the state as it found it
         (``restore=False`` skips the rollback, for a caller that discards the engine).
@@ -256,10 +258,16 @@ class Engine:
         pending entry, once every pool it could use holds nodes (``Decisions.skipped``). A cycle
         that preempts nothing decides exactly as without the hint; one that preempts may have
         skipped work that the freed capacity would have let in, so a caller that needs the
-        exact outcome runs it again without the hint."""
+        exact outcome runs it again without the hint.
+
+        ``more`` lets a caller that passes pending work in windows extend one while the cycle
+        runs: after admitting ``w`` (and only until something is preempted) the engine asks
+        ``more(w)`` for one more workload of the same queue, ordered after ``w``, and takes it
+        in its turn, as if it had been passed from the start."""
         if now is not None:
             self.now = now
         self._blocked = blocked
+        self._more = more
         cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
         self._run_log = []
         # The cycle creates no reference cycles; pausing the cyclic GC saves ~20% on big cycles.
@@ -288,6 +296,7 @@ class Engine:
         out = Decisions()
         by_queue: dict[str, list[Workload]] = {}
         seen: set[str] = set()
+        self._seen = seen
         for w in pending:
             if w.name in seen or w.name in self.running:
                 out.pending.append(Pending(w.name, w.queue, PendingCode.INVALID, "duplicate workload name"))
@@ -391,6 +400,7 @@ class Engine:
         deferred: dict[str, list[Workload]] = {}
         one_head = self.config.one_head_per_queue
         blocked = self._blocked
+        more = self._more if not one_head else None
         while heaps.get(top):
             path: list[tuple[str, str]] = []
             n = top
@@ -420,6 +430,19 @@ class Engine:
                 if result is not None:
                     out.considered += 1
             stop = False
+            if result and more is not None and not out.preempted:
+                nxt = more(w)
+                if nxt is not None:
+                    if (
+                        nxt.queue != q
+                        or nxt.name in self._seen
+                        or workload_order_key(nxt) < workload_order_key(w)
+                    ):
+                        raise ValueError(
+                            f"more({w.name}) returned {nxt.name}: not a later workload of queue {q}"
+                        )
+                    self._seen.add(nxt.name)
+                    insort(lst, nxt, lo=pos[q], key=workload_order_key)
             if result is None:  # needs to borrow: wait for pass 2
                 deferred.setdefault(q, []).append(w)
                 if strict or one_head:  # keep the queue's order; one head stays one head
@@ -621,7 +644,8 @@ class Engine:
         pools = self.candidate_pools(w)
         shape = (w.pod_groups, w.gpu_models, w.topology, w.tolerations, w.node_selector, w.gang_min)
         sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
-        st = (w.quota_vec(), pools, [(p, sid) for p in pools])
+        ckeys: list[tuple[object, ...]] = [(p, sid) for p in pools]
+        st = (w.quota_vec(), pools, ckeys)
         self._statics[w.name] = (w, st)
         return st
 

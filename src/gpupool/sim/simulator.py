@@ -792,18 +792,49 @@ class Simulation:
             extra.update(n for n in self.holders if n in pend.w)
         k_class = self.k_hint
         k_queue = self.kq_hint
+        bf_horizon = max((h[1] for h in self.last_held.values()), default=-math.inf) - now  # type: ignore[index]
         passed: list[Workload] = []
         # classes whose head can neither be placed nor preempt at the cycle's start state: every
         # member would fail (capacity only shrinks until something is preempted), so only the
         # head is given, as ``blocked`` (the engine may need it to choose a hold)
         memo: dict[object, bool] = {}
         use_blocked = isinstance(eng, Engine) and hasattr(eng, "blocked_at_start")
+        # a class window whose last member is admitted grows by one during the cycle (the
+        # engine's ``more``), instead of the cycle being run again with a larger window
+        use_more = use_blocked
         while True:
             passed = []
             blocked: set[str] = set()
             seen: set[str] = set()
             q_trunc: dict[str, list[str]] = {}
             c_trunc: dict[tuple[object, ...], list[str]] = {}
+            pulled = 0
+
+            def pull(
+                w: Workload,
+                c_trunc: dict[tuple[object, ...], list[str]] = c_trunc,
+                seen: set[str] = seen,
+                passed: list[Workload] = passed,
+            ) -> Workload | None:
+                nonlocal pulled
+                c = pend.cls_of.get(w.name)
+                names = c_trunc.get(c) if c is not None else None
+                if names is None or names[-1] != w.name:
+                    return None
+                lst = pend.by_class[c]  # type: ignore[index]
+                i = len(names)
+                while i < len(lst) and lst[i][1] in seen:
+                    i += 1
+                if i >= len(lst):
+                    return None
+                n = lst[i][1]
+                names.append(n)
+                seen.add(n)
+                nxt = pend.w[n]
+                passed.append(nxt)
+                pulled += 1
+                return nxt
+
             for q, classes in pend.by_queue.items():
                 if not classes:
                     continue
@@ -834,20 +865,32 @@ class Simulation:
                         names = [n for _, n in lst[:k]]
                         if len(lst) > k:
                             c_trunc[c] = names
+                            # under a hold, a short member may backfill where the window could
+                            # not: give the first that could (by the last hold) up front, as the
+                            # check below would after the cycle
+                            if pend.by_dur[c][0][0] <= bf_horizon:
+                                extra.update(pend.eligible(c, bf_horizon, set(names), 1))
                         seen.update(names)
                         passed.extend(pend.w[n] for n in names)
             passed.extend(pend.w[n] for n in sorted(extra - seen))
+            seen.update(extra)
             if not passed:
                 return Decisions(), passed
             if isinstance(eng, _Engine) and pend.shapes is not None and add_shapes is not None:
                 hidden = pend.shapes.copy()
                 add_shapes(hidden, passed, sign=-1)  # type: ignore[arg-type]
                 eng.hidden = +hidden
-            d = eng.cycle(passed, now, blocked=blocked) if blocked else eng.cycle(passed, now)
+            kw: dict[str, Any] = {}
+            if blocked:
+                kw["blocked"] = blocked
+            if use_more and c_trunc:
+                kw["more"] = pull
+            d = eng.cycle(list(passed), now, **kw)
             self.engine_calls += 1
-            if blocked and d.preempted:
-                # a preemption frees capacity: the proof behind ``blocked`` no longer holds
-                use_blocked = False
+            if (blocked or pulled) and d.preempted:
+                # a preemption frees capacity: the proof behind ``blocked`` no longer holds, and
+                # windows grown during the cycle may have missed work it let in
+                use_blocked = use_more = False
                 continue
             held = getattr(eng.placer, "reserved", None) or {}
             if not dirty and (d.admitted or d.preempted or held != self.last_held):
