@@ -13,6 +13,7 @@ from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from gpupool.engine.decisions import (
     Admit,
@@ -410,77 +411,86 @@ class Engine:
                 n = child
             q = n
             lst = by_queue[q]
-            w = lst[pos[q]]
-            pos[q] += 1
             strict = quota.queues[q].strategy is QueueingStrategy.STRICT_FIFO
-            if (
-                blocked
-                and w.name in blocked
-                and not out.preempted
-                and not strict
-                and not one_head
-                and self._held_everywhere(w)
-            ):
-                out.skipped += 1  # it would fail again and can no longer move a hold
-                result: bool | None = False
-            elif not allow_borrow and self._must_borrow(w):
-                result = None  # cheap deferral: the queue is already at its guarantee
-            else:
-                result = self._try(w, out, allow_borrow)
-                if result is not None:
-                    out.considered += 1
-            stop = False
-            if result and more is not None and not out.preempted:
-                nxt = more(w)
-                if nxt is not None:
-                    if (
-                        nxt.queue != q
-                        or nxt.name in self._seen
-                        or workload_order_key(nxt) < workload_order_key(w)
-                    ):
-                        raise ValueError(
-                            f"more({w.name}) returned {nxt.name}: not a later workload of queue {q}"
-                        )
-                    self._seen.add(nxt.name)
-                    insort(lst, nxt, lo=pos[q], key=workload_order_key)
-            if result is None:  # needs to borrow: wait for pass 2
-                deferred.setdefault(q, []).append(w)
-                if strict or one_head:  # keep the queue's order; one head stays one head
-                    deferred[q].extend(lst[pos[q] :])
-                    stop = True
-            else:
-                if result is False and strict:
-                    for rest in lst[pos[q] :]:
-                        out.pending.append(
-                            Pending(
-                                rest.name,
-                                q,
-                                PendingCode.BLOCKED,
-                                f"queue {q} is StrictFIFO and its head {w.name} cannot be admitted yet",
+            # while a workload changes no usage (deferred, failed, skipped), the queue keeps its
+            # share: if its next head is still the smallest key, take it without the heaps
+            solo = all(not heaps[par] for par, _ in path[:-1])
+            while True:
+                w = lst[pos[q]]
+                pos[q] += 1
+                if (
+                    blocked
+                    and w.name in blocked
+                    and not out.preempted
+                    and not strict
+                    and not one_head
+                    and self._held_everywhere(w)
+                ):
+                    out.skipped += 1  # it would fail again and can no longer move a hold
+                    result: bool | None = False
+                elif not allow_borrow and self._must_borrow(w):
+                    result = None  # cheap deferral: the queue is already at its guarantee
+                else:
+                    result = self._try(w, out, allow_borrow)
+                    if result is not None:
+                        out.considered += 1
+                stop = False
+                if result and more is not None and not out.preempted:
+                    nxt = more(w)
+                    if nxt is not None:
+                        if (
+                            nxt.queue != q
+                            or nxt.name in self._seen
+                            or workload_order_key(nxt) < workload_order_key(w)
+                        ):
+                            raise ValueError(
+                                f"more({w.name}) returned {nxt.name}: not a later workload of queue {q}"
                             )
-                        )
-                    stop = True
-                elif one_head:
-                    for rest in lst[pos[q] :]:
-                        out.pending.append(
-                            Pending(
-                                rest.name,
-                                q,
-                                PendingCode.SKIPPED,
-                                "one head per queue per cycle; not considered yet",
+                        self._seen.add(nxt.name)
+                        insort(lst, nxt, lo=pos[q], key=workload_order_key)
+                if result is None:  # needs to borrow: wait for pass 2
+                    deferred.setdefault(q, []).append(w)
+                    if strict or one_head:  # keep the queue's order; one head stays one head
+                        deferred[q].extend(lst[pos[q] :])
+                        stop = True
+                else:
+                    if result is False and strict:
+                        for rest in lst[pos[q] :]:
+                            out.pending.append(
+                                Pending(
+                                    rest.name,
+                                    q,
+                                    PendingCode.BLOCKED,
+                                    f"queue {q} is StrictFIFO and its head {w.name} cannot be admitted yet",
+                                )
                             )
-                        )
-                    stop = True
-            if stop:
-                pos[q] = len(lst)
-            elif blocked and not out.preempted and not strict and not one_head:
-                # skip a run of hinted workloads at the queue's head in one go: each would only
-                # be popped and skipped in its turn (this is what makes the hint cheap)
-                p, n_lst = pos[q], len(lst)
-                while p < n_lst and lst[p].name in blocked and self._held_everywhere(lst[p]):
-                    p += 1
-                out.skipped += p - pos[q]
-                pos[q] = p
+                        stop = True
+                    elif one_head:
+                        for rest in lst[pos[q] :]:
+                            out.pending.append(
+                                Pending(
+                                    rest.name,
+                                    q,
+                                    PendingCode.SKIPPED,
+                                    "one head per queue per cycle; not considered yet",
+                                )
+                            )
+                        stop = True
+                if stop:
+                    pos[q] = len(lst)
+                elif blocked and not out.preempted and not strict and not one_head:
+                    # skip a run of hinted workloads at the queue's head in one go: each would only
+                    # be popped and skipped in its turn (this is what makes the hint cheap)
+                    p, n_lst = pos[q], len(lst)
+                    while p < n_lst and lst[p].name in blocked and self._held_everywhere(lst[p]):
+                        p += 1
+                    out.skipped += p - pos[q]
+                    pos[q] = p
+                if stop or result or pos[q] >= len(lst) or not solo:
+                    break
+                sib = heaps[path[-1][0]]
+                if sib and key(q) > sib[0][0]:
+                    break
             for par, child in reversed(path):
                 alive = pos[child] < len(by_queue[child]) if child in by_queue else bool(heaps.get(child))
                 if alive:
@@ -576,7 +586,7 @@ class Engine:
         reserved = self.placer.reserved
         return bool(pools) and all(p in reserved for p in pools)
 
-    def blocked_at_start(self, w: Workload, memo: dict[object, bool] | None = None) -> bool:
+    def blocked_at_start(self, w: Workload, memo: dict[object, Any] | None = None) -> bool:
         """True when ``w`` can neither be placed nor preempt anything in the current (committed)
         state, whatever its quota: an incremental caller may then pass it as ``blocked`` to the
         next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
@@ -588,7 +598,7 @@ class Engine:
             pk = ("preempt", w.queue, w.priority, pool, vec)
             may = None if memo is None else memo.get(pk)
             if may is None:
-                may = self._may_preempt_at_start(w, pool, vec)
+                may = self._may_preempt_at_start(w, pool, vec, memo)
                 if memo is not None:
                     memo[pk] = may
             if may:
@@ -612,14 +622,22 @@ class Engine:
                 return False
         return True
 
-    def _may_preempt_at_start(self, w: Workload, pool: str, vec: Vec) -> bool:
+    def _may_preempt_at_start(
+        self, w: Workload, pool: str, vec: Vec, memo: dict[object, Any] | None = None
+    ) -> bool:
         """Could any preemption rule give ``w`` a victim in ``pool`` now (a cheap superset)?"""
         if self.config.preempt == "none" or not self.pools[pool].preemptible or not self._by_pq:
             return False
         pol = self.quota.queues[w.queue].preemption
         if pol.within_queue is not ReclaimPolicy.NEVER:
-            rs = self._by_pq.get((pool, w.queue), {})
-            if any(r.workload.preemptible and r.workload.priority < w.priority for r in rs.values()):
+            lk = ("lowest", pool, w.queue)
+            low = None if memo is None else memo.get(lk)
+            if low is None:
+                rs = self._by_pq.get((pool, w.queue), {})
+                low = min((r.workload.priority for r in rs.values() if r.workload.preemptible), default=_INF)
+                if memo is not None:
+                    memo[lk] = low
+            if low < w.priority:
                 return True
         if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
             return True

@@ -308,7 +308,11 @@ class _Pending:
         dl = self.by_dur[ck]
         if not dl or dl[0][0] > max_dur:
             return []
-        # walk the class in order and stop at k: no set over the whole class per call
+        m = bisect_left(dl, (max_dur, (math.inf,)))  # members short enough: dl[:m]
+        if m <= 4 * k + len(skip):  # few: take the earliest of them in order
+            got = sorted(e[1:] for e in dl[:m] if e[2] not in skip)
+            return [n for _, n in got[:k]]
+        # many: walk the class in order and stop at k (no set over the whole class per call)
         out: list[str] = []
         ws = self.w
         for _, n in self.by_class[ck]:
@@ -326,6 +330,9 @@ def _dur(w: Workload) -> float:
 
 class Simulation:
     """One policy on one cluster variant over one trace."""
+
+    #: grow class windows during a cycle (the engine's ``more``) rather than by running it again
+    pull_windows = True
 
     def __init__(
         self,
@@ -797,11 +804,11 @@ class Simulation:
         # classes whose head can neither be placed nor preempt at the cycle's start state: every
         # member would fail (capacity only shrinks until something is preempted), so only the
         # head is given, as ``blocked`` (the engine may need it to choose a hold)
-        memo: dict[object, bool] = {}
+        memo: dict[object, Any] = {}
         use_blocked = isinstance(eng, Engine) and hasattr(eng, "blocked_at_start")
         # a class window whose last member is admitted grows by one during the cycle (the
         # engine's ``more``), instead of the cycle being run again with a larger window
-        use_more = use_blocked
+        use_more = use_blocked and self.pull_windows
         while True:
             passed = []
             blocked: set[str] = set()
