@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from gpupool.engine.state import ClusterState, PoolIndex
-from gpupool.fragbench.fgd import PodShape, ShapeDistribution, node_fragmentation_batch
+from gpupool.fragbench.fgd import CompiledShapes, PodShape, ShapeDistribution, node_fragmentation_batch
 from gpupool.model import PodRequest, Workload
 
 Sig = tuple[int, tuple[int, ...], int]  # (model index, sorted free milli per device, free cpu)
@@ -159,7 +159,7 @@ def _moves(
 def _neg_bands(growth: NDArray[np.float64]) -> list[int]:
     """Minus the band of each growth (so that ascending order is preference order)."""
     x = np.clip(growth / 1000.0, -50.0, 50.0)
-    return (-np.floor(100.0 / (1.0 + np.exp(x)))).astype(np.int64).tolist()  # type: ignore[no-any-return]
+    return (-np.floor(100.0 / (1.0 + np.exp(x)))).astype(np.int64).tolist()
 
 
 class _Rows:
@@ -258,9 +258,9 @@ class FragContext:
             self.memo: dict[Sig, float] = prev.memo
             self.orders: dict[tuple[int, int, int, int], _Order] = prev.orders
             self.orders_of: dict[PoolIndex, list[_Order]] = prev.orders_of
-            self.generation = prev.generation
+            self.generation: int = prev.generation
             if self.active:
-                self.shapes = prev.shapes
+                self.shapes: CompiledShapes = prev.shapes
         else:
             self.memo = {}
             self.orders = {}
@@ -417,7 +417,7 @@ class FragAware:
         for e in entries:  # an emptied class is kept (it often fills again): its loop is empty
             for i in e[8]:
                 if free_cpu[i] >= cpu and free_mem[i] >= mem and free_rdma[i] >= rdma and ok(i):
-                    return i  # type: ignore[no-any-return]
+                    return i
         return None
 
     def pick_fraction(
@@ -464,5 +464,5 @@ class FragAware:
         for e in entries:  # an emptied class is kept (it often fills again): its loop is empty
             for i in e[8]:
                 if free_cpu[i] >= cpu and free_mem[i] >= mem and free_rdma[i] >= rdma and ok(i):
-                    return i  # type: ignore[no-any-return]
+                    return i
         return None
