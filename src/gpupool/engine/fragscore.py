@@ -26,9 +26,10 @@ history: the same snapshot gives the same placement.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left, bisect_right, insort
 from collections import Counter
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,7 @@ from gpupool.model import PodRequest, Workload
 Sig = tuple[int, tuple[int, ...], int]  # (model index, sorted free milli per device, free cpu)
 Key = tuple[tuple[int, ...], int]  # a node's state class within its pool index: (sorted free milli, free cpu)
 NodeFilter = Callable[[int], bool]
+_second = itemgetter(1)
 
 #: the class log is compacted (and every cached order rebuilt) once it holds this many more
 #: entries than there are live classes
@@ -87,12 +89,12 @@ class ClassIndex:
         st.touched = set()
 
     def _enter(self, i: int) -> None:
-        st = self.st
         ix = self.ix_of[i]
         assert ix is not None
-        key = (tuple(sorted(st.dev_milli[i])), st.free_cpu[i])
+        self._put(self.of[ix], i, (tuple(sorted(self.st.dev_milli[i])), self.st.free_cpu[i]))
+
+    def _put(self, c: _Classes, i: int, key: Key) -> None:
         self.key_of[i] = key
-        c = self.of[ix]
         members = c.members.get(key)
         if members is None:
             members = c.members[key] = []
@@ -106,20 +108,22 @@ class ClassIndex:
         touched = self.st.touched
         if not touched:
             return
-        st = self.st
+        dev_milli, free_cpu = self.st.dev_milli, self.st.free_cpu
+        ix_of, key_of = self.ix_of, self.key_of
         for i in touched:
-            ix = self.ix_of[i]
+            ix = ix_of[i]
             if ix is None:
                 continue
-            old = self.key_of[i]
-            if old == (tuple(sorted(st.dev_milli[i])), st.free_cpu[i]):
+            old = key_of[i]
+            key = (tuple(sorted(dev_milli[i])), free_cpu[i])
+            if old == key:
                 continue
             c = self.of[ix]
             members = c.members[old]  # type: ignore[index]
             del members[bisect_left(members, i)]
             if not members:
                 c.live -= 1
-            self._enter(i)
+            self._put(c, i, key)
             if len(c.log) > 2 * c.live + _LOG_SLACK:
                 # forget the classes that emptied: cached orders are rebuilt over the live ones
                 c.members = {k: m for k, m in c.members.items() if m}
@@ -220,7 +224,7 @@ class _Rows:
 class _Order:
     """One request shape's candidates (class, device value) in preference order, for one cycle."""
 
-    __slots__ = ("amount", "cpu", "done", "entries", "idxs", "kind", "pos", "seq")
+    __slots__ = ("amount", "cpu", "done", "entries", "idxs", "kind", "lists", "pos", "seq")
 
     def __init__(self, kind: int, amount: int, cpu: int, idxs: list[PoolIndex]) -> None:
         self.kind = kind
@@ -233,6 +237,8 @@ class _Order:
         # (-band, device value, GPUs, free milli, free cpu, free milli per device, pool index
         #  position, sequence number, members, device value or -1)
         self.entries: list[tuple[Any, ...]] = []
+        #: each entry's members, aligned with ``entries``: a pick skips emptied classes in C
+        self.lists: list[list[int]] = []
         self.seq = 0
 
 
@@ -294,7 +300,7 @@ class FragContext:
                 memo[s] = v
         return [memo[s] for s in sigs]
 
-    def order(self, kind: int, amount: int, req: PodRequest, idxs: list[PoolIndex]) -> list[tuple[Any, ...]]:
+    def order(self, kind: int, amount: int, req: PodRequest, idxs: list[PoolIndex]) -> _Order:
         """Candidates for a request shape in preference order, scoring classes not seen before.
 
         ``kind`` 0: ``amount`` whole GPUs; 1: a share of ``amount`` milli on one device; 2: no GPU.
@@ -313,12 +319,12 @@ class FragContext:
             od = self.orders[okey] = self._build(okey, kind, amount, cpu, idxs)
             for ix in idxs:
                 self.orders_of.setdefault(ix, []).append(od)
-            return od.entries
+            return od
         done = od.done
         for ix in idxs:
             if done[ix] != len(index.of[ix].log):
                 self._score_new(ix)
-        return od.entries
+        return od
 
     def _build(
         self, okey: tuple[int, int, int, int], kind: int, amount: int, cpu: int, idxs: list[PoolIndex]
@@ -340,6 +346,7 @@ class FragContext:
             static, members, dv = rows.static, rows.members, rows.dv
             od.entries = [(nb[r], *static[r], r, members[r], dv[r]) for r in range(n)]
             od.entries.sort()
+            od.lists = [e[8] for e in od.entries]
         return od
 
     def _score_new(self, ix: PoolIndex) -> None:
@@ -377,7 +384,10 @@ class FragContext:
         nb = _neg_bands(np.array(vals[m:]) - np.array(vals[:m]))
         for r, (od, v, n, total, free_cpu, devs, pos, got, dv) in enumerate(meta):
             od.seq += 1
-            insort(od.entries, (nb[r], v, n, total, free_cpu, devs, pos, od.seq, got, dv))
+            e = (nb[r], v, n, total, free_cpu, devs, pos, od.seq, got, dv)
+            at = bisect_right(od.entries, e)
+            od.entries.insert(at, e)
+            od.lists.insert(at, got)
 
 
 def add_shapes(counts: Counter[PodShape], workloads: Iterable[Workload], sign: int = 1) -> None:
@@ -413,9 +423,9 @@ class FragAware:
             return SCORERS["binpack"].pick_whole(st, idxs, k, req, ok)
         free_cpu, free_mem, free_rdma = st.free_cpu, st.free_mem, st.free_rdma
         cpu, mem, rdma = req.cpu_milli, req.memory_mib, req.rdma
-        entries = ctx.order(0, k, req, idxs)
-        for e in entries:  # an emptied class is kept (it often fills again): its loop is empty
-            for i in e[8]:
+        # an emptied class keeps its place (it often fills again); filter() skips it in C
+        for members in filter(None, ctx.order(0, k, req, idxs).lists):
+            for i in members:
                 if free_cpu[i] >= cpu and free_mem[i] >= mem and free_rdma[i] >= rdma and ok(i):
                     return i
         return None
@@ -423,18 +433,19 @@ class FragAware:
     def pick_fraction(
         self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
     ) -> tuple[int, int] | None:
-        from gpupool.engine.placement import SCORERS, _mem_for
-
         ctx: FragContext | None = st.frag
         if ctx is None or not ctx.active:
+            from gpupool.engine.placement import SCORERS
+
             return SCORERS["binpack"].pick_fraction(st, idxs, req, ok)
         free_cpu, free_mem, free_rdma = st.free_cpu, st.free_mem, st.free_rdma
         cpu, mem, rdma = req.cpu_milli, req.memory_mib, req.rdma
         need = req.gpu_memory_mib
-        entries = ctx.order(1, req.gpu_milli, req, idxs)
-        for e in entries:
-            v = e[9]
-            for i in e[8]:
+        od = ctx.order(1, req.gpu_milli, req, idxs)
+        entries = od.entries
+        for j, members in filter(_second, enumerate(od.lists)):
+            v = entries[j][9]
+            for i in members:
                 if not (free_cpu[i] >= cpu and free_mem[i] >= mem and free_rdma[i] >= rdma):
                     continue
                 if v == 1000 and need and st.nodes[i].gpu_memory_mib < need:
@@ -443,7 +454,8 @@ class FragAware:
                     continue
                 dm = st.dev_milli[i]
                 dmem = st.dev_mem[i]
-                gmem = _mem_for(st, i, req)
+                # as placement._mem_for: the request, else the compute share of device memory
+                gmem = need or req.gpu_milli * st.nodes[i].gpu_memory_mib // 1000
                 for d, f in enumerate(dm):
                     if f == v and dmem[d] >= gmem:
                         return i, d
@@ -460,9 +472,9 @@ class FragAware:
             return pick_cpu_only(st, idxs, req, ok)
         free_cpu, free_mem, free_rdma = st.free_cpu, st.free_mem, st.free_rdma
         cpu, mem, rdma = req.cpu_milli, req.memory_mib, req.rdma
-        entries = ctx.order(2, 0, req, idxs)
-        for e in entries:  # an emptied class is kept (it often fills again): its loop is empty
-            for i in e[8]:
+        # an emptied class keeps its place (it often fills again); filter() skips it in C
+        for members in filter(None, ctx.order(2, 0, req, idxs).lists):
+            for i in members:
                 if free_cpu[i] >= cpu and free_mem[i] >= mem and free_rdma[i] >= rdma and ok(i):
                     return i
         return None
