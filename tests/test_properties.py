@@ -142,7 +142,7 @@ spec: {parent: org, quotas: [{pool: gpu, guarantee: {nvidia.com/gpu: 16}}]}
 @given(
     snapshots(),
     st.sampled_from(("fifo", "fair-share")),
-    st.sampled_from(("binpack", "spread")),
+    st.sampled_from(("binpack", "spread", "fragmentation")),
     st.sampled_from(("default", "none")),
     st.booleans(),
 )

@@ -81,6 +81,10 @@ class ClusterState:
         self._idx_cache: dict[tuple[str, tuple[str, ...]], list[PoolIndex]] = {}
         #: per-cycle context of the fragmentation Score plugin (engine.fragscore.FragContext)
         self.frag: Any = None
+        #: the fragmentation plugin's index of nodes by state class (engine.fragscore.ClassIndex),
+        #: and the nodes whose free capacity changed since it last looked (None: nobody watches)
+        self.frag_index: Any = None
+        self.touched: set[int] | None = None
         for i, n in enumerate(self.nodes):
             pool = next((p.name for p in self.pools.values() if p.selects(n)), None)
             self.pool_of.append(pool)
@@ -147,6 +151,8 @@ class ClusterState:
         self.free_cpu[i] -= sign * cpu
         self.free_mem[i] -= sign * nmem
         self.free_rdma[i] -= sign * rdma
+        if self.touched is not None:
+            self.touched.add(i)
         if not devs:
             return
         pool = self.pool_of[i]
