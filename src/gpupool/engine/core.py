@@ -646,13 +646,15 @@ class Engine:
         )
 
     def _must_borrow(self, w: Workload) -> bool:
-        """True when ``w`` needs GPUs and its leaf queue already uses its whole GPU guarantee in
-        every pool it may use: it can only be admitted by borrowing, so pass 1 skips it."""
+        """True when ``w`` needs GPUs and would take its leaf queue past its GPU guarantee in every
+        pool it may use: it can only be admitted by borrowing, so pass 1 leaves it to pass 2
+        (which also reports it, if it cannot borrow either)."""
         vec, pools, _ = self._static(w)
-        if vec[0] <= 0 or not pools:
+        g = vec[0]
+        if g <= 0 or not pools:
             return False
-        E, G = self.quota.E, self.quota.G
-        return all(E[(w.queue, p)][0] >= G[(w.queue, p)][0] for p in pools)
+        E, G, q = self.quota.E, self.quota.G, w.queue
+        return all(E[(q, p)][0] + g > G[(q, p)][0] for p in pools)
 
     def _static(self, w: Workload) -> tuple[Vec, list[str], list[tuple[object, ...]]]:
         """Per-cycle facts about a workload that do not change between attempts."""
