@@ -898,6 +898,8 @@ class Simulation:
                 # a preemption frees capacity: the proof behind ``blocked`` no longer holds, and
                 # windows grown during the cycle may have missed work it let in
                 use_blocked = use_more = False
+                for c, names in c_trunc.items():  # the grown windows are the ones to start from
+                    k_class[c] = max(k_class.get(c, 1), len(names) + 1)
                 continue
             held = getattr(eng.placer, "reserved", None) or {}
             if not dirty and (d.admitted or d.preempted or held != self.last_held):
@@ -958,7 +960,8 @@ class Simulation:
                     c = pend.cls_of[a.workload]
                     adm[c] = adm.get(c, 0) + 1
                 for c in c_trunc:
-                    k_class[c] = min(64, adm.get(c, 0) + 1)
+                    # windows grow during the cycle: start each at one member
+                    k_class[c] = 1 if use_more else min(64, adm.get(c, 0) + 1)
                 for q, names in q_trunc.items():
                     k_queue[q] = max(8, min(1024, 2 * sum(outcome.get(n) == "admitted" for n in names)))
                 break
