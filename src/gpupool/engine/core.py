@@ -140,17 +140,20 @@ class Engine:
 
     # -- state changes (used by incremental callers too) --------------------------------------
     def _run_set(self, name: str, r: Running | None) -> None:
-        """Change the running set; inside a cycle, remember how to undo it (no copy per cycle)."""
+        """Change the running set; inside a cycle, remember how to undo it (no copy per cycle).
+        Work admitted inside the cycle stays out of the indexes: it is never a preemption
+        candidate, holds see it through ``_busy_ends``, and rolling it back is then free."""
         prev = self.running.get(name)
         if self._run_log is not None:
             self._run_log.append((name, prev))
-        if prev is not None:
+        if prev is not None and not (self._run_log is not None and name in self._admitted_now):
             self._unindex(prev)
         if r is None:
             del self.running[name]
         else:
             self.running[name] = r
-            self._index(r)
+            if self._run_log is None or name not in self._admitted_now:
+                self._index(r)
 
     def _index(self, r: Running) -> None:
         a = r.admission
@@ -282,9 +285,10 @@ class Engine:
             if restore:
                 self.cluster.rollback(cp_c)
                 self.quota.rollback(cp_q)
+                fresh = self._admitted_now  # admitted in this cycle: never indexed
                 for name, prev in reversed(self._run_log):
                     cur = self.running.get(name)
-                    if cur is not None:
+                    if cur is not None and name not in fresh:
                         self._unindex(cur)
                     if prev is None:
                         self.running.pop(name, None)
@@ -337,6 +341,7 @@ class Engine:
         self.placer.now = self.now
         self._evicted: set[str] = set()
         self._admitted_now: set[str] = set()
+        self._fresh_cache: tuple[int, dict[str, list[tuple[int, float]]]] | None = None
         # preemption candidates are workloads that were running before this cycle, by pool and queue
         self._usage_at_start = dict(self.quota.U)
         self._borrowing_at_start: dict[tuple[str, str, str | None], bool] = {}
@@ -579,7 +584,35 @@ class Engine:
             per_dev = self._dev_ends.get(node)
             got = sorted(max(e.values()) for e in per_dev.values()) if per_dev else []
             self._node_ends[node] = got
+        if self._run_log is not None and self._admitted_now:
+            extra = self._fresh_ends().get(node)
+            if extra:  # devices taken in this cycle (never shared with earlier work: whole GPUs)
+                merged: dict[int, float] = {}
+                per_dev = self._dev_ends.get(node, {})
+                for dev, end in extra:
+                    base = max(per_dev[dev].values()) if dev in per_dev else 0.0
+                    merged[dev] = max(merged.get(dev, 0.0), end, base)
+                others = [max(e.values()) for d, e in per_dev.items() if d not in merged]
+                got = sorted(others + list(merged.values()))
         return got
+
+    def _fresh_ends(self) -> dict[str, list[tuple[int, float]]]:
+        """Per node, (device, expected end) of the work admitted in this cycle (rebuilt when
+        more has been admitted since the last call)."""
+        n = len(self._admitted_now)
+        if self._fresh_cache is None or self._fresh_cache[0] != n:
+            out: dict[str, list[tuple[int, float]]] = {}
+            for name in self._admitted_now:
+                r = self.running.get(name)
+                if r is None:
+                    continue
+                d = r.workload.expected_duration_s
+                end = _INF if d is None else r.admission.admitted_at + d
+                for p in r.admission.pods:
+                    for dev in p.devices:
+                        out.setdefault(p.node, []).append((dev, end))
+            self._fresh_cache = (n, out)
+        return self._fresh_cache[1]
 
     def _held_everywhere(self, w: Workload) -> bool:
         pools = self._static(w)[1]
@@ -711,8 +744,8 @@ class Engine:
             if res.pods is not None:
                 pods = tuple(res.pods)
                 quota.add(w.queue, pool, vec_of(pods))
-                self._run_set(w.name, Running(w, Admission(pool, pods, borrowing, self.now)))
                 self._admitted_now.add(w.name)
+                self._run_set(w.name, Running(w, Admission(pool, pods, borrowing, self.now)))
                 why = "borrowing idle quota from the cohort" if borrowing else "within guarantee"
                 out.admitted.append(
                     Admit(w.name, w.queue, pool, pods, borrowing, f"admitted to pool {pool}, {why}")
@@ -906,8 +939,8 @@ class Engine:
         assert res.pods is not None
         borrowing = self.quota.check(w.queue, pool, vec)[1]
         self.quota.add(w.queue, pool, vec_of(res.pods))
-        self._run_set(w.name, Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
         self._admitted_now.add(w.name)
+        self._run_set(w.name, Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
         for c in victims:
             self._evicted.add(c.running.name)
         self._fail_cache.clear()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import os
@@ -41,6 +42,10 @@ def _init_worker(q: Any) -> None:
 def _run_one(sc: Scenario, vi: int, policy: str, label: str, check: bool | None) -> Run:
     """One (variant, policy) run in a worker process; progress goes back through a queue."""
     q = _progress_queue
+    # the scenario (every job of the trace) lives for the whole run: keep the cyclic GC from
+    # walking it again and again (this process does nothing else)
+    gc.collect()
+    gc.freeze()
 
     def tick(done: int) -> None:
         if q is not None and done % 256 == 0:
