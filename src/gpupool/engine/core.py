@@ -625,8 +625,8 @@ class Engine:
         next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
         state only); the check ignores holds, which only ever take capacity away."""
         vec, pools, ckeys = self._static(w)
-        if not pools:
-            return False  # the cycle reports why; nothing to skip
+        if not pools or w.min_pods < w.pod_count:
+            return False  # the cycle reports why / an elastic gang may start smaller: no proof
         for pool, key in zip(pools, ckeys, strict=True):
             pk = ("preempt", w.queue, w.priority, pool, vec)
             may = None if memo is None else memo.get(pk)
