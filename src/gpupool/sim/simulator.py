@@ -380,31 +380,17 @@ class Simulation:
     def _workload(self, j: JobSpec) -> Workload:
         req = PodRequest(j.gpus, j.gpu_milli if not j.gpus else 0, 0, j.cpu_milli, j.memory_mib)
         groups = (PodGroup("main", j.replicas, req),)
-        if self.policy.single_fifo_queue:
-            return Workload(
-                j.name,
-                "fifo",
-                groups,
-                "",
-                0,
-                False,
-                j.type,
-                None,
-                j.gpu_models,
-                None,
-                None,
-                (),
-                (),
-                j.duration,
-                j.submit,
-            )
-        pc = self.pcs.get(j.priority_class)
-        prio, pre = (pc.value, pc.preemptible) if pc else (0, True)
+        if self.policy.single_fifo_queue:  # one queue, no priorities: a cluster without a scheduler
+            queue, pc_name, prio, pre = "fifo", "", 0, False
+        else:
+            pc = self.pcs.get(j.priority_class)
+            queue, pc_name = j.queue, j.priority_class
+            prio, pre = (pc.value, pc.preemptible) if pc else (0, True)
         return Workload(
             j.name,
-            j.queue,
+            queue,
             groups,
-            j.priority_class,
+            pc_name,
             prio,
             pre,
             j.type,
@@ -805,7 +791,7 @@ class Simulation:
         # member would fail (capacity only shrinks until something is preempted), so only the
         # head is given, as ``blocked`` (the engine may need it to choose a hold)
         memo: dict[object, Any] = {}
-        use_blocked = isinstance(eng, Engine) and hasattr(eng, "blocked_at_start")
+        use_blocked = True
         # a class window whose last member is admitted grows by one during the cycle (the
         # engine's ``more``), instead of the cycle being run again with a larger window
         use_more = use_blocked and self.pull_windows
