@@ -330,7 +330,7 @@ class Engine:
             self._statics.clear()
         self._reason_memo: dict[tuple[object, ...], str] = {}
         self._preempt_failed: set[tuple[object, ...]] = set()
-        self._low_prio: dict[tuple[str, str], float] = {}
+        self._low_prio: dict[Any, Any] = {}
         if self._frag:
             from gpupool.engine.fragscore import FragContext
 
@@ -662,16 +662,11 @@ class Engine:
         if self.config.preempt == "none" or not self.pools[pool].preemptible or not self._by_pq:
             return False
         pol = self.quota.queues[w.queue].preemption
-        if pol.within_queue is not ReclaimPolicy.NEVER:
-            lk = ("lowest", pool, w.queue)
-            low = None if memo is None else memo.get(lk)
-            if low is None:
-                rs = self._by_pq.get((pool, w.queue), {})
-                low = min((r.workload.priority for r in rs.values() if r.workload.preemptible), default=_INF)
-                if memo is not None:
-                    memo[lk] = low
-            if low < w.priority:
-                return True
+        if (
+            pol.within_queue is not ReclaimPolicy.NEVER
+            and self._lowest_priority(pool, w.queue, {} if memo is None else memo) < w.priority
+        ):
+            return True
         if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
             return True
         return pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and self.quota.within_guarantee(
@@ -872,15 +867,17 @@ class Engine:
         out.sort(key=lambda t: t[0])
         return [c for _, c in out[: self.config.max_preemption_candidates]]
 
-    def _lowest_priority(self, pool: str, queue: str) -> float:
-        """Lowest priority of preemptible work the queue runs in the pool, once per cycle (within
-        a cycle work only leaves the candidate set, so the figure can only be too low: safe)."""
-        key = (pool, queue)
-        got = self._low_prio.get(key)
+    def _lowest_priority(self, pool: str, queue: str, cache: dict[Any, Any] | None = None) -> float:
+        """Lowest priority of preemptible work the queue runs in the pool, kept in ``cache`` (by
+        default the cycle's: within a cycle work only leaves the candidate set, so the figure
+        can only be too low, which is safe)."""
+        cache = self._low_prio if cache is None else cache
+        key = ("lowest", pool, queue)
+        got = cache.get(key)
         if got is None:
-            rs = self._by_pq.get(key, {})
+            rs = self._by_pq.get((pool, queue), {})
             got = min((r.workload.priority for r in rs.values() if r.workload.preemptible), default=_INF)
-            self._low_prio[key] = got
+            cache[key] = got
         return got
 
     def _fits_now(self, w: Workload, pool: str, vec: Vec) -> bool:
