@@ -83,34 +83,24 @@ def figures(data: dict[str, Any]) -> list[go.Figure]:
         yaxis_title="fraction of jobs",
     )
     figs.append(f)
-    f = go.Figure()
-    for r in runs:
-        s = r["series"]
-        f.add_trace(
-            go.Scatter(x=[t / 3600 for t in s["t"]], y=s["allocation"], name=r["label"], mode="lines")
-        )
-    f.update_layout(
-        title="GPU allocation ratio over time", xaxis_title="hours", yaxis_title="allocated / capacity"
-    )
-    figs.append(f)
-    f = go.Figure()
-    for r in runs:
-        s = r["series"]
-        f.add_trace(go.Scatter(x=[t / 3600 for t in s["t"]], y=s["pending"], name=r["label"], mode="lines"))
-    f.update_layout(title="Pending jobs over time", xaxis_title="hours", yaxis_title="jobs")
-    figs.append(f)
-    f = go.Figure()
-    for r in runs:
-        s = r["series"]
-        f.add_trace(
-            go.Scatter(x=[t / 3600 for t in s["frag_t"]], y=s["fragmentation"], name=r["label"], mode="lines")
-        )
-    f.update_layout(
-        title="Fragmentation over time (share of free GPUs on partly used nodes)",
-        xaxis_title="hours",
-        yaxis_title="fraction",
-    )
-    figs.append(f)
+    for time_key, key, title, ytitle in (
+        ("t", "allocation", "GPU allocation ratio over time", "allocated / capacity"),
+        ("t", "pending", "Pending jobs over time", "jobs"),
+        (
+            "frag_t",
+            "fragmentation",
+            "Fragmentation over time (share of free GPUs on partly used nodes)",
+            "fraction",
+        ),
+    ):
+        f = go.Figure()
+        for r in runs:
+            s = r["series"]
+            f.add_trace(
+                go.Scatter(x=[t / 3600 for t in s[time_key]], y=s[key], name=r["label"], mode="lines")
+            )
+        f.update_layout(title=title, xaxis_title="hours", yaxis_title=ytitle)
+        figs.append(f)
     f = go.Figure()
     queues = sorted({q for r in runs for q in r["metrics"]["fairness"]})
     for r in runs:
