@@ -187,6 +187,19 @@ def test_recovery_stops_preempted_and_cancelled(tmp_path: Path, db_url: str) -> 
         store2.close()
 
 
+def _spy_reason_writes(store: Any) -> list[dict[str, str]]:
+    """Record every batch of pending reasons the store is asked to write (and still write it)."""
+    writes: list[dict[str, str]] = []
+    real = store.set_pending_reasons
+
+    def spy(reasons: Any) -> int:
+        writes.append(dict(reasons))
+        return real(reasons)
+
+    store.set_pending_reasons = spy
+    return writes
+
+
 BIG = {"podGroups": [{"replicas": 5, "resources": {"nvidia.com/gpu": 8, "cpu": 8, "memory": "64Gi"}}]}
 
 
@@ -196,14 +209,7 @@ def test_pending_reasons_are_stored_when_they_change_and_survive_a_restart(
     """The engine's reason is written only when its text changes, and explain has it after a restart."""
     store, ctl, _ = _controller(db_url, tmp_path)
     ctl.reason_interval_s = 0.0  # every cycle may write: what is checked is "only when changed"
-    writes: list[dict[str, str]] = []
-    real = store.set_pending_reasons
-
-    def spy(reasons: Any) -> int:
-        writes.append(dict(reasons))
-        return real(reasons)
-
-    store.set_pending_reasons = spy  # type: ignore[method-assign]
+    writes = _spy_reason_writes(store)
     try:
         ctl.recover()
         for i in range(3):
@@ -228,14 +234,7 @@ def test_pending_reasons_are_stored_when_they_change_and_survive_a_restart(
         ctl2.recover()  # no cycle yet: the stored reason is all it knows
         after = ctl2.explain(store2.get_workload("big-2"))
         assert (after["code"], after["reason"]) == (before["code"], before["reason"])
-        writes2: list[dict[str, str]] = []
-        real2 = store2.set_pending_reasons
-
-        def spy2(reasons: Any) -> int:
-            writes2.append(dict(reasons))
-            return real2(reasons)
-
-        store2.set_pending_reasons = spy2  # type: ignore[method-assign]
+        writes2 = _spy_reason_writes(store2)
         ctl2.cycle()
         assert writes2 == []  # recovered texts are known: a restart rewrites nothing
         # cancelled or admitted workloads keep their own reason
