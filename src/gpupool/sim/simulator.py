@@ -235,13 +235,15 @@ class _Pending:
     def __init__(self, one_head: bool = False, track_shapes: bool = False) -> None:
         self.one_head = one_head
         self.w: dict[str, Workload] = {}
-        self.cls_of: dict[str, tuple[object, ...]] = {}
-        self.by_class: dict[tuple[object, ...], list[tuple[tuple[int, float, str], str]]] = {}
-        self.by_dur: dict[tuple[object, ...], list[tuple[float, tuple[int, float, str], str]]] = {}
-        self.by_queue: dict[str, dict[tuple[object, ...], None]] = {}
+        #: a class is named by a small int: its key (a tuple of dataclasses) is hashed once, here
+        self.class_ids: dict[tuple[object, ...], int] = {}
+        self.cls_of: dict[str, int] = {}
+        self.by_class: dict[int, list[tuple[tuple[int, float, str], str]]] = {}
+        self.by_dur: dict[int, list[tuple[float, tuple[int, float, str], str]]] = {}
+        self.by_queue: dict[str, dict[int, None]] = {}
         self.count: dict[str, int] = {}
         #: classes and queues whose first member changed, and every workload added, since the last cycle
-        self.touched: set[tuple[object, ...]] = set()
+        self.touched: set[int] = set()
         self.touched_queues: set[str] = set()
         self.new: set[str] = set()
         #: pod shapes of every pending workload (for the fragmentation scorer's mix)
@@ -251,7 +253,7 @@ class _Pending:
         return len(self.w)
 
     def add(self, w: Workload) -> None:
-        ck = (
+        key_ = (
             w.queue,
             w.priority,
             w.preemptible,
@@ -263,6 +265,7 @@ class _Pending:
             w.gang_min,
             w.pool,
         )
+        ck = self.class_ids.setdefault(key_, len(self.class_ids))
         self.w[w.name] = w
         self.cls_of[w.name] = ck
         self.new.add(w.name)
@@ -303,7 +306,7 @@ class _Pending:
         self.count[w.queue] -= 1
         return w
 
-    def eligible(self, ck: tuple[object, ...], max_dur: float, skip: set[str], k: int) -> list[str]:
+    def eligible(self, ck: int, max_dur: float, skip: set[str], k: int) -> list[str]:
         """Up to ``k`` members in order, not in ``skip``, whose declared duration is <= max_dur."""
         dl = self.by_dur[ck]
         if not dl or dl[0][0] > max_dur:
@@ -364,7 +367,7 @@ class Simulation:
         self.head_queues = {q.name for q in self.queues if q.strategy is QueueingStrategy.STRICT_FIFO}
         self.one_head = self.config.one_head_per_queue
         # window sizes that were enough last time (a hint only: every cycle is verified)
-        self.k_hint: dict[tuple[object, ...], int] = {}
+        self.k_hint: dict[int, int] = {}
         self.kq_hint: dict[str, int] = {}
         self.engine_calls = 0
         self.holders: set[str] = set()
@@ -772,7 +775,7 @@ class Simulation:
             everything = list(pend.w.values())
             self.engine_calls += 1
             return eng.cycle(everything, now), everything
-        full_classes: set[tuple[object, ...]] = set()
+        full_classes: set[int] = set()
         extra: set[str] = set()
         if not dirty:
             # unchanged state: newcomers (they may backfill) and the last holders, besides windows
@@ -800,12 +803,12 @@ class Simulation:
             blocked: set[str] = set()
             seen: set[str] = set()
             q_trunc: dict[str, list[str]] = {}
-            c_trunc: dict[tuple[object, ...], list[str]] = {}
+            c_trunc: dict[int, list[str]] = {}
             pulled = 0
 
             def pull(
                 w: Workload,
-                c_trunc: dict[tuple[object, ...], list[str]] = c_trunc,
+                c_trunc: dict[int, list[str]] = c_trunc,
                 seen: set[str] = seen,
                 passed: list[Workload] = passed,
             ) -> Workload | None:
@@ -941,7 +944,7 @@ class Simulation:
                     extra.update(more)
                     ok = False
             if ok:
-                adm: dict[tuple[object, ...], int] = {}
+                adm: dict[int, int] = {}
                 for a in d.admitted:
                     c = pend.cls_of[a.workload]
                     adm[c] = adm.get(c, 0) + 1
