@@ -118,6 +118,8 @@ class Engine:
         # cycle never walks every running workload: by (pool, queue) for preemption, and per
         # node and device the expected end of each workload on it for node holds
         self._by_pq: dict[tuple[str, str], dict[str, Running]] = {}
+        #: priorities of the preemptible work indexed in ``_by_pq``, counted (for the lowest)
+        self._prio_pq: dict[tuple[str, str], Counter[int]] = {}
         self._dev_ends: dict[str, dict[int, dict[str, float]]] = {}
         self._node_ends: dict[str, list[float]] = {}
         self.leaf = {q: not kids for q, kids in self.quota.children.items()}
@@ -157,8 +159,11 @@ class Engine:
 
     def _index(self, r: Running) -> None:
         a = r.admission
-        self._by_pq.setdefault((a.pool, r.workload.queue), {})[r.name] = r
-        d = r.workload.expected_duration_s
+        w = r.workload
+        self._by_pq.setdefault((a.pool, w.queue), {})[r.name] = r
+        if w.preemptible:
+            self._prio_pq.setdefault((a.pool, w.queue), Counter())[w.priority] += 1
+        d = w.expected_duration_s
         end = float("inf") if d is None else a.admitted_at + d
         dev_ends, node_ends = self._dev_ends, self._node_ends
         for p in a.pods:
@@ -176,6 +181,11 @@ class Engine:
         del pq[r.name]
         if not pq:
             del self._by_pq[key]
+        if r.workload.preemptible:
+            prios = self._prio_pq[key]
+            prios[r.workload.priority] -= 1
+            if not prios[r.workload.priority]:
+                del prios[r.workload.priority]
         dev_ends, node_ends = self._dev_ends, self._node_ends
         for p in a.pods:
             if not p.devices:
@@ -330,7 +340,6 @@ class Engine:
             self._statics.clear()
         self._reason_memo: dict[tuple[object, ...], str] = {}
         self._preempt_failed: set[tuple[object, ...]] = set()
-        self._low_prio: dict[Any, Any] = {}
         if self._frag:
             from gpupool.engine.fragscore import FragContext
 
@@ -662,10 +671,7 @@ class Engine:
         if self.config.preempt == "none" or not self.pools[pool].preemptible or not self._by_pq:
             return False
         pol = self.quota.queues[w.queue].preemption
-        if (
-            pol.within_queue is not ReclaimPolicy.NEVER
-            and self._lowest_priority(pool, w.queue, {} if memo is None else memo) < w.priority
-        ):
+        if pol.within_queue is not ReclaimPolicy.NEVER and self._lowest_priority(pool, w.queue) < w.priority:
             return True
         if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
             return True
@@ -867,18 +873,11 @@ class Engine:
         out.sort(key=lambda t: t[0])
         return [c for _, c in out[: self.config.max_preemption_candidates]]
 
-    def _lowest_priority(self, pool: str, queue: str, cache: dict[Any, Any] | None = None) -> float:
-        """Lowest priority of preemptible work the queue runs in the pool, kept in ``cache`` (by
-        default the cycle's: within a cycle work only leaves the candidate set, so the figure
-        can only be too low, which is safe)."""
-        cache = self._low_prio if cache is None else cache
-        key = ("lowest", pool, queue)
-        got = cache.get(key)
-        if got is None:
-            rs = self._by_pq.get((pool, queue), {})
-            got = min((r.workload.priority for r in rs.values() if r.workload.preemptible), default=_INF)
-            cache[key] = got
-        return got
+    def _lowest_priority(self, pool: str, queue: str) -> float:
+        """Lowest priority of the preemptible work the queue runs in the pool (as indexed: work
+        admitted in this cycle is never a victim)."""
+        prios = self._prio_pq.get((pool, queue))
+        return min(prios) if prios else _INF
 
     def _fits_now(self, w: Workload, pool: str, vec: Vec) -> bool:
         if not self.quota.check(w.queue, pool, vec)[0]:
