@@ -9,12 +9,12 @@ import os
 import queue
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpupool.sim.metrics import compute, series, wait_quantiles
 from gpupool.sim.scenario import Scenario
-from gpupool.sim.simulator import RunResult, simulate
+from gpupool.sim.simulator import JobRecord, RunResult, simulate
 
 
 @dataclass(slots=True)
@@ -39,7 +39,27 @@ def _init_worker(q: Any) -> None:
     _progress_queue = q
 
 
-def _run_one(sc: Scenario, vi: int, policy: str, label: str, check: bool | None) -> Run:
+#: a job record's fields after its spec, in constructor order
+_RECORD_FIELDS = tuple(f.name for f in fields(JobRecord))[1:]
+_Packed = tuple[str, RunResult, list[tuple[Any, ...]], dict[str, Any]]
+
+
+def _pack(run: Run) -> _Packed:
+    """A run as a worker sends it back: job records as plain rows, without their specs (the
+    parent has every spec already). Pickling 82k dataclasses each way cost seconds of wall time
+    after the run itself had finished."""
+    rows = [tuple([getattr(j, f) for f in _RECORD_FIELDS]) for j in run.result.jobs]
+    return run.label, replace(run.result, jobs=[]), rows, run.metrics
+
+
+def _unpack(sc: Scenario, packed: _Packed) -> Run:
+    label, result, rows, metrics = packed
+    specs = sc.trace.jobs
+    result.jobs = [JobRecord(specs[row[0]], *row) for row in rows]
+    return Run(label, result, metrics)
+
+
+def _run_one(sc: Scenario, vi: int, policy: str, label: str, check: bool | None) -> _Packed:
     """One (variant, policy) run in a worker process; progress goes back through a queue."""
     q = _progress_queue
     # the scenario (every job of the trace) lives for the whole run: keep the cyclic GC from
@@ -52,7 +72,7 @@ def _run_one(sc: Scenario, vi: int, policy: str, label: str, check: bool | None)
             q.put((label, done))
 
     r = simulate(sc, policy, sc.variants[vi], check, progress=tick)
-    return Run(label, r, compute(r))
+    return _pack(Run(label, r, compute(r)))
 
 
 def run_scenario(
@@ -111,10 +131,9 @@ def _run_parallel(
                     break
                 progress(label, n, total)
             for f in done:
-                run = f.result()
                 if progress is not None:
-                    progress(run.label, total, total)
-        return [f.result() for f in futs]
+                    progress(f.result()[0], total, total)
+        return [_unpack(sc, f.result()) for f in futs]
 
 
 def to_json(sc: Scenario, runs: list[Run], with_series: bool = True) -> dict[str, Any]:
