@@ -368,6 +368,7 @@ class Simulation:
         self.one_head = self.config.one_head_per_queue
         # window sizes that were enough last time (a hint only: every cycle is verified)
         self.k_hint: dict[int, int] = {}
+        self._rejects: dict[tuple[object, ...], str] = {}
         self.kq_hint: dict[str, int] = {}
         self.engine_calls = 0
         self.holders: set[str] = set()
@@ -425,6 +426,14 @@ class Simulation:
 
     # -- feasibility (reported, never silently dropped) ------------------------------------------
     def _reject_reason(self, w: Workload, j: JobSpec) -> str:
+        # the answer depends on the job's shape only (the node list is fixed for the run)
+        key = (j.queue, j.gpu_models, j.gpus, j.gpu_milli, j.cpu_milli, j.memory_mib, j.replicas)
+        got = self._rejects.get(key)
+        if got is None:
+            got = self._rejects[key] = self._shape_reject_reason(j)
+        return got
+
+    def _shape_reject_reason(self, j: JobSpec) -> str:
         known = {n.gpu_model for n in self.nodes}
         if j.gpu_models and not set(j.gpu_models) & known:
             return (
