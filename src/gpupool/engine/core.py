@@ -380,6 +380,7 @@ class Engine:
             return p if p is not None and p in quota.queues and quota.root[n] != n else top
 
         fifo = self.config.order == "fifo"
+        weight = {n: max(qu.weight, 1e-9) for n, qu in quota.queues.items()}
 
         def key(n: str) -> tuple[object, ...]:
             # Order extension point. "fair-share": head priority, weighted dominant share, head
@@ -388,7 +389,7 @@ class Engine:
                 if n in by_queue:
                     return (0, 0.0, by_queue[n][pos[n]].arrival, n)
                 return (0, 0.0, heaps[n][0][0][2], n)
-            share = quota.share(n) / max(quota.queues[n].weight, 1e-9)
+            share = quota.share(n) / weight[n]
             if n in by_queue:
                 head = by_queue[n][pos[n]]
                 return (-head.priority, share, head.arrival, n)
@@ -626,6 +627,8 @@ class Engine:
     def _held_everywhere(self, w: Workload) -> bool:
         pools = self._static(w)[1]
         reserved = self.placer.reserved
+        if len(pools) == 1:  # the common case, without a generator
+            return pools[0] in reserved
         return bool(pools) and all(p in reserved for p in pools)
 
     def blocked_at_start(self, w: Workload, memo: dict[object, Any] | None = None) -> bool:
@@ -634,7 +637,7 @@ class Engine:
         next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
         state only); the check ignores holds, which only ever take capacity away."""
         vec, pools, ckeys = self._static(w)
-        if not pools or w.min_pods < w.pod_count:
+        if not pools or (w.gang_min is not None and w.gang_min < w.pod_count):
             return False  # the cycle reports why / an elastic gang may start smaller: no proof
         for pool, key in zip(pools, ckeys, strict=True):
             pk = ("preempt", w.queue, w.priority, pool, vec)
@@ -688,6 +691,9 @@ class Engine:
         if g <= 0 or not pools:
             return False
         E, G, q = self.quota.E, self.quota.G, w.queue
+        if len(pools) == 1:  # the common case, without a generator
+            k = (q, pools[0])
+            return E[k][0] + g > G[k][0]
         return all(E[(q, p)][0] + g > G[(q, p)][0] for p in pools)
 
     def _static(self, w: Workload) -> tuple[Vec, list[str], list[tuple[object, ...]]]:

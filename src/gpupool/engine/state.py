@@ -387,6 +387,10 @@ class QuotaState:
         """Would ``vec`` fit under the guarantee of the leaf and every ancestor below the root?"""
         path = self.path[leaf]
         E, R, G = self.E, self.R, self.G
+        # the leaf's own guarantee first, without vector helpers: it is what usually fails
+        e, g = E[(leaf, pool)], G[(leaf, pool)]
+        if e[0] + vec[0] > g[0] or e[1] + vec[1] > g[1] or e[2] + vec[2] > g[2]:
+            return False
         prev_old = prev_new = ZERO
         for depth, n in enumerate(path):
             key = (n, pool)
