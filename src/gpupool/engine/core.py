@@ -975,6 +975,7 @@ class Engine:
                 after_evicting=names,
             )
         )
+        out.pending_after_preemption = len(out.pending)
         return True
 
 

@@ -70,6 +70,9 @@ class Decisions:
     considered: int = 0
     #: Workloads passed as ``blocked`` that the cycle skipped (no pending entry for them).
     skipped: int = 0
+    #: ``len(pending)`` when the cycle's last preemption was made: the entries from here on were
+    #: decided after it, when capacity could only shrink (an incremental caller relies on that).
+    pending_after_preemption: int = 0
 
     def admitted_names(self) -> list[str]:
         return [a.workload for a in self.admitted]

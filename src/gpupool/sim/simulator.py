@@ -125,10 +125,7 @@ def _config(**kw: object) -> EngineConfig:
 
 
 class _Engine(Engine):
-    """The engine, unchanged, plus a record of each attempt's outcome and how many preemptions
-    the cycle had made by then (the window rule needs to know a failure came after them).
-
-    The ``fragmentation`` scorer weighs placements against the mix of pod shapes that wait; a
+    """The engine, unchanged. The ``fragmentation`` scorer weighs placements against the mix of pod shapes that wait; a
     window hides part of that mix, so the shapes of the pending workloads left out of a cycle are
     counted in for its duration (``hidden``): the scorer sees exactly the mix it would see if it
     were given every pending workload.
@@ -137,7 +134,6 @@ class _Engine(Engine):
     hidden: Counter[object] | None = None
 
     def cycle(self, pending: Iterable[Workload], now: float | None = None, **kw: Any) -> Decisions:
-        self.tries: dict[str, int] = {}
         shapes = getattr(self, "_running_shapes", None)
         hidden = self.hidden
         if hidden is None or shapes is None or self.config.score != "fragmentation":
@@ -147,12 +143,6 @@ class _Engine(Engine):
             return super().cycle(pending, now, **kw)
         finally:
             shapes.subtract(hidden)
-
-    def _try(self, w: Workload, out: Decisions, allow_borrow: bool = True) -> bool | None:
-        r = super()._try(w, out, allow_borrow)
-        if r is False:
-            self.tries[w.name] = len(out.preempted)
-        return r
 
 
 @dataclass(frozen=True, slots=True)
@@ -919,15 +909,14 @@ class Simulation:
                 if not good:
                     ok = False
                     k_queue[q] = k_queue.get(q, 8) * 2
-            tries: dict[str, int] | None = getattr(eng, "tries", None)
-            if d.preempted and c_trunc and tries is None:
+            mark: int | None = getattr(d, "pending_after_preemption", None)
+            if d.preempted and c_trunc and mark is None:
                 full_classes.update(c_trunc)
                 ok = False
             else:
                 # a witness must have failed after the cycle's last preemption (capacity only
                 # shrinks from then on); without preemptions every failure qualifies
-                npre = len(d.preempted)
-                failed = {n for n, k in (tries or {}).items() if k == npre} if d.preempted else None
+                failed = {p.workload for p in d.pending[mark:]} if d.preempted else None
                 # backfill: a member that may use held nodes needs a failed witness that could too
                 bf_any = max((h[1] for h in held.values()), default=-math.inf) - now
                 bf_all = min((h[1] for h in held.values()), default=math.inf) - now
