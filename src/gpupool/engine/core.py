@@ -557,12 +557,15 @@ class Engine:
                 node = st.nodes[i]
                 if node.gpu_count < k or not ok(i):
                     continue
-                busy = self._busy_ends(node.name)
                 free_now = st.free_whole[i]
                 # time when k devices are free: the (k - free_now)-th release (an estimate: a
                 # device shared by fractional pods frees when its last sharer ends)
                 need = k - free_now
-                t = self.now if need <= 0 else (busy[need - 1] if need <= len(busy) else inf)
+                if need <= 0:
+                    t = self.now
+                else:
+                    busy = self._busy_ends(node.name)
+                    t = busy[need - 1] if need <= len(busy) else inf
                 dom = node.domain(scope) if scope is not None and scope is not TopologyScope.NODE else ""
                 groups.setdefault(dom, []).append((t, -free_now, i))
         best: tuple[float, str, list[tuple[float, int, int]]] | None = None

@@ -175,6 +175,9 @@ def _free_devices(st: ClusterState, i: int, k: int) -> list[int]:
 
 def expand_pods(w: Workload) -> list[PodSpec]:
     """Pods of a workload, biggest first (packing big items first wastes less)."""
+    if len(w.pod_groups) == 1:  # one request shape: already in order (the sort is stable)
+        g = w.pod_groups[0]
+        return [PodSpec(g.name, r, g.request) for r in range(g.replicas)]
     pods = [PodSpec(g.name, r, g.request) for g in w.pod_groups for r in range(g.replicas)]
     pods.sort(key=lambda p: (-p.req.total_gpu_milli, -p.req.cpu_milli, -p.req.memory_mib))
     return pods
