@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupool.engine import Engine, apply_decisions, decide
+from gpupool.engine import core
 from gpupool.engine.invariants import check_cycle, check_state
-from gpupool.model import Snapshot
+from gpupool.model import (
+    UNLIMITED,
+    Node,
+    PodGroup,
+    PodRequest,
+    PoolQuota,
+    Queue,
+    ResourcePool,
+    Snapshot,
+    Workload,
+)
 from tests.strategies import snapshots, workloads
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -216,3 +229,49 @@ def test_blocked_hint_changes_no_decision(snap: Snapshot, data: st.DataObject) -
     assert {p.workload for p in plain.pending} - {p.workload for p in hinted.pending} <= blocked
     if not plain.preempted:  # the proof itself: nothing shown blocked gets in
         assert not blocked & set(plain.admitted_names())
+
+
+@SETTINGS
+@given(snapshots(), st.data())
+def test_preemption_device_count_bound_changes_no_decision(snap: Snapshot, data: st.DataObject) -> None:
+    """The preemption search skips placement trials that a count of free whole devices shows
+    must fail; with the bound switched off, every decision is the same."""
+    eng = Engine(snap)
+    d = eng.cycle(snap.pending, 0.0)
+    eng.apply(d, snap.pending, 0.0)
+    admitted = set(d.admitted_names())
+    leaves = [q.name for q in snap.queues if q.parent is not None]
+    new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(1, 8))))
+    pending = [w for w in snap.pending if w.name not in admitted] + list(new)
+    bounded = eng.cycle(pending, 1.0)
+    with mock.patch.object(core._WholeSlots, "of", staticmethod(lambda *a: None)):
+        plain = eng.cycle(pending, 1.0)
+    assert bounded == plain
+
+
+@pytest.mark.parametrize("gang", [2, 3])
+def test_preemption_device_count_bound_on_a_full_cluster(gang: int) -> None:
+    """Three 8-GPU nodes full of low-priority 4-GPU work, one of them pinned by work that may
+    not be preempted: a 2-pod gang of 8-GPU pods evicts exactly what a bound-free search evicts,
+    and a 3-pod gang (more whole nodes than eviction can free) is refused by both alike."""
+    nodes = tuple(Node(f"n{i}", "A", 8, 81920, 64000, 524288, labels=(("pool", "p0"),)) for i in range(3))
+    pools = (ResourcePool("p0", (("pool", "p0"),)),)
+    queues = (Queue("q", quotas=(PoolQuota("p0", (UNLIMITED, UNLIMITED, UNLIMITED)),)),)
+    eng = Engine(Snapshot(nodes, pools, queues))
+
+    def job(name: str, gpus: int, replicas: int, prio: int, preemptible: bool, t: float) -> Workload:
+        req = PodRequest(gpus=gpus, cpu_milli=1000, memory_mib=1024)
+        return Workload(name, "q", (PodGroup("main", replicas, req),), "c", prio, preemptible, arrival=t)
+
+    low = [job(f"low{i}", 4, 1, 10, i != 0, float(i)) for i in range(6)]
+    d = eng.cycle(low, 0.0)
+    eng.apply(d, low, 0.0)
+    assert len(d.admitted) == 6
+    big = [job("big", 8, gang, 100, True, 10.0)]
+    bounded = eng.cycle(big, 1.0)
+    with mock.patch.object(core._WholeSlots, "of", staticmethod(lambda *a: None)):
+        plain = eng.cycle(big, 1.0)
+    assert bounded == plain
+    assert bool(bounded.admitted) == (gang == 2)
+    if gang == 2:
+        assert len(bounded.victims()) == 4

@@ -912,6 +912,10 @@ class Engine:
         if free_gpu + sum(c.running.admission.quota_vec()[0] for c in cands) < vec[0]:
             self._preempt_failed.add(memo)
             return False
+        slots = _WholeSlots.of(self, w, pool)
+        if slots is not None and not slots.could_fit_without(cands):
+            self._preempt_failed.add(memo)
+            return False
         cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
         removed: list[_Candidate] = []
         found = False
@@ -919,7 +923,8 @@ class Engine:
             self._discharge(c.running)
             removed.append(c)
             freed += c.running.admission.quota_vec()[0]
-            if free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
+            room = slots is None or slots.enough(c)  # whole free devices for every pod, by count
+            if not room or free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
                 continue  # a placement trial cannot succeed yet
             if self._fits_now(w, pool, vec):
                 found = True
@@ -935,8 +940,10 @@ class Engine:
         victims: list[_Candidate] = []
         for c in reversed(removed[:-1]):
             self._charge(c.running)
-            if not self._fits_now(w, pool, vec):
+            if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec):
                 self._discharge(c.running)
+                if slots is not None:
+                    slots.enough(c)
                 victims.append(c)
         victims.append(removed[-1])
         victims.reverse()
@@ -980,6 +987,60 @@ class Engine:
         )
         out.pending_after_preemption = len(out.pending)
         return True
+
+
+class _WholeSlots:
+    """How many pods of a one-shape, whole-GPU workload the pool's free devices could hold, by
+    count alone (a necessary condition for a placement): a preemption search checks it before
+    every placement trial, and gives up at once when even evicting every candidate falls short."""
+
+    __slots__ = ("free", "k", "n", "nodes", "st", "total")
+
+    def __init__(self, eng: Engine, k: int, n: int, nodes: list[int]) -> None:
+        self.st = eng.cluster
+        self.k, self.n, self.nodes = k, n, nodes
+        fw = self.st.free_whole
+        self.free = {i: fw[i] for i in nodes}
+        self.total = sum(f // k for f in self.free.values())
+
+    @staticmethod
+    def of(eng: Engine, w: Workload, pool: str) -> _WholeSlots | None:
+        if len(w.pod_groups) != 1:
+            return None
+        g = w.pod_groups[0]
+        k = g.request.gpus
+        if k <= 0:
+            return None
+        n = g.replicas if w.gang_min is None else min(w.gang_min, g.replicas)
+        nodes = [i for ix in eng.cluster.pool_indexes(pool, w.gpu_models) for i in ix.nodes]
+        return _WholeSlots(eng, k, n, nodes)
+
+    def could_fit_without(self, cands: list[_Candidate]) -> bool:
+        """Even with every candidate gone (each device it touches counted free)?"""
+        extra: dict[int, int] = {}
+        index = self.st.index
+        for c in cands:
+            for p in c.running.admission.pods:
+                if p.devices:
+                    i = index.get(p.node)
+                    if i is not None:
+                        extra[i] = extra.get(i, 0) + len(p.devices)
+        nodes = self.st.nodes
+        k = self.k
+        got = 0
+        for i, f in self.free.items():
+            got += min(nodes[i].gpu_count, f + extra.get(i, 0)) // k
+        return got >= self.n
+
+    def enough(self, c: _Candidate) -> bool:
+        """Refresh the nodes ``c`` runs on (just discharged or charged) and compare."""
+        fw, index, k, free = self.st.free_whole, self.st.index, self.k, self.free
+        for p in c.running.admission.pods:
+            i = index.get(p.node)
+            if i is not None and i in free:
+                self.total += fw[i] // k - free[i] // k
+                free[i] = fw[i]
+        return self.total >= self.n
 
 
 def vec_of(pods: Iterable[object]) -> Vec:
