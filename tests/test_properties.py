@@ -10,8 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupool.engine import Engine, apply_decisions, decide
-from gpupool.engine import core
+from gpupool.engine import Engine, apply_decisions, core, decide
 from gpupool.engine.invariants import check_cycle, check_state
 from gpupool.model import (
     UNLIMITED,
