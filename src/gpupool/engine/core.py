@@ -694,10 +694,11 @@ class Engine:
         if g <= 0 or not pools:
             return False
         E, G, q = self.quota.E, self.quota.G, w.queue
-        if len(pools) == 1:  # the common case, without a generator
-            k = (q, pools[0])
-            return E[k][0] + g > G[k][0]
-        return all(E[(q, p)][0] + g > G[(q, p)][0] for p in pools)
+        for p in pools:  # hot (every workload in pass 1): a plain loop, no generator
+            k = (q, p)
+            if E[k][0] + g <= G[k][0]:
+                return False
+        return True
 
     def _static(self, w: Workload) -> tuple[Vec, list[str], list[tuple[object, ...]]]:
         """Per-cycle facts about a workload that do not change between attempts."""

@@ -429,9 +429,15 @@ class QuotaState:
             return cached
         best = 0.0
         U = self.U
-        for pool, (i0, i1, i2) in self._inv_den[name]:
-            u0, u1, u2 = U[(name, pool)]
-            s = max(u0 * i0, u1 * i1, u2 * i2)
+        for key, i0, i1, i2 in self._inv_den[name]:  # hot: the fair-share key of every pick
+            u0, u1, u2 = U[key]
+            s = u0 * i0
+            t = u1 * i1
+            if t > s:
+                s = t
+            t = u2 * i2
+            if t > s:
+                s = t
             if s > best:
                 best = s
         self._share[name] = best
@@ -439,7 +445,7 @@ class QuotaState:
 
     def _denominators(self) -> None:
         """1/denominator per queue, pool and resource: the guarantee, or the pool when none is set."""
-        self._inv_den: dict[str, list[tuple[str, tuple[float, float, float]]]] = {}
+        self._inv_den: dict[str, list[tuple[tuple[str, str], float, float, float]]] = {}
         for name in self.queues:
             rows = []
             for pool in self.pools:
@@ -449,7 +455,7 @@ class QuotaState:
                 for d in range(3):
                     den = g[d] if 0 < g[d] < UNLIMITED else cap[d]
                     inv.append(1.0 / den if den > 0 else 0.0)
-                rows.append((pool, (inv[0], inv[1], inv[2])))
+                rows.append(((name, pool), inv[0], inv[1], inv[2]))
             self._inv_den[name] = rows
 
     def common_ancestor(self, a: str, b: str) -> str | None:
