@@ -429,7 +429,11 @@ class Engine:
             strict = quota.queues[q].strategy is QueueingStrategy.STRICT_FIFO
             # while a workload changes no usage (deferred, failed, skipped), the queue keeps its
             # share: if its next head is still the smallest key, take it without the heaps
-            solo = all(not heaps[par] for par, _ in path[:-1])
+            solo = True
+            for i in range(len(path) - 1):  # a plain loop: this runs for every pick
+                if heaps[path[i][0]]:
+                    solo = False
+                    break
             while True:
                 w = lst[pos[q]]
                 pos[q] += 1
