@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from gpupool.sim import runner
 from gpupool.sim.metrics import compute, integral, jain, percentiles, time_weighted_mean
 from gpupool.sim.report import render_html
 from gpupool.sim.runner import dumps, run_scenario, to_json
@@ -218,8 +219,13 @@ def test_same_seed_byte_identical_json(tmp_path: Path) -> None:
     assert any(r["metrics"]["node_failures"] > 0 for r in data["runs"])
 
 
-def test_parallel_runs_equal_sequential_runs(tmp_path: Path) -> None:
-    """Worker processes (used for long traces) must not change a byte of the results."""
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_parallel_runs_equal_sequential_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, method: str
+) -> None:
+    """Worker processes (used for long traces) must not change a byte of the results, whether
+    they inherit the scenario (fork) or receive it (spawn)."""
+    monkeypatch.setattr(runner, "start_method", lambda: method)
     p = philly_scenario(
         tmp_path,
         n=150,

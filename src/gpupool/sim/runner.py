@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import queue
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields, replace
@@ -32,6 +33,8 @@ def run_label(policy: str, variant: str, n_variants: int) -> str:
 PARALLEL_MIN_JOBS = 5000
 
 _progress_queue: Any = None
+#: the scenario, set before worker processes are forked (they inherit it instead of unpickling it)
+_inherited: Scenario | None = None
 
 
 def _init_worker(q: Any) -> None:
@@ -59,8 +62,10 @@ def _unpack(sc: Scenario, packed: _Packed) -> Run:
     return Run(label, result, metrics)
 
 
-def _run_one(sc: Scenario, vi: int, policy: str, label: str, check: bool | None) -> _Packed:
+def _run_one(sc: Scenario | None, vi: int, policy: str, label: str, check: bool | None) -> _Packed:
     """One (variant, policy) run in a worker process; progress goes back through a queue."""
+    sc = sc or _inherited
+    assert sc is not None
     q = _progress_queue
     # the scenario (every job of the trace) lives for the whole run: keep the cyclic GC from
     # walking it again and again (this process does nothing else)
@@ -108,6 +113,15 @@ def run_scenario(
     return runs
 
 
+def start_method() -> str:
+    """Fork when this process runs no other thread: workers then inherit the scenario instead
+    of importing gpupool and unpickling every job (seconds on a big trace). Otherwise spawn: a
+    thread (a progress bar's) could hold a lock at the moment of the fork and deadlock a child."""
+    if threading.active_count() == 1 and "fork" in multiprocessing.get_all_start_methods():
+        return "fork"
+    return "spawn"
+
+
 def _run_parallel(
     sc: Scenario,
     todo: list[tuple[int, str, str]],
@@ -116,11 +130,15 @@ def _run_parallel(
     workers: int,
     total: int,
 ) -> list[Run]:
-    # spawn, not fork: the caller may run threads (a progress bar), and fork with threads can deadlock
-    ctx = multiprocessing.get_context("spawn")
+    global _inherited
+    method = start_method()
+    fork = method == "fork"
+    ctx = multiprocessing.get_context(method)
     q = ctx.Queue() if progress is not None else None
+    _inherited = sc if fork else None
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q,)) as ex:
-        futs = [ex.submit(_run_one, sc, vi, p, label, check) for vi, p, label in todo]
+        arg = None if fork else sc
+        futs = [ex.submit(_run_one, arg, vi, p, label, check) for vi, p, label in todo]
         pending = set(futs)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
@@ -133,6 +151,7 @@ def _run_parallel(
             for f in done:
                 if progress is not None:
                     progress(f.result()[0], total, total)
+        _inherited = None
         return [_unpack(sc, f.result()) for f in futs]
 
 
