@@ -136,23 +136,25 @@ def _run_parallel(
     ctx = multiprocessing.get_context(method)
     q = ctx.Queue() if progress is not None else None
     _inherited = sc if fork else None
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q,)) as ex:
-        arg = None if fork else sc
-        futs = [ex.submit(_run_one, arg, vi, p, label, check) for vi, p, label in todo]
-        pending = set(futs)
-        while pending:
-            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
-            while q is not None and progress is not None:
-                try:
-                    label, n = q.get_nowait()
-                except queue.Empty:
-                    break
-                progress(label, n, total)
-            for f in done:
-                if progress is not None:
-                    progress(f.result()[0], total, total)
+    try:
+        with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(q,)) as ex:
+            arg = None if fork else sc
+            futs = [ex.submit(_run_one, arg, vi, p, label, check) for vi, p, label in todo]
+            pending = set(futs)
+            while pending:
+                done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+                while q is not None and progress is not None:
+                    try:
+                        label, n = q.get_nowait()
+                    except queue.Empty:
+                        break
+                    progress(label, n, total)
+                for f in done:
+                    if progress is not None:
+                        progress(f.result()[0], total, total)
+            return [_unpack(sc, f.result()) for f in futs]
+    finally:
         _inherited = None
-        return [_unpack(sc, f.result()) for f in futs]
 
 
 def to_json(sc: Scenario, runs: list[Run], with_series: bool = True) -> dict[str, Any]:
