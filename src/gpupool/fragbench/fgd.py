@@ -48,7 +48,7 @@ __all__ = [
 
 Measure = Literal["fgd", "capacity", "gpupool"]
 # Share of the capacity-aware measure in the gpupool blend (the rest is the paper's FGD).
-GPUPOOL_CAPACITY_WEIGHT = 0.3
+GPUPOOL_CAPACITY_WEIGHT = 0.5
 MEASURES: tuple[str, ...] = ("fgd", "capacity", "gpupool")
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
