@@ -274,3 +274,30 @@ def test_preemption_device_count_bound_on_a_full_cluster(gang: int) -> None:
     assert bool(bounded.admitted) == (gang == 2)
     if gang == 2:
         assert len(bounded.victims()) == 4
+
+
+@SETTINGS
+@given(snapshots(), st.booleans())
+def test_auto_score_is_fragmentation_where_it_can_matter_else_binpack(snap: Snapshot, uniform: bool) -> None:
+    """The default score ``auto`` decides exactly as ``fragmentation`` when GPU nodes differ in
+    model or size or a pod shares a GPU, and exactly as ``binpack`` otherwise."""
+    from gpupool.engine.fragscore import varied_nodes
+
+    if uniform:  # one node kind: the case where auto must be binpack unless GPUs are shared
+        n0 = snap.nodes[0]
+        nodes = tuple(replace(n, gpu_model=n0.gpu_model, gpu_count=n0.gpu_count) for n in snap.nodes)
+        snap = replace(snap, nodes=nodes)
+    shared = any(g.request.fractional for w in snap.pending for g in w.pod_groups)
+    expect = "fragmentation" if varied_nodes(snap.nodes) or shared else "binpack"
+
+    def run(score: str) -> tuple[object, ...]:
+        eng = Engine(replace(snap, config=replace(snap.config, score=score)))
+        d = eng.cycle(snap.pending, 0.0)
+        return (
+            d.admitted,
+            d.preempted,
+            sorted(d.pending, key=lambda p: p.workload),
+            dict(eng.placer.reserved),
+        )
+
+    assert run("auto") == run(expect)

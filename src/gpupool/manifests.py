@@ -135,7 +135,7 @@ class PoolSpec(_Strict):
     preemptible: bool = True
     requiresApproval: bool = False
     pricePerGPUHour: float = Field(default=0.0, ge=0)
-    placement: PlacementPolicy = PlacementPolicy.BINPACK
+    placement: PlacementPolicy = PlacementPolicy.DEFAULT
     slaTier: str = ""
     environment: str = ""
 

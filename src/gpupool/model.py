@@ -63,6 +63,8 @@ class TopologyMode(StrEnum):
 
 
 class PlacementPolicy(StrEnum):
+    #: the engine-wide score (``EngineConfig.score``, by default ``auto``)
+    DEFAULT = "Default"
     BINPACK = "BinPack"
     SPREAD = "Spread"
     FRAGMENTATION = "Fragmentation"
@@ -135,7 +137,7 @@ class ResourcePool:
     preemptible: bool = True
     requires_approval: bool = False
     price_per_gpu_hour: float = 0.0
-    placement: PlacementPolicy = PlacementPolicy.BINPACK
+    placement: PlacementPolicy = PlacementPolicy.DEFAULT
     sla_tier: str = ""
     environment: str = ""
 
@@ -323,13 +325,14 @@ class Running:
 class EngineConfig:
     """Engine knobs: the plugin chosen at each extension point, and bounds on search effort.
 
-    order: "fair-share" | "fifo"; score: "binpack" | "spread" (or a registered scorer);
+    order: "fair-share" | "fifo"; score: "auto" (fragmentation-aware where nodes differ or GPUs
+    are shared, else binpack) | "fragmentation" | "binpack" | "spread" (or a registered scorer);
     preempt: "default" | "none"; one_head_per_queue: consider only each queue's head per cycle
     (Kueue's behaviour, kept for comparisons).
     """
 
     order: str = "fair-share"
-    score: str = "binpack"
+    score: str = "auto"
     preempt: str = "default"
     max_preemption_candidates: int = 512
     max_domain_tries: int = 64

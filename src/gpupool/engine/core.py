@@ -30,7 +30,6 @@ from gpupool.model import (
     UNLIMITED,
     Admission,
     EngineConfig,
-    PlacementPolicy,
     QueueingStrategy,
     ReclaimPolicy,
     Running,
@@ -104,13 +103,18 @@ class Engine:
     def __init__(self, snapshot: Snapshot) -> None:
         self.config: EngineConfig = snapshot.config
         validate_config(self.config)
-        # the fragmentation score needs the mix of pod shapes: keep it only where it is used
-        self._frag = self.config.score == "fragmentation" or any(
-            p.placement is PlacementPolicy.FRAGMENTATION for p in snapshot.pools
-        )
         self.cluster = ClusterState(snapshot.nodes, snapshot.pools)
         self.quota = QuotaState(snapshot.queues, [p.name for p in snapshot.pools], self.cluster.capacity)
         self.placer = Placer(self.cluster, snapshot.config.score)
+        # the fragmentation score needs the mix of pod shapes: keep it only where it is used;
+        # where only ``auto`` uses it, only where fragmentation can arise (see AutoScore)
+        scores = {self.placer.scorer_for(p.name).name for p in snapshot.pools}
+        self._frag = bool(scores & {"fragmentation", "auto"})
+        self._auto_only = "fragmentation" not in scores
+        if self._frag and self._auto_only:
+            from gpupool.engine.fragscore import varied_nodes
+
+            self._varied = varied_nodes(snapshot.nodes)
         self.pools = {p.name: p for p in snapshot.pools}
         self.running: dict[str, Running] = {}
         self._run_log: list[tuple[str, Running | None]] | None = None
@@ -341,11 +345,14 @@ class Engine:
         self._reason_memo: dict[tuple[object, ...], str] = {}
         self._preempt_failed: set[tuple[object, ...]] = set()
         if self._frag:
-            from gpupool.engine.fragscore import FragContext
+            from gpupool.engine.fragscore import FragContext, shares_gpus
 
             # the mix to keep capacity useful for: what runs and what waits
             pend = [w for lst in by_queue.values() for w in lst]
-            self.cluster.frag = FragContext(self.cluster, pend, self._running_shapes)  # type: ignore[arg-type]
+            if self._auto_only and not self._varied and not shares_gpus(self._running_shapes, pend):  # type: ignore[arg-type]
+                self.cluster.frag = None  # identical nodes, whole GPUs: ``auto`` is binpack
+            else:
+                self.cluster.frag = FragContext(self.cluster, pend, self._running_shapes)  # type: ignore[arg-type]
         self.placer.reserved = {}
         self.placer.now = self.now
         self._evicted: set[str] = set()

@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 
 from gpupool.engine.state import ClusterState, PoolIndex
 from gpupool.fragbench.fgd import CompiledShapes, PodShape, ShapeDistribution, node_fragmentation_batch
-from gpupool.model import PodRequest, Workload
+from gpupool.model import Node, PodRequest, Workload
 
 Sig = tuple[int, tuple[int, ...], int]  # (model index, sorted free milli per device, free cpu)
 Key = tuple[tuple[int, ...], int]  # a node's state class within its pool index: (sorted free milli, free cpu)
@@ -390,6 +390,20 @@ class FragContext:
             od.lists.insert(at, got)
 
 
+def varied_nodes(nodes: Iterable[Node]) -> bool:
+    """Do the GPU nodes differ in GPU model or GPU count? Then placement can strand capacity
+    that some shape needs, and the ``auto`` score weighs the mix (see ``shares_gpus`` too)."""
+    kinds = {(n.gpu_model, n.gpu_count) for n in nodes if n.gpu_count}
+    return len(kinds) > 1
+
+
+def shares_gpus(running: Counter[PodShape], pending: Iterable[Workload]) -> bool:
+    """Does any running or waiting pod take a fraction of a GPU?"""
+    if any(n > 0 and s.gpu_milli < 1000 for s, n in running.items()):
+        return True
+    return any(g.request.fractional for w in pending for g in w.pod_groups)
+
+
 def add_shapes(counts: Counter[PodShape], workloads: Iterable[Workload], sign: int = 1) -> None:
     """Count the GPU pod shapes of workloads: the mix the measure is taken against."""
     # counted by plain fields first: a cycle counts every pending workload, so this is hot
@@ -478,3 +492,13 @@ class FragAware:
                 if free_cpu[i] >= cpu and free_mem[i] >= mem and free_rdma[i] >= rdma and ok(i):
                     return i
         return None
+
+
+class AutoScore(FragAware):
+    """Score plugin ``auto`` (the default): the fragmentation-aware score wherever fragmentation
+    can arise (GPU nodes that differ in model or size, or GPUs shared by fractional pods), else
+    ``binpack``. On identical nodes running whole-GPU pods the shape mix buys nothing measurable
+    (the Philly replay: average JCT within 0.4%) and costs about 65% more scheduling time, so the
+    engine then builds no mix and this plugin falls back to ``binpack``, exactly."""
+
+    name = "auto"

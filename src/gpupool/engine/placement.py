@@ -149,9 +149,10 @@ SCORERS: dict[str, Scorer] = {"binpack": BinPack(), "spread": Spread()}
 
 
 def _register_builtin() -> None:
-    from gpupool.engine.fragscore import FragAware
+    from gpupool.engine.fragscore import AutoScore, FragAware
 
     SCORERS["fragmentation"] = FragAware()
+    SCORERS["auto"] = AutoScore()
 
 
 def register_scorer(scorer: Scorer) -> None:
@@ -208,6 +209,8 @@ class Placer:
             return SCORERS["spread"]
         if p is not None and p.placement is PlacementPolicy.FRAGMENTATION:
             return SCORERS["fragmentation"]
+        if p is not None and p.placement is PlacementPolicy.BINPACK:
+            return SCORERS["binpack"]
         return SCORERS.get(self.default_scorer, SCORERS["binpack"])
 
     def node_filter(self, w: Workload) -> NodeFilter:

@@ -136,7 +136,7 @@ class _Engine(Engine):
     def cycle(self, pending: Iterable[Workload], now: float | None = None, **kw: Any) -> Decisions:
         shapes = getattr(self, "_running_shapes", None)
         hidden = self.hidden
-        if hidden is None or shapes is None or self.config.score != "fragmentation":
+        if hidden is None or shapes is None or not getattr(self, "_frag", False):
             return super().cycle(pending, now, **kw)
         shapes.update(hidden)
         try:
@@ -345,7 +345,7 @@ class Simulation:
         self.faults: Faults = scenario.faults
         pools = variant.pools
         if policy.single_fifo_queue:
-            pools = tuple(replace(p, placement=PlacementPolicy.BINPACK) for p in pools)
+            pools = tuple(replace(p, placement=PlacementPolicy.DEFAULT) for p in pools)
             self.queues: tuple[Queue, ...] = fifo_queues(pools, variant.nodes)
         else:
             self.queues = variant.queues
@@ -364,11 +364,14 @@ class Simulation:
         self.holders: set[str] = set()
         self.last_held: dict[str, object] = {}
 
-    def _uses_shape_mix(self) -> bool:
-        """Only the fragmentation scorer weighs placements against the mix of waiting shapes."""
-        return self.config.score == "fragmentation" or any(
-            p.placement is PlacementPolicy.FRAGMENTATION for p in self.pools
-        )
+    def _uses_shape_mix(self, eng: Engine) -> bool:
+        """Only the fragmentation scorer weighs placements against the mix of waiting shapes;
+        ``auto`` alone does where nodes differ or a job shares a GPU (as the engine decides)."""
+        if not getattr(eng, "_frag", False):
+            return False
+        if not getattr(eng, "_auto_only", False):
+            return True
+        return bool(eng._varied) or any(j.gpu_milli and not j.gpus for j in self.sc.trace.jobs)
 
     # -- model objects --------------------------------------------------------------------------
     def _workload(self, j: JobSpec) -> Workload:
@@ -487,8 +490,8 @@ class Simulation:
         span = horizon if horizon < math.inf else max(last_submit, 1.0) * 1.1
         sample_every = span / max(sc.samples, 1)
         next_sample = 0.0
-        pend = _Pending(self.one_head, track_shapes=self._uses_shape_mix())
         eng = self._new_engine(0.0)
+        pend = _Pending(self.one_head, track_shapes=self._uses_shape_mix(eng))
         cap = self._capacity()
         alloc = 0
         times: list[float] = []
