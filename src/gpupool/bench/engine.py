@@ -203,7 +203,7 @@ def run_engine_bench(
     n_workloads: int = 50000,
     seed: int = 1,
     progress: Callable[[str], Any] | None = None,
-    score: str = "binpack",
+    score: str = "auto",
 ) -> dict[str, Any]:
     """Run gpupool's cycle and the first-fit baseline on the same snapshot; return both."""
     say = progress or (lambda _m: None)

@@ -176,7 +176,9 @@ def bench_engine(
     cohorts: int = typer.Option(10, help="cohorts (top-level queues)"),
     workloads: int = typer.Option(50000, help="pending workloads"),
     seed: int = typer.Option(1),
-    score: str = typer.Option("binpack", help="Score plugin: binpack (default), fragmentation, spread"),
+    score: str = typer.Option(
+        "auto", help="Score plugin: auto (the engine default), fragmentation, binpack, spread"
+    ),
     output: Output = typer.Option(Output.table, "-o", "--output"),
 ) -> None:
     """One full scheduling cycle on a large synthetic cluster, against a naive first-fit baseline."""

@@ -27,12 +27,16 @@ from gpupool.model import (
     Workload,
 )
 
-#: engine score plugins the experiment can run, as policy names "engine-<score>"
-ENGINE_POLICIES = ("engine-binpack", "engine-fragmentation")
+#: engine score plugins the experiment can run, as policy names "engine-<score>"; "engine-default"
+#: is the engine's default configuration (what a pool without a placement setting gets)
+ENGINE_POLICIES = ("engine-default", "engine-binpack", "engine-fragmentation")
 
 
 def engine_snapshot(nodes: Sequence[TraceNode], score: str) -> Snapshot:
-    """One pool over all trace nodes, one queue with unlimited quota: only placement decides."""
+    """One pool over all trace nodes, one queue with unlimited quota: only placement decides
+    (``score`` "default": the engine's default score plugin)."""
+    if score == "default":
+        score = EngineConfig().score
     ns = tuple(
         Node(n.name, n.model, n.num_gpu, 1 << 20, n.cpu_milli, n.memory_mib, labels=(("all", "1"),))
         for n in nodes
