@@ -24,7 +24,7 @@ from gpupool.model import (
 NodeFilter = Callable[[int], bool]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # internal and short-lived: a frozen __init__ costs 3x per pod
 class PodSpec:
     group: str
     index: int

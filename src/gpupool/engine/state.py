@@ -330,17 +330,24 @@ class QuotaState:
         E, R, U = self.E, self.R, self.U
         prev_old = prev_new = ZERO
         cache = self._share
+        v0, v1, v2 = vec
+        # written out per dimension, as in check(): every admission and rollback comes here
         for depth, n in enumerate(path):
             cache.pop(n, None)
             key = (n, pool)
-            U[key] = vadd(U[key], vec)
+            u = U[key]
+            U[key] = (u[0] + v0, u[1] + v1, u[2] + v2)
             old = E[key]
             if depth == 0:
-                new = vadd(old, vec)
+                new = (old[0] + v0, old[1] + v1, old[2] + v2)
             else:
-                child = (path[depth - 1], pool)
-                r = R[child]
-                new = vadd(vsub(old, vmax(prev_old, r)), vmax(prev_new, r))
+                r0, r1, r2 = R[(path[depth - 1], pool)]
+                po, pn = prev_old, prev_new
+                new = (
+                    old[0] - (po[0] if po[0] > r0 else r0) + (pn[0] if pn[0] > r0 else r0),
+                    old[1] - (po[1] if po[1] > r1 else r1) + (pn[1] if pn[1] > r1 else r1),
+                    old[2] - (po[2] if po[2] > r2 else r2) + (pn[2] if pn[2] > r2 else r2),
+                )
             E[key] = new
             prev_old, prev_new = old, new
 
