@@ -200,18 +200,26 @@ def test_one_head_per_queue_considers_one_workload_per_queue(snap: Snapshot) -> 
     assert all(n == 1 for n in per_queue.values()), per_queue
 
 
-@SETTINGS
-@given(snapshots(), st.data())
-def test_blocked_hint_changes_no_decision(snap: Snapshot, data: st.DataObject) -> None:
-    """Workloads shown blocked at the start state may be skipped by the engine; every admission,
-    preemption and hold stays exactly what it is without the hint."""
+def _second_round(
+    snap: Snapshot, data: st.DataObject, arrivals: tuple[int, int]
+) -> tuple[Engine, list[Workload]]:
+    """An engine that has admitted what it could of the snapshot, and the next cycle's pending
+    work: what was left plus a drawn number of new arrivals (so that work is running)."""
     eng = Engine(snap)
     d = eng.cycle(snap.pending, 0.0)
     eng.apply(d, snap.pending, 0.0)
     admitted = set(d.admitted_names())
     leaves = [q.name for q in snap.queues if q.parent is not None]
-    new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(0, 6))))
-    pending = [w for w in snap.pending if w.name not in admitted] + list(new)
+    new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(*arrivals))))
+    return eng, [w for w in snap.pending if w.name not in admitted] + list(new)
+
+
+@SETTINGS
+@given(snapshots(), st.data())
+def test_blocked_hint_changes_no_decision(snap: Snapshot, data: st.DataObject) -> None:
+    """Workloads shown blocked at the start state may be skipped by the engine; every admission,
+    preemption and hold stays exactly what it is without the hint."""
+    eng, pending = _second_round(snap, data, (0, 6))
     memo: dict[object, bool] = {}
     blocked = {w.name for w in pending if eng.blocked_at_start(w, memo)}
     plain = eng.cycle(pending, 1.0)
@@ -235,13 +243,7 @@ def test_blocked_hint_changes_no_decision(snap: Snapshot, data: st.DataObject) -
 def test_preemption_device_count_bound_changes_no_decision(snap: Snapshot, data: st.DataObject) -> None:
     """The preemption search skips placement trials that a count of free whole devices shows
     must fail; with the bound switched off, every decision is the same."""
-    eng = Engine(snap)
-    d = eng.cycle(snap.pending, 0.0)
-    eng.apply(d, snap.pending, 0.0)
-    admitted = set(d.admitted_names())
-    leaves = [q.name for q in snap.queues if q.parent is not None]
-    new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(1, 8))))
-    pending = [w for w in snap.pending if w.name not in admitted] + list(new)
+    eng, pending = _second_round(snap, data, (1, 8))
     bounded = eng.cycle(pending, 1.0)
     with mock.patch.object(core._WholeSlots, "of", staticmethod(lambda *a: None)):
         plain = eng.cycle(pending, 1.0)
