@@ -111,6 +111,7 @@ class Engine:
         scores = {self.placer.scorer_for(p.name).name for p in snapshot.pools}
         self._frag = bool(scores & {"fragmentation", "auto"})
         self._auto_only = "fragmentation" not in scores
+        self._varied = False
         if self._frag and self._auto_only:
             from gpupool.engine.fragscore import varied_nodes
 
@@ -349,10 +350,10 @@ class Engine:
 
             # the mix to keep capacity useful for: what runs and what waits
             pend = [w for lst in by_queue.values() for w in lst]
-            if self._auto_only and not self._varied and not shares_gpus(self._running_shapes, pend):  # type: ignore[arg-type]
-                self.cluster.frag = None  # identical nodes, whole GPUs: ``auto`` is binpack
-            else:
+            if self.weighs_shape_mix() or shares_gpus(self._running_shapes, pend):  # type: ignore[arg-type]
                 self.cluster.frag = FragContext(self.cluster, pend, self._running_shapes)  # type: ignore[arg-type]
+            else:
+                self.cluster.frag = None  # identical nodes, whole GPUs: ``auto`` is binpack
         self.placer.reserved = {}
         self.placer.now = self.now
         self._evicted: set[str] = set()
@@ -637,6 +638,11 @@ class Engine:
                         out.setdefault(p.node, []).append((dev, end))
             self._fresh_cache = (n, out)
         return self._fresh_cache[1]
+
+    def weighs_shape_mix(self, shares_gpus: bool = False) -> bool:
+        """Does placement weigh the mix of pod shapes? Where only ``auto`` would, only if the GPU
+        nodes differ or (``shares_gpus``) a running or waiting pod takes a GPU fraction."""
+        return self._frag and (not self._auto_only or self._varied or shares_gpus)
 
     def _held_everywhere(self, w: Workload) -> bool:
         pools = self._static(w)[1]

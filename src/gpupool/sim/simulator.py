@@ -125,10 +125,11 @@ def _config(**kw: object) -> EngineConfig:
 
 
 class _Engine(Engine):
-    """The engine, unchanged. The ``fragmentation`` scorer weighs placements against the mix of pod shapes that wait; a
-    window hides part of that mix, so the shapes of the pending workloads left out of a cycle are
-    counted in for its duration (``hidden``): the scorer sees exactly the mix it would see if it
-    were given every pending workload.
+    """The engine, unchanged. The ``fragmentation`` scorer (and ``auto`` where it weighs the
+    mix) weighs placements against the mix of pod shapes that wait; a window hides part of that
+    mix, so the shapes of the pending workloads left out of a cycle are counted in for its
+    duration (``hidden``): the scorer sees exactly the mix it would see if it were given every
+    pending workload.
     """
 
     hidden: Counter[object] | None = None
@@ -243,7 +244,7 @@ class _Pending:
         return len(self.w)
 
     def add(self, w: Workload) -> None:
-        key_ = (
+        shape_key = (
             w.queue,
             w.priority,
             w.preemptible,
@@ -255,7 +256,7 @@ class _Pending:
             w.gang_min,
             w.pool,
         )
-        ck = self.class_ids.setdefault(key_, len(self.class_ids))
+        ck = self.class_ids.setdefault(shape_key, len(self.class_ids))
         self.w[w.name] = w
         self.cls_of[w.name] = ck
         self.new.add(w.name)
@@ -367,11 +368,9 @@ class Simulation:
     def _uses_shape_mix(self, eng: Engine) -> bool:
         """Only the fragmentation scorer weighs placements against the mix of waiting shapes;
         ``auto`` alone does where nodes differ or a job shares a GPU (as the engine decides)."""
-        if not getattr(eng, "_frag", False):
-            return False
-        if not getattr(eng, "_auto_only", False):
-            return True
-        return bool(eng._varied) or any(j.gpu_milli and not j.gpus for j in self.sc.trace.jobs)
+        weighs = getattr(eng, "weighs_shape_mix", None)  # absent in engines without the scorer
+        shared = any(j.gpu_milli and not j.gpus for j in self.sc.trace.jobs)
+        return weighs is not None and bool(weighs(shared))
 
     # -- model objects --------------------------------------------------------------------------
     def _workload(self, j: JobSpec) -> Workload:
