@@ -62,11 +62,19 @@ class ManifestError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # floats must be finite: YAML's .inf would otherwise reach weights and prices
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+#: object names: a DNS subdomain, as Kubernetes (and the store) require
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+#: characters no store backend can keep in text (PostgreSQL refuses NUL; UTF-8 has no lone surrogates)
+_UNSTORABLE = {chr(0)} | {chr(c) for c in range(0xD800, 0xE000)}
+MAX_TEXT_DEPTH = 32
 
 
 class Metadata(_Strict):
-    name: str = Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+    name: str = Field(min_length=1, max_length=253, pattern=NAME_PATTERN)
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     namespace: str | None = None
@@ -92,9 +100,9 @@ class GPUSpec(_Strict):
 
 
 class TopologySpec(_Strict):
-    racks: int = Field(default=1, ge=1)
+    racks: int = Field(default=1, ge=1, le=100_000)
     rackPrefix: str = "r"
-    nodesPerNVLinkDomain: int = Field(default=1, ge=1)
+    nodesPerNVLinkDomain: int = Field(default=1, ge=1, le=100_000)
 
 
 class NodeGroupSpec(_Strict):
@@ -104,7 +112,7 @@ class NodeGroupSpec(_Strict):
     gpu: GPUSpec
     cpu: str | int | float
     memory: str | int
-    rdma: int = Field(default=0, ge=0)
+    rdma: int = Field(default=0, ge=0, le=1024)
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     topology: TopologySpec = Field(default_factory=TopologySpec)
@@ -115,7 +123,7 @@ class NodeSpec(_Strict):
     gpu: GPUSpec
     cpu: str | int | float
     memory: str | int
-    rdma: int = Field(default=0, ge=0)
+    rdma: int = Field(default=0, ge=0, le=1024)
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     rack: str = ""
@@ -134,7 +142,7 @@ class PoolSpec(_Strict):
     gpuModels: list[str] = Field(default_factory=list)
     preemptible: bool = True
     requiresApproval: bool = False
-    pricePerGPUHour: float = Field(default=0.0, ge=0)
+    pricePerGPUHour: float = Field(default=0.0, ge=0, le=1e6)
     placement: PlacementPolicy = PlacementPolicy.DEFAULT
     slaTier: str = ""
     environment: str = ""
@@ -156,7 +164,7 @@ class PreemptionSpec(_Strict):
 class QueueSpec(_Strict):
     parent: str | None = None
     description: str = ""
-    weight: float = Field(default=1.0, gt=0)
+    weight: float = Field(default=1.0, gt=0, le=1e6)
     queueingStrategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
     requiresApproval: bool = False
@@ -176,7 +184,7 @@ class PodGroupSpec(_Strict):
 
 
 class GangSpec(_Strict):
-    minMember: int | None = Field(default=None, ge=1)
+    minMember: int | None = Field(default=None, ge=1, le=100_000)
 
 
 class WorkloadTopologySpec(_Strict):
@@ -196,7 +204,7 @@ class WorkloadSpec(_Strict):
     tolerations: list[TolerationSpec] = Field(default_factory=list)
     nodeSelector: dict[str, str] = Field(default_factory=dict)
     podGroups: list[PodGroupSpec] = Field(min_length=1)
-    maxRetries: int = Field(default=0, ge=0)
+    maxRetries: int = Field(default=0, ge=0, le=1000)
     exception: dict[str, Any] | None = None
 
 
@@ -255,35 +263,9 @@ def parse_documents(text: str, source: str = "<input>") -> list[Document]:
         raise ManifestError([f"{source}:{where}: invalid YAML: {problem}"]) from None
     docs: list[Document] = []
     for n, raw in enumerate(raw_docs, start=1):
-        here = f"{source}: document {n}"
-        if not isinstance(raw, dict):
-            errors.append(f"{here}: expected a mapping with apiVersion, kind, metadata and spec")
-            continue
-        kind = raw.get("kind")
-        md = raw.get("metadata") or {}
-        name = md.get("name") if isinstance(md, dict) else None
-        ident = f"{here} ({kind or '?'}/{name or '?'})"
-        if raw.get("apiVersion") != API_VERSION:
-            errors.append(f"{ident}: apiVersion: must be {API_VERSION!r}, got {raw.get('apiVersion')!r}")
-        if kind not in SPECS:
-            errors.append(f"{ident}: kind: must be one of {', '.join(KINDS)}, got {kind!r}")
-            continue
-        extra = set(raw) - {"apiVersion", "kind", "metadata", "spec", "status"}
-        for k in sorted(extra):
-            errors.append(f"{ident}: {k}: unknown top-level field")
-        try:
-            meta = Metadata.model_validate(md)
-        except ValidationError as exc:
-            for e in exc.errors():
-                errors.append(f"{ident}: metadata.{_loc(e['loc'])}: {e['msg']}")
-            continue
-        try:
-            spec = SPECS[kind].model_validate(raw.get("spec") or {})
-        except ValidationError as exc:
-            for e in exc.errors():
-                errors.append(f"{ident}: spec.{_loc(e['loc'])}: {e['msg']}")
-            continue
-        docs.append(Document(kind, meta.name, meta, spec, raw, ident))
+        doc = validate_document(raw, f"{source}: document {n}", errors)
+        if doc is not None:
+            docs.append(doc)
     seen: dict[tuple[str, str], str] = {}
     for d in docs:
         key = (d.kind, d.name)
@@ -293,6 +275,82 @@ def parse_documents(text: str, source: str = "<input>") -> list[Document]:
     if errors:
         raise ManifestError(errors)
     return docs
+
+
+def unstorable_text(value: Any, path: str = "", depth: int = 0) -> tuple[str, str] | None:
+    """The first string (key or value) a store cannot keep, as ``(field path, problem)``.
+
+    Why: PostgreSQL refuses NUL in text and no encoder takes a lone surrogate; such a value
+    must be refused when it is validated, never discovered by a failing transaction (one such
+    workload once made the server unable to restart)."""
+    if depth > MAX_TEXT_DEPTH:
+        return path or "body", f"nested more than {MAX_TEXT_DEPTH} levels deep"
+    if isinstance(value, str):
+        bad = next((c for c in value if c in _UNSTORABLE), None)
+        if bad is not None:
+            what = "a NUL character" if bad == chr(0) else f"an unpaired surrogate U+{ord(bad):04X}"
+            return path or "body", f"contains {what}, which cannot be stored"
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            here = f"{path}.{k}" if path else str(k)
+            hit = unstorable_text(k, path or "body", depth + 1) if isinstance(k, str) else None
+            hit = hit or unstorable_text(v, here, depth + 1)
+            if hit:
+                return hit
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            hit = unstorable_text(v, f"{path}[{i}]", depth + 1)
+            if hit:
+                return hit
+    return None
+
+
+def validate_document(raw: Any, here: str, errors: list[str]) -> Document | None:
+    """Check one manifest (a parsed YAML or JSON mapping); append located errors, or return it.
+
+    The one validator for files (``gpupool validate``) and the API, so both accept and refuse
+    the same manifests with the same messages."""
+    if not isinstance(raw, dict):
+        errors.append(f"{here}: expected a mapping with apiVersion, kind, metadata and spec")
+        return None
+    kind = raw.get("kind")
+    md = raw.get("metadata")
+    name = md.get("name") if isinstance(md, dict) else None
+    ident = f"{here} ({kind if isinstance(kind, str) and kind else '?'}/{name if isinstance(name, str) and name else '?'})"
+    bad = unstorable_text(raw)
+    if bad is not None:
+        errors.append(f"{ident}: {bad[0]}: {bad[1]}")
+        return None
+    if raw.get("apiVersion") != API_VERSION:
+        errors.append(f"{ident}: apiVersion: must be {API_VERSION!r}, got {raw.get('apiVersion')!r}")
+    if kind not in SPECS:
+        errors.append(f"{ident}: kind: must be one of {', '.join(KINDS)}, got {kind!r}")
+        return None
+    for k in sorted(str(x) for x in set(raw) - {"apiVersion", "kind", "metadata", "spec", "status"}):
+        errors.append(f"{ident}: {k}: unknown top-level field")
+    if md is not None and not isinstance(md, dict):
+        errors.append(f"{ident}: metadata: must be a mapping with at least a name")
+        return None
+    before = len(errors)
+    meta = _validated(Metadata, md or {}, "metadata", ident, errors)
+    spec_raw = raw.get("spec")
+    spec = None
+    if spec_raw is not None and not isinstance(spec_raw, dict):
+        errors.append(f"{ident}: spec: must be a mapping")
+    else:  # checked even when the metadata is bad: every problem is reported in one round
+        spec = _validated(SPECS[str(kind)], spec_raw or {}, "spec", ident, errors)
+    if meta is None or spec is None or len(errors) > before:
+        return None
+    return Document(str(kind), meta.name, meta, spec, raw, ident)
+
+
+def _validated(model: type[Any], value: Any, prefix: str, ident: str, errors: list[str]) -> Any:
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        errors.extend(f"{ident}: {_loc([prefix, *e['loc']])}: {e['msg']}" for e in exc.errors())
+        return None
 
 
 def load_files(paths: Iterable[Path]) -> list[Document]:

@@ -35,18 +35,43 @@ class QuantityError(ValueError):
     """A quantity string that cannot be parsed; the message says what was expected."""
 
 
+#: Why bounds at parse time: every quantity the engine sees must stay exact in int64 (numpy
+#: arrays in the fragmentation measure) even when multiplied by replicas and summed over a
+#: cluster; one absurd request (``cpu: 1e308``) once failed every scheduling cycle for everyone.
+#: The bounds are far above any real machine, so no honest request meets them.
+MAX_QUANTITY = Decimal(10) ** 15
+MAX_CPU_MILLI = 10**9  # one million cores
+MAX_MEMORY_MIB = 1 << 40  # one exbibyte
+MAX_GPU_MILLI = 10**9  # one million GPUs
+MAX_COUNT = 10**6
+MAX_DURATION_S = 100 * 365 * 86400.0  # a century
+MAX_TEXT = 64  # characters of a quantity or duration string (the grammar needs far fewer)
+
+
+def _bounded(n: int, limit: int, value: object, unit: str) -> int:
+    if n > limit:
+        raise QuantityError(f"quantity {value!r} is too large (at most {limit:,} {unit})".replace(" )", ")"))
+    return n
+
+
 def parse_quantity(value: object) -> Decimal:
     """Parse a Kubernetes quantity into an exact decimal (``"500m"`` -> 0.5, ``"1Gi"`` -> 1073741824)."""
     if isinstance(value, bool):
         raise QuantityError(f"expected a quantity, got a boolean {value!r}")
     if isinstance(value, int):
+        if abs(value) > MAX_QUANTITY:
+            raise QuantityError(f"quantity {value!r} is too large")
         return Decimal(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise QuantityError(f"expected a finite quantity, got {value!r}")
+        if abs(value) > MAX_QUANTITY:
+            raise QuantityError(f"quantity {value!r} is too large")
         return Decimal(repr(value))
     if not isinstance(value, str):
         raise QuantityError(f"expected a quantity such as 4, 500m or 80Gi, got {type(value).__name__}")
+    if len(value) > MAX_TEXT:
+        raise QuantityError(f"invalid quantity: {len(value)} characters, at most {MAX_TEXT}")
     m = _RE.match(value)
     if not m:
         raise QuantityError(
@@ -56,6 +81,9 @@ def parse_quantity(value: object) -> Decimal:
         number = Decimal(m.group(1))
     except InvalidOperation as exc:  # pragma: no cover - regex already guards this
         raise QuantityError(f"invalid quantity {value!r}") from exc
+    # compare exponents first: arithmetic on 1e999999999 overflows the decimal context itself
+    if not number.is_finite() or (number and number.adjusted() > 15) or abs(number) > MAX_QUANTITY:
+        raise QuantityError(f"quantity {value!r} is too large")
     return number * _SUFFIX[m.group(2) or ""]
 
 
@@ -68,23 +96,23 @@ def _non_negative(d: Decimal, value: object) -> Decimal:
 def cpu_milli(value: object) -> int:
     """CPU cores to milli-cores, rounding up (a request is never silently shrunk)."""
     d = _non_negative(parse_quantity(value), value)
-    return int((d * 1000).to_integral_value(rounding="ROUND_CEILING"))
+    n = int((d * 1000).to_integral_value(rounding="ROUND_CEILING"))
+    return _bounded(n, MAX_CPU_MILLI, value, "milli-CPU")
 
 
 def memory_mib(value: object) -> int:
     """Bytes-with-suffix to MiB, rounding up. A bare number means bytes, as in Kubernetes."""
     d = _non_negative(parse_quantity(value), value)
-    return int((d / (2**20)).to_integral_value(rounding="ROUND_CEILING"))
+    n = int((d / (2**20)).to_integral_value(rounding="ROUND_CEILING"))
+    return _bounded(n, MAX_MEMORY_MIB, value, "MiB")
 
 
 def mib_value(value: object) -> int:
     """A MiB figure as HAMi writes ``nvidia.com/gpumem`` (a bare number is MiB; a suffix is honoured)."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return math.ceil(
-            _non_negative(Decimal(repr(value)) if isinstance(value, float) else Decimal(value), value)
-        )
+        return _bounded(math.ceil(_non_negative(parse_quantity(value), value)), MAX_MEMORY_MIB, value, "MiB")
     if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
+        return _bounded(int(parse_quantity(value.strip())), MAX_MEMORY_MIB, value, "MiB")
     return memory_mib(value)
 
 
@@ -94,7 +122,7 @@ def gpu_milli(value: object) -> int:
     milli = d * 1000
     if milli != milli.to_integral_value():
         raise QuantityError(f"GPU quantity {value!r} is finer than 1/1000 of a GPU")
-    return int(milli)
+    return _bounded(int(milli), MAX_GPU_MILLI, value, "milli-GPU")
 
 
 def count(value: object) -> int:
@@ -102,18 +130,26 @@ def count(value: object) -> int:
     d = _non_negative(parse_quantity(value), value)
     if d != d.to_integral_value():
         raise QuantityError(f"expected a whole number, got {value!r}")
-    return int(d)
+    return _bounded(int(d), MAX_COUNT, value, "")
 
 
 def parse_duration(value: object) -> float:
-    """Durations as seconds: a number of seconds, or ``1d2h30m10s`` style text."""
+    """Durations as seconds: a number of seconds, or ``1d2h30m10s`` style text, at most a century
+    (a longer one overflows the date arithmetic of every consumer)."""
+    secs = _parse_duration(value)
+    if secs > MAX_DURATION_S:
+        raise QuantityError(f"duration {value!r} is too long (at most 100 years)")
+    return secs
+
+
+def _parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise QuantityError(f"expected a duration, got a boolean {value!r}")
     if isinstance(value, int | float):
         if value < 0 or not math.isfinite(value):
             raise QuantityError(f"duration {value!r} must be a finite, non-negative number of seconds")
         return float(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and len(value) <= MAX_TEXT:
         s = value.strip()
         if s and _DURATION_RE.match(s) and any(c.isalpha() for c in s):
             m = _DURATION_RE.match(s)
@@ -125,7 +161,7 @@ def parse_duration(value: object) -> float:
         except ValueError:
             pass
         else:
-            return parse_duration(f)
+            return _parse_duration(f)
     raise QuantityError(f"invalid duration {value!r}: expected seconds or text like 90m, 2h, 1d12h")
 
 

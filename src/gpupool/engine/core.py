@@ -289,6 +289,8 @@ class Engine:
         self._more = more
         cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
         self._run_log = []
+        # set before ``_cycle`` runs: the rollback below reads it even when the cycle raised early
+        self._admitted_now: set[str] = set()
         # The cycle creates no reference cycles; pausing the cyclic GC saves ~20% on big cycles.
         gc_was_on = gc.isenabled()
         gc.disable()
@@ -357,7 +359,7 @@ class Engine:
         self.placer.reserved = {}
         self.placer.now = self.now
         self._evicted: set[str] = set()
-        self._admitted_now: set[str] = set()
+        self._admitted_now = set()
         self._fresh_cache: tuple[int, dict[str, list[tuple[int, float]]]] | None = None
         # preemption candidates are workloads that were running before this cycle, by pool and queue
         self._usage_at_start = dict(self.quota.U)

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 import sqlalchemy as sa
 from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -40,6 +40,8 @@ from gpupool.auth import Action, Principal, Resource, Role, authorize, parse_bea
 from gpupool.manifests import KUEUE_QUEUE_LABEL, ManifestError
 from gpupool.model import UNLIMITED, Workload
 from gpupool.quantity import QuantityError, parse_duration
+from gpupool.service import openapi as oa
+from gpupool.service.admission import unfit
 from gpupool.service.backends import Backend, make_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
@@ -59,6 +61,7 @@ from gpupool.service.convert import (
     workload_model,
 )
 from gpupool.service.metrics import Metrics
+from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
 from gpupool.store import TERMINAL_PHASES, NotFound, ObjectRecord, Store, StoreError, WorkloadRecord
 from gpupool.store.schema import PHASES, WorkloadRow
 
@@ -411,11 +414,17 @@ def _install_errors(app: FastAPI) -> None:
         return _err(exc.status_code, str(exc), [{"field": exc.field, "problem": exc.problem}])
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         msg = str(exc.detail) if exc.detail else "error"
         if exc.status_code == 404:
             msg = "no such endpoint; see /docs or /openapi.json"
-        return _err(exc.status_code, msg)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # Starlette's Allow names only the first matching route's methods
+            headers["Allow"] = ", ".join(oa.allowed_methods(request))
+            msg = f"method {request.method} is not allowed on {request.url.path}; use {headers['Allow']}"
+        resp = _err(exc.status_code, msg)
+        resp.headers.update(headers)
+        return resp
 
     @app.exception_handler(Exception)
     async def _any(_: Request, exc: Exception) -> JSONResponse:  # last resort: never a traceback
@@ -435,12 +444,12 @@ def _config_resource(kind: str, name: str, manifest: Mapping[str, Any] | None, s
 
 def _routes(app: FastAPI) -> None:
     # ------------------------------------------------------------------ health & metrics
-    @app.get("/healthz", tags=["health"])
+    @app.get("/healthz", tags=["health"], **doc(oa.Health))
     def healthz() -> dict[str, str]:
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"])
+    @app.get("/readyz", tags=["health"], **oa.READY_DOC)
     def readyz(svc: Svc) -> JSONResponse:
         """Readiness: store reachable, controller recovered and running, backend healthy."""
         problems = []
@@ -462,7 +471,12 @@ def _routes(app: FastAPI) -> None:
         body = {"status": "ready" if not problems else "not ready", "problems": problems, "backend": h.detail}
         return JSONResponse(body, status_code=200 if not problems else 503)
 
-    @app.get("/metrics", tags=["health"], response_class=PlainTextResponse)
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        response_class=Response,
+        responses={200: {"content": oa.METRICS_CONTENT}, **doc(None, *AUTH)["responses"]},
+    )
     def metrics(svc: Svc) -> Response:
         """Prometheus metrics (gpupool_ prefix)."""
 
@@ -484,12 +498,12 @@ def _routes(app: FastAPI) -> None:
         return Response(svc.metrics.render(refresh), media_type="text/plain; version=0.0.4")
 
     # ------------------------------------------------------------------ whoami & tokens
-    @app.get("/v1/whoami", tags=["auth"])
+    @app.get("/v1/whoami", tags=["auth"], **doc(oa.WhoAmI, *AUTH))
     def whoami(p: Caller) -> dict[str, Any]:
         """Who the presented token belongs to."""
         return {"name": p.name, "role": p.role.value, "scope": p.scope}
 
-    @app.post("/v1/tokens", tags=["auth"], status_code=201)
+    @app.post("/v1/tokens", tags=["auth"], status_code=201, **doc(oa.IssuedToken, *BODY, status=201))
     def create_token(body: TokenRequest, p: Caller, svc: Svc) -> dict[str, Any]:
         """Issue an API token (platform-admin). The token is shown once."""
         svc.check(p, Action.MANAGE_TOKENS, Resource("Token", body.name))
@@ -505,7 +519,7 @@ def _routes(app: FastAPI) -> None:
         r = issued.record
         return {"id": r.id, "name": r.name, "role": r.role, "scope": r.scope, "token": issued.token}
 
-    @app.get("/v1/tokens", tags=["auth"])
+    @app.get("/v1/tokens", tags=["auth"], **doc(oa.TokenList, *AUTH, 403))
     def list_tokens(p: Caller, svc: Svc) -> dict[str, Any]:
         """Token metadata, never the tokens (platform-admin)."""
         svc.check(p, Action.MANAGE_TOKENS, Resource("Token"), mutating=False)
@@ -523,7 +537,7 @@ def _routes(app: FastAPI) -> None:
             ]
         }
 
-    @app.delete("/v1/tokens/{token_id}", tags=["auth"])
+    @app.delete("/v1/tokens/{token_id}", tags=["auth"], **doc(oa.RevokedToken, *WRITE, 404))
     def revoke_token(token_id: int, p: Caller, svc: Svc) -> dict[str, Any]:
         """Revoke a token (platform-admin); takes effect at once on this server."""
         svc.check(p, Action.MANAGE_TOKENS, Resource("Token", str(token_id)))
@@ -561,7 +575,7 @@ def _routes(app: FastAPI) -> None:
                 ctl.reload_config()
         return results
 
-    @app.post("/v1/apply", tags=["config"])
+    @app.post("/v1/apply", tags=["config"], **doc(oa.ApplyResults, *BODY, 404))
     def apply(body: ApplyRequest, p: Caller, svc: Svc) -> dict[str, Any]:
         """kubectl-apply a set of manifests: configuration objects first (validated together,
         then applied), then workloads (submitted, idempotent by name)."""
@@ -585,7 +599,7 @@ def _routes(app: FastAPI) -> None:
             )
         return kind
 
-    @app.get("/v1/config/{plural}", tags=["config"])
+    @app.get("/v1/config/{plural}", tags=["config"], **doc(oa.ConfigList, *READ, 422))
     def list_objects(plural: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """List pools, queues, priorityclasses or clusters (every role may read configuration)."""
         kind = _kind(plural)
@@ -608,12 +622,12 @@ def _routes(app: FastAPI) -> None:
                     )
         return {"kind": kind, "items": items}
 
-    @app.get("/v1/config/{plural}/{name}", tags=["config"])
+    @app.get("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.Manifest, *READ, 422))
     def get_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """One configuration object."""
         return svc.store.get_object(_kind(plural), name).to_manifest()
 
-    @app.put("/v1/config/{plural}/{name}", tags=["config"])
+    @app.put("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.ApplyResult, *BODY, 404))
     def put_object(
         plural: str, name: str, p: Caller, svc: Svc, manifest: dict[str, Any] = Body(...)
     ) -> dict[str, Any]:
@@ -629,7 +643,7 @@ def _routes(app: FastAPI) -> None:
             )
         return _apply_config(svc, p, [manifest])[0]
 
-    @app.delete("/v1/config/{plural}/{name}", tags=["config"])
+    @app.delete("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.Deleted, *WRITE, 404))
     def delete_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """Delete an object; refused (409) while anything refers to it."""
         kind = _kind(plural)
@@ -705,6 +719,10 @@ def _routes(app: FastAPI) -> None:
                 f"spec.pool: pool {model.pool!r} does not exist",
                 [{"field": "spec.pool", "problem": "no such pool"}],
             )
+        cands = ctl.engine.candidate_pools(model) if queue in ctl.engine.quota.queues else []
+        misfit = unfit(model, bundle, cands) if cands else None
+        if misfit is not None:
+            raise ApiError(422, f"{misfit[0]}: {misfit[1]}", [{"field": misfit[0], "problem": misfit[1]}])
         exception = is_exception(body)
         if exception:
             reason = body["spec"]["exception"].get("reason")
@@ -763,7 +781,10 @@ def _routes(app: FastAPI) -> None:
         tags=["workloads"],
         status_code=201,
         response_model=None,
-        responses={201: {"description": "created"}, 200: {"description": "already submitted, unchanged"}},
+        responses={
+            **doc(oa.WorkloadView, *BODY, status=201, description="created")["responses"],
+            200: {"model": oa.WorkloadView, "description": "already submitted, unchanged"},
+        },
         openapi_extra={
             "requestBody": {
                 "required": True,
@@ -796,7 +817,7 @@ def _routes(app: FastAPI) -> None:
         body = json.dumps(workload_view(rec), separators=(",", ":"))
         return Response(body, status_code=201 if created else 200, media_type="application/json")
 
-    @app.get("/v1/workloads", tags=["workloads"])
+    @app.get("/v1/workloads", tags=["workloads"], **doc(oa.WorkloadList, *AUTH, 422))
     def list_workloads(
         p: Caller,
         svc: Svc,
@@ -813,7 +834,7 @@ def _routes(app: FastAPI) -> None:
         recs = svc.store.list_workloads(queues=queues, phases=phase, after_seq=after, limit=limit)
         return {"items": [workload_view(r) for r in recs]}
 
-    @app.get("/v1/workloads/{name}", tags=["workloads"])
+    @app.get("/v1/workloads/{name}", tags=["workloads"], **doc(oa.WorkloadView, *READ, 422))
     def get_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """One workload (404 when it is not visible to the caller)."""
         return workload_view(svc.visible_workload(p, name))
@@ -823,17 +844,17 @@ def _routes(app: FastAPI) -> None:
         svc.check(p, Action.CANCEL, Resource("Workload", name, queue=rec.queue, owner=rec.owner))
         return workload_view(svc.controller.cancel(name, p.name))
 
-    @app.post("/v1/workloads/{name}/cancel", tags=["workloads"])
+    @app.post("/v1/workloads/{name}/cancel", tags=["workloads"], **doc(oa.WorkloadView, *WRITE, 404))
     def cancel(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """Cancel (idempotent: a finished workload is returned as it is)."""
         return _cancel(name, p, svc)
 
-    @app.delete("/v1/workloads/{name}", tags=["workloads"])
+    @app.delete("/v1/workloads/{name}", tags=["workloads"], **doc(oa.WorkloadView, *WRITE, 404))
     def delete_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """Same as cancel: workloads are kept for the record."""
         return _cancel(name, p, svc)
 
-    @app.get("/v1/workloads/{name}/events", tags=["workloads"])
+    @app.get("/v1/workloads/{name}/events", tags=["workloads"], **doc(oa.EventList, *READ, 422))
     def events(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """The workload's event stream, oldest first."""
         svc.visible_workload(p, name)
@@ -844,7 +865,7 @@ def _routes(app: FastAPI) -> None:
             ]
         }
 
-    @app.get("/v1/workloads/{name}/explain", tags=["workloads"])
+    @app.get("/v1/workloads/{name}/explain", tags=["workloads"], **doc(oa.Explanation, *READ, 422))
     def explain(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """Position in its queue and the engine's reason it waits."""
         rec = svc.visible_workload(p, name)
@@ -907,7 +928,7 @@ def _routes(app: FastAPI) -> None:
         }
         return out
 
-    @app.post("/v1/workloads/{name}/approve", tags=["approvals"])
+    @app.post("/v1/workloads/{name}/approve", tags=["approvals"], **doc(oa.WorkloadView, *BODY, 404))
     def approve(name: str, p: Caller, svc: Svc, body: ApproveRequest | None = None) -> dict[str, Any]:
         """Approve a workload waiting for approval; for an exception, optionally until a time."""
         body = body or ApproveRequest()
@@ -919,12 +940,12 @@ def _routes(app: FastAPI) -> None:
                 raise ApiError(422, f"duration: {exc}", [{"field": "duration", "problem": str(exc)}]) from exc
         return _decide(name, p, svc, True, body.reason, until)
 
-    @app.post("/v1/workloads/{name}/reject", tags=["approvals"])
+    @app.post("/v1/workloads/{name}/reject", tags=["approvals"], **doc(oa.WorkloadView, *BODY, 404))
     def reject(name: str, body: RejectRequest, p: Caller, svc: Svc) -> dict[str, Any]:
         """Reject a workload waiting for approval, with a reason."""
         return _decide(name, p, svc, False, body.reason, None)
 
-    @app.get("/v1/approvals", tags=["approvals"])
+    @app.get("/v1/approvals", tags=["approvals"], **doc(oa.ApprovalList, *AUTH, 422))
     def approvals(
         p: Caller, svc: Svc, state: Literal["Pending", "Approved", "Rejected", "Expired"] | None = None
     ) -> dict[str, Any]:
@@ -992,12 +1013,12 @@ def _routes(app: FastAPI) -> None:
             out.append(v)
         return out
 
-    @app.get("/v1/nodes", tags=["cluster"])
+    @app.get("/v1/nodes", tags=["cluster"], **doc(oa.NodeList, *AUTH))
     def nodes(p: Caller, svc: Svc) -> dict[str, Any]:
         """Nodes with their GPU allocation."""
         return {"items": _node_view(svc, p, _device_map(svc, p), False)}
 
-    @app.get("/v1/nodes/{name}", tags=["cluster"])
+    @app.get("/v1/nodes/{name}", tags=["cluster"], **doc(oa.NodeView, *READ, 422))
     def node(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """One node and each of its devices (workloads of other teams are not named)."""
         for v in _node_view(svc, p, _device_map(svc, p), True):
@@ -1035,17 +1056,17 @@ def _routes(app: FastAPI) -> None:
             [{"field": "name", "problem": "no such node"}],
         )
 
-    @app.post("/v1/nodes/{name}/cordon", tags=["cluster"])
+    @app.post("/v1/nodes/{name}/cordon", tags=["cluster"], **doc(oa.Cordoned, *WRITE, 404))
     def cordon(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """Stop placing new work on a node (platform-admin); a node change event."""
         return _set_cordon(name, True, p, svc)
 
-    @app.post("/v1/nodes/{name}/uncordon", tags=["cluster"])
+    @app.post("/v1/nodes/{name}/uncordon", tags=["cluster"], **doc(oa.Cordoned, *WRITE, 404))
     def uncordon(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """Allow new work on a node again (platform-admin)."""
         return _set_cordon(name, False, p, svc)
 
-    @app.get("/v1/cluster", tags=["cluster"])
+    @app.get("/v1/cluster", tags=["cluster"], **doc(oa.ClusterView, *AUTH))
     def cluster(p: Caller, svc: Svc) -> dict[str, Any]:
         """Pools with capacity and allocation, and the controller's state."""
         ctl = svc.controller
@@ -1074,7 +1095,7 @@ def _routes(app: FastAPI) -> None:
                 "backend": svc.backend.health().detail,
             }
 
-    @app.get("/v1/quota", tags=["cluster"])
+    @app.get("/v1/quota", tags=["cluster"], **doc(oa.QuotaList, *AUTH, 422))
     def quota(p: Caller, svc: Svc, queue: str | None = None, pool: str | None = None) -> dict[str, Any]:
         """Quota per queue and pool: guarantee, limit (guarantee + borrowing), in use."""
         ctl = svc.controller
@@ -1106,7 +1127,7 @@ def _routes(app: FastAPI) -> None:
             return {"items": items}
 
     # ------------------------------------------------------------------ audit
-    @app.get("/v1/audit/verify", tags=["audit"])
+    @app.get("/v1/audit/verify", tags=["audit"], **doc(oa.AuditVerify, *AUTH, 403, 422))
     def audit_verify(
         p: Caller, svc: Svc, expected_count: int | None = None, expected_head: str | None = None
     ) -> dict[str, Any]:
@@ -1121,7 +1142,12 @@ def _routes(app: FastAPI) -> None:
             "problem": r.problem,
         }
 
-    @app.get("/v1/audit/export", tags=["audit"], response_class=PlainTextResponse)
+    @app.get(
+        "/v1/audit/export",
+        tags=["audit"],
+        response_class=Response,
+        responses={200: {"content": oa.AUDIT_EXPORT_CONTENT}, **doc(None, *AUTH, 403, 422)["responses"]},
+    )
     def audit_export(p: Caller, svc: Svc, format: Literal["jsonl", "csv"] = "jsonl") -> Response:
         """The audit log as JSONL or CSV (platform-admin)."""
         svc.check(p, Action.READ_AUDIT, Resource("Audit"), mutating=False)
@@ -1130,7 +1156,7 @@ def _routes(app: FastAPI) -> None:
         media = "application/x-ndjson" if format == "jsonl" else "text/csv"
         return Response(buf.getvalue(), media_type=media)
 
-    @app.get("/v1/audit", tags=["audit"])
+    @app.get("/v1/audit", tags=["audit"], **doc(oa.AuditList, *AUTH, 403, 422))
     def audit_list(
         p: Caller,
         svc: Svc,

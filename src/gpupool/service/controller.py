@@ -40,6 +40,7 @@ from gpupool.model import (
     Workload,
 )
 from gpupool.quantity import QuantityError, parse_duration
+from gpupool.service import failures as flt
 from gpupool.service.backends import Backend, BackendError, RunSpec
 from gpupool.service.convert import (
     bundle_from_manifests,
@@ -48,7 +49,8 @@ from gpupool.service.convert import (
     running_from_json,
     workload_model,
 )
-from gpupool.store import TERMINAL_PHASES, NotFound, PhaseChange, Store, WorkloadRecord
+from gpupool.service.isolation import find_culprits
+from gpupool.store import TERMINAL_PHASES, NotFound, NotLeader, PhaseChange, Store, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")
 
@@ -93,6 +95,7 @@ class Hooks:
     on_preempt: Callable[[str, str], None] = lambda queue, rule: None
     on_cycle: Callable[[CycleStats], None] = lambda stats: None
     on_finish: Callable[[str, str], None] = lambda queue, outcome: None
+    on_failure: Callable[[str, str], None] = lambda queue, reason: None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -145,6 +148,10 @@ class Controller:
         self._stored_reasons: dict[str, str] = {}
         #: approved exceptions: workload -> end of its window (epoch seconds)
         self.exceptions: dict[str, float] = {}
+        #: backoffs, unhealthy devices, failed nodes, run hints (gpupool.service.failures)
+        self.faults = flt.FaultState()
+        #: workloads a cycle failed on, held out of scheduling: name -> the error
+        self.isolated: dict[str, str] = {}
         self.ready = False
         self.cycles = 0
         self.last_cycle_at = 0.0
@@ -154,6 +161,11 @@ class Controller:
     def start(self) -> None:
         """Recover from whatever state the last run left, then run the loop in a thread."""
         self.recover()
+        self.run_loop()
+
+    def run_loop(self) -> None:
+        """Run the cycle loop in a thread (after ``recover``; gpupool.service.leader calls the two
+        separately so that a lease lost during recovery never starts the loop)."""
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="gpupool-controller", daemon=True)
         self._thread.start()
@@ -183,6 +195,11 @@ class Controller:
             try:
                 cost = self.cycle().seconds
                 self.last_error = ""
+            except NotLeader as exc:  # deposed (fenced write refused): stop deciding at once
+                log.warning("controller stepping down: %s", exc)
+                self.ready = False
+                self.last_error = f"NotLeader: {exc.problem}"
+                break
             except (
                 Exception
             ) as exc:  # the loop must survive anything; the cause is logged and shown in /readyz
@@ -212,8 +229,12 @@ class Controller:
     def reload_config(self) -> None:
         """Rebuild the engine from the stored configuration, keeping what runs (after a config change)."""
         with self.lock:
-            bundle = bundle_from_manifests(self.config_manifests())
-            self._install(bundle, list(self.engine.running.values()))
+            manifests = self.config_manifests()
+            bundle = bundle_from_manifests(manifests)
+            self.faults.unhealthy = flt.unhealthy_devices(manifests)
+            running = list(self.engine.running.values())
+            self._install(bundle, flt.fault_evictions(self, bundle.nodes, running, self.clock()))
+            self.isolated.clear()  # the new configuration may decide them fine
             for q in self.pending.values():  # priority classes may have changed
                 q.model = workload_model(
                     self._manifest_of(q.name), bundle.priority_classes, float(q.seq), strict=False
@@ -231,6 +252,7 @@ class Controller:
             if q.parent in self.children:
                 self.children[q.parent].append(q.name)
         self.engine = Engine(self._snapshot(bundle, running))
+        flt.occupy_unhealthy(self.engine, self.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
         self.queues_by_name = {q.name: q for q in bundle.queues}
         self._limit_cache = {}
@@ -240,7 +262,7 @@ class Controller:
         self, bundle: Bundle, running: Sequence[Running], queues: Sequence[Queue] | None = None
     ) -> Snapshot:
         return Snapshot(
-            tuple(bundle.nodes),
+            flt.effective_nodes(bundle.nodes, self.faults.down),
             tuple(bundle.pools),
             tuple(queues if queues is not None else bundle.queues),
             tuple(bundle.priority_classes),
@@ -284,11 +306,29 @@ class Controller:
         return out
 
     # ------------------------------------------------------------------ recovery
+    def load_view(self) -> None:
+        """A standby's view: the configuration and the stored placements, from the store alone.
+
+        Why: a standby answers reads (nodes, quota, authorization by queue subtree) from this
+        view, but must neither reconcile the backend nor write (the leader does both)."""
+        bundle = bundle_from_manifests(self.config_manifests())
+        running = [
+            running_from_json(
+                workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False), w.placement
+            )
+            for w in self.store.list_workloads(phases=list(ACTIVE))
+            if w.placement
+        ]
+        with self.lock:
+            self._install(bundle, running)
+
     def recover(self) -> None:
         """Make store, backend and engine agree again after a (possibly unclean) stop."""
         with self.lock:
             self.ready = False
-            bundle = bundle_from_manifests(self.config_manifests())
+            manifests = self.config_manifests()
+            bundle = bundle_from_manifests(manifests)
+            self.faults.unhealthy = flt.unhealthy_devices(manifests)
             self.bundle = bundle
             self.backend.set_nodes(bundle.nodes)
             runs = self.backend.runs()
@@ -334,7 +374,8 @@ class Controller:
                 for w in self.store.list_workloads(phases=list(ACTIVE))
                 if w.placement
             ]
-            self._install(bundle, running)
+            self.faults.down = self._backend_down(now)
+            self._install(bundle, flt.fault_evictions(self, bundle.nodes, running, now))
             # 6. approvals opened by a submit that crashed before requesting one
             for w in self.store.list_workloads(phases=["AwaitingApproval"]):
                 if not self.store.list_approvals(state="Pending", workload=w.name):
@@ -343,6 +384,7 @@ class Controller:
             self.pending.clear()
             self._resync = True
             self._sync_pending(now)
+            flt.load_holds(self, self._stored_reasons, now)
             self.ready = True
 
     def _load_exceptions(self) -> None:
@@ -391,6 +433,7 @@ class Controller:
                 is_exception(rec.manifest),
             )
         )
+        self._note_hints(rec.name, rec.manifest)
         self._wake.set()
 
     def resync(self) -> None:
@@ -417,6 +460,7 @@ class Controller:
             self.reasons.pop(name, None)
             self._stored_reasons.pop(name, None)
             self.exceptions.pop(name, None)
+            self.isolated.pop(name, None)
             self._wake.set()
             return rec
 
@@ -497,6 +541,7 @@ class Controller:
             loaded = self.store.list_workloads(names=unknown, phases=["Pending"]) if unknown else []
         for w in loaded:
             model = workload_model(w.manifest, self.bundle.priority_classes, float(w.seq), strict=False)
+            self._note_hints(w.name, w.manifest)
             fresh[w.name] = _Queued(
                 w.name, w.seq, w.queue, w.owner, w.submitted_at.timestamp(), model, is_exception(w.manifest)
             )
@@ -546,15 +591,22 @@ class Controller:
                 self._last_expire = now
                 self._expire(now)
             self._sync_pending(now)
-            normal = [q.model for q in self.pending.values() if not q.exception]
+            self._node_faults(now)
+            held = flt.held(self.faults, self.pending, now)  # in backoff after a failure
+            normal = [q.model for q in self.pending.values() if not q.exception and q.name not in held]
             exc = [
-                q.model for q in self.pending.values() if q.exception and self.exceptions.get(q.name, 0) > now
+                q.model
+                for q in self.pending.values()
+                if q.exception and self.exceptions.get(q.name, 0) > now and q.name not in held
             ]
             if normal or exc:
-                d = self.engine.cycle(normal, now) if normal else Decisions()
+                normal = self._decidable(normal)
+                d = self._isolating(normal, lambda ws: self.engine.cycle(ws, now), now)
                 self._commit(d, normal, now, stats)
                 if exc:
-                    self._commit(self._exception_cycle(exc, now), exc, now, stats)
+                    exc = self._decidable(exc)
+                    ed = self._isolating(exc, lambda ws: self._exception_cycle(ws, now), now)
+                    self._commit(ed, exc, now, stats)
                 for q in self.pending.values():
                     if q.exception and q.name not in self.exceptions:
                         self.reasons[q.name] = Pending(
@@ -569,6 +621,50 @@ class Controller:
         stats.seconds = time.perf_counter() - t0
         self.hooks.on_cycle(stats)
         return stats
+
+    # ------------------------------------------------------------------ isolating bad workloads
+    def _decidable(self, ws: list[Workload]) -> list[Workload]:
+        return [w for w in ws if w.name not in self.isolated] if self.isolated else ws
+
+    def _isolating(
+        self, ws: list[Workload], run: Callable[[list[Workload]], Decisions], now: float
+    ) -> Decisions:
+        """``run(ws)``; when it raises, hold out the workloads it fails on and decide for the rest.
+
+        Why: one workload the engine cannot handle must never stop scheduling for everyone
+        (see gpupool.service.isolation). A failure that does not depend on the workloads is
+        raised as before, so the loop reports it and retries."""
+        if not ws:
+            return Decisions()
+        try:
+            return run(ws)
+        except Exception:
+            log.exception("scheduling cycle failed; looking for the workloads it fails on")
+            self._rebuild_engine()
+            bad = find_culprits(ws, run, self._rebuild_engine)
+            if not bad:
+                raise
+        self._isolate(bad, now)
+        return run([w for w in ws if w.name not in bad])
+
+    def _rebuild_engine(self) -> None:
+        self.engine = Engine(self._snapshot(self.bundle, list(self.engine.running.values())))
+
+    def _isolate(self, bad: Mapping[str, str], now: float) -> None:
+        """Keep each culprit Pending with the error as its reason, recorded in the audit log."""
+        for name, err in bad.items():
+            self.isolated[name] = err
+            q = self.pending.get(name)
+            why = (
+                f"the scheduler failed on this workload ({err}); it is held out of scheduling "
+                "until the configuration changes or the server restarts: fix and resubmit it, or cancel it"
+            )
+            self.reasons[name] = Pending(name, q.queue if q else "", PendingCode.INVALID, why)
+        for n, e in bad.items():  # rare: one record each is fine
+            self.store.append_audit(
+                AuditEntry(SCHEDULER, "workload.isolate", "Workload", n, {"error": e}), at=_dt(now)
+            )
+        self._last_reason_write = float("-inf")  # show the reason at once
 
     def _exception_cycle(self, ws: list[Workload], now: float) -> Decisions:
         """Place approved exceptions with their queue's limits lifted, for them alone."""
@@ -588,6 +684,7 @@ class Controller:
                 quotas.append(PoolQuota(pq.pool, g, None, pq.lending_limit))
             queues.append(replace(q, quotas=tuple(quotas)))
         eng = Engine(self._snapshot(self.bundle, list(self.engine.running.values()), queues))
+        flt.occupy_unhealthy(eng, self.faults.unhealthy)
         d = eng.cycle(ws, now)
         d.preempted = []  # an exception never evicts anyone
         d.admitted = [a for a in d.admitted if not a.after_evicting]
@@ -681,6 +778,8 @@ class Controller:
                 self._stored_reasons[name] = rec.reason
 
     def _start_in_backend(self, recs: Sequence[WorkloadRecord], now: float) -> None:
+        for w in recs:
+            self._note_hints(w.name, w.manifest)
         specs = [
             (
                 w.name,
@@ -694,7 +793,8 @@ class Controller:
     def _start_specs(self, specs: Sequence[tuple[str, Workload, dict[str, Any]]], now: float) -> None:
         if not specs:
             return
-        runs = [RunSpec(n, p, w.expected_duration_s) for n, w, p in specs]
+        hints = self.faults.hints
+        runs = [RunSpec(n, p, w.expected_duration_s, str(w.type), hints.get(n, {})) for n, w, p in specs]
         failed: dict[str, str] = {}
         try:
             self.backend.start(runs)
@@ -733,10 +833,16 @@ class Controller:
         if not done:
             return 0
         changes, audits, forget = [], [], []
+        failed: list[tuple[WorkloadRecord, flt.Fault]] = []
         for r in done:
             try:
                 rec = self.store.get_workload(r.name)
             except NotFound:
+                forget.append(r.name)
+                continue
+            if rec.phase in ACTIVE and r.outcome == "Failed":  # retried by its policy
+                fault = flt.Fault(r.reason or "Error", r.message or "the run failed", r.exit_code)
+                failed.append((rec, fault))
                 forget.append(r.name)
                 continue
             if rec.phase in ACTIVE:
@@ -755,11 +861,14 @@ class Controller:
             forget.append(r.name)
         if changes:
             self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        flt.record_failures(self, failed, now)
         for n in forget:
             self.engine.remove_running(n)
             self.exceptions.pop(n, None)
+            if n not in self.pending:
+                self.faults.hints.pop(n, None)
         self.backend.forget(forget)
-        return len(changes)
+        return len(changes) + len(failed)
 
     def _expire(self, now: float) -> None:
         expired = self.store.expire_approvals(at=_dt(now))
@@ -788,6 +897,43 @@ class Controller:
             self._requeue(active, "requeued: its exception window ended", now)
             self._resync = True
 
+    # ------------------------------------------------------------------ failures and node faults
+    def _note_hints(self, name: str, manifest: Mapping[str, Any]) -> None:
+        hints = flt.run_hints(manifest)
+        if hints:
+            self.faults.hints[name] = hints
+
+    def queue_again(self, rec: WorkloadRecord) -> None:
+        """Hold a workload requeued outside a cycle's decisions (a failure, an eviction) as pending."""
+        model = workload_model(rec.manifest, self.bundle.priority_classes, float(rec.seq), strict=False)
+        at = rec.submitted_at.timestamp()
+        exc = is_exception(rec.manifest)
+        self.pending[rec.name] = _Queued(rec.name, rec.seq, rec.queue, rec.owner, at, model, exc)
+        self._stored_reasons[rec.name] = rec.reason
+        self.reasons.pop(rec.name, None)
+
+    def _backend_down(self, now: float) -> dict[str, str]:
+        report = getattr(self.backend, "down_nodes", None)
+        return dict(report(now)) if callable(report) else {}
+
+    def _node_faults(self, now: float) -> None:
+        """Nodes the backend reports failed (or repaired): requeue their work, rebuild the engine."""
+        down = self._backend_down(now)
+        if down == self.faults.down:
+            return
+        self.faults.down = down
+        running = list(self.engine.running.values())
+        self._install(self.bundle, flt.fault_evictions(self, self.bundle.nodes, running, now))
+
+    def drain(self, node: str, reason: str, actor: str) -> list[str]:
+        """Evict every workload on ``node`` with ``reason`` and requeue it (the caller cordons first)."""
+        with self.lock:
+            names = flt.on_node(self.engine.running.values(), node)
+            why = f"node {node} drained by {actor}" + (f": {reason}" if reason else "")
+            flt.evict(self, {n: flt.Fault("Drained", why, counted=False) for n in names}, self.clock(), actor)
+            self._wake.set()
+            return names
+
     # ------------------------------------------------------------------ views
     def explain(self, rec: WorkloadRecord) -> dict[str, Any]:
         """Where a workload stands in its queue and, if it waits, the engine's reason why."""
@@ -807,6 +953,10 @@ class Controller:
             out["position"] = names.index(rec.name) + 1 if rec.name in names else None
             out["queueLength"] = len(names)
             out["ahead"] = names[: (out["position"] or 1) - 1][:20]
+            if self.faults.holds.get(rec.name, 0.0) > self.clock():  # backoff after a failure
+                out["code"] = flt.BACKOFF_CODE
+                out["reason"] = rec.reason.partition(": ")[2] or rec.reason
+                return out
             p = self.reasons.get(rec.name)
             code, _, why = rec.reason.partition(": ")
             if p is None and code in PENDING_CODES and why:

@@ -11,22 +11,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from pydantic import ValidationError
-
 from gpupool.engine.decisions import Admit
 from gpupool.manifests import (
-    API_VERSION,
-    KINDS,
-    SPECS,
     Bundle,
     Document,
     ManifestError,
-    Metadata,
     _Errors,
-    _loc,
     build,
     build_workload,
     default_priority_classes,
+    validate_document,
 )
 from gpupool.model import (
     Admission,
@@ -65,32 +59,55 @@ def parse_manifest(manifest: Mapping[str, Any], source: str = "request") -> Docu
     """
     if not isinstance(manifest, Mapping):
         raise ManifestError([f"{source}: body: expected a JSON object (a manifest)"])
-    raw = dict(manifest)
     errors: list[str] = []
-    kind = raw.get("kind")
-    md = raw.get("metadata") or {}
-    name = md.get("name") if isinstance(md, Mapping) else None
-    ident = f"{source}: document 1 ({kind or '?'}/{name or '?'})"
-    if raw.get("apiVersion") != API_VERSION:
-        errors.append(f"{ident}: apiVersion: must be {API_VERSION!r}, got {raw.get('apiVersion')!r}")
-    if kind not in SPECS:
-        errors.append(f"{ident}: kind: must be one of {', '.join(KINDS)}, got {kind!r}")
+    raw = without_server_metadata(manifest, source)
+    doc = validate_document(raw, f"{source}: document 1", errors)
+    if doc is None:
         raise ManifestError(errors)
-    for k in sorted(set(raw) - {"apiVersion", "kind", "metadata", "spec", "status"}):
-        errors.append(f"{ident}: {k}: unknown top-level field")
-    try:
-        meta = Metadata.model_validate(md)
-    except ValidationError as exc:
-        errors.extend(f"{ident}: metadata.{_loc(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ManifestError(errors) from None
-    try:
-        spec = SPECS[str(kind)].model_validate(raw.get("spec") or {})
-    except ValidationError as exc:
-        errors.extend(f"{ident}: spec.{_loc(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ManifestError(errors) from None
-    if errors:
-        raise ManifestError(errors)
-    return Document(str(kind), meta.name, meta, spec, raw, ident)
+    return doc
+
+
+SERVER_METADATA = ("resourceVersion",)
+"""Metadata the server sets and returns on GET; accepted back on PUT/apply (not stored)."""
+
+
+def without_server_metadata(manifest: Mapping[str, Any], source: str = "request") -> dict[str, Any]:
+    """The manifest without server-set metadata, so an object read with GET can be PUT back.
+
+    Why not in the Metadata model: files and submitted workloads do not carry it, and the model
+    stays strict about every field a person writes. A resourceVersion that is not one the server
+    could have returned (digits) is a located 422 rather than being ignored.
+    """
+    raw = dict(manifest)
+    md = raw.get("metadata")
+    if not isinstance(md, Mapping) or not any(k in md for k in SERVER_METADATA):
+        return raw
+    if resource_version(raw) is None:
+        kind, name = raw.get("kind") or "?", md.get("name") or "?"
+        raise ManifestError(
+            [
+                f"{source}: document 1 ({kind}/{name}): metadata.resourceVersion: must be the "
+                f"resourceVersion a GET returned (digits), got {md.get('resourceVersion')!r}"
+            ]
+        )
+    raw["metadata"] = {k: v for k, v in md.items() if k not in SERVER_METADATA}
+    return raw
+
+
+def resource_version(manifest: Mapping[str, Any]) -> int | None:
+    """``metadata.resourceVersion`` as the expected stored version (None: absent or malformed).
+
+    Sent back on PUT/apply it makes the write conditional, as in Kubernetes: a stale one is
+    answered 409 and nothing is written."""
+    md = manifest.get("metadata")
+    v = md.get("resourceVersion") if isinstance(md, Mapping) else None
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int) and 0 <= v < 2**63:
+        return v
+    if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 18:
+        return int(v)
+    return None
 
 
 def object_manifest(rec: ObjectRecord) -> dict[str, Any]:
