@@ -39,6 +39,12 @@ class Metrics:
         self.finished = Counter(
             "gpupool_finished_workloads", "Workloads finished", ["queue", "outcome"], registry=r
         )
+        self.failures = Counter(
+            "gpupool_workload_failures",
+            "Failed runs (abnormal exits, node failures, unhealthy devices), by cause",
+            ["queue", "reason"],
+            registry=r,
+        )
         self.submits = Counter(
             "gpupool_submits", "Accepted submissions (new workloads)", ["queue"], registry=r
         )
@@ -63,6 +69,7 @@ class Metrics:
             on_preempt=lambda queue, rule: self.preemptions.labels(queue or "unknown").inc(),
             on_cycle=on_cycle,
             on_finish=lambda queue, outcome: self.finished.labels(queue, outcome).inc(),
+            on_failure=lambda queue, reason: self.failures.labels(queue, reason).inc(),
         )
 
     def render(self, refresh: Callable[[Metrics], None]) -> bytes:

@@ -65,7 +65,8 @@ ALLOWED_TRANSITIONS: Mapping[str, frozenset[str]] = {
     "Pending": frozenset({"AwaitingApproval", "Admitted", "Rejected", "Cancelled", "Failed"}),
     "AwaitingApproval": frozenset({"Pending", "Admitted", "Rejected", "Cancelled"}),
     "Admitted": frozenset({"Running", "Pending", "Preempted", "Cancelled", "Failed", "Succeeded"}),
-    "Running": frozenset({"Succeeded", "Failed", "Cancelled", "Preempted"}),
+    # Running -> Pending: a failed run requeued by its retry policy (the backend already stopped it)
+    "Running": frozenset({"Succeeded", "Failed", "Cancelled", "Preempted", "Pending"}),
     "Preempted": frozenset({"Pending", "Cancelled", "Failed"}),
     **{p: frozenset() for p in TERMINAL_PHASES},
 }
@@ -992,12 +993,15 @@ class Store:
         *,
         audit: Sequence[AuditEntry] | None = None,
         at: datetime | None = None,
+        events: Sequence[tuple[str, str, str, str]] = (),
     ) -> list[WorkloadRecord]:
         """Apply several phase changes atomically (e.g. one scheduling cycle): all or none.
 
         Entering Admitted sets admitted_at; a terminal phase sets finished_at;
         Pending/AwaitingApproval clear the placement unless one is given.
-        ``audit`` entries (any number) are appended in the same transaction.
+        ``audit`` entries (any number) are appended in the same transaction, and so are
+        ``events`` ``(workload, type, reason, message)`` (e.g. a failure record that must never
+        be lost while its requeue is kept, or the reverse).
         """
         now = self._now(at)
         names = [c.name for c in changes]
@@ -1048,6 +1052,10 @@ class Store:
                         at=now,
                     )
                 )
+            for wl, typ, reason, message in events:
+                if typ not in EVENT_TYPES:
+                    raise ValidationFailed("type", f"must be one of {list(EVENT_TYPES)}")
+                s.add(EventRow(workload=wl, type=typ, reason=reason, message=message, at=now))
             s.flush()
             self._audit_many(s, audit or (), now, "Workload", names[0] if len(names) == 1 else "")
             out = {n: _wl(rows[n]) for n in names}

@@ -22,6 +22,9 @@ class RunSpec:
     name: str
     placement: Mapping[str, Any]
     duration_s: float | None = None
+    task_type: str = ""
+    #: annotations a backend may act on (the virtual one: ``gpupool.io/fail-after``, ``exit-code``)
+    hints: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,8 @@ class RunState:
     finished: bool = False
     outcome: str = ""  # "Succeeded" | "Failed" once finished
     message: str = ""
+    exit_code: int | None = None  # of a failed run, when known
+    reason: str = ""  # a failed run's cause as a code: Error, OOMKilled, NodeFailure, ...
 
 
 @dataclass(slots=True)
@@ -73,6 +78,10 @@ class Backend(Protocol):
 
     def health(self) -> BackendHealth:
         """Readiness of the backend."""
+
+    # Optional (looked up with getattr): ``down_nodes(now) -> {node: reason}``, the nodes that
+    # have failed and are not yet repaired; the controller requeues their work and places
+    # nothing there until they are back.
 
 
 def make_backend(kind: str, **options: Any) -> Backend:

@@ -6,20 +6,30 @@ lets a restarted controller reconcile against it exactly as it would against Kub
 lets tests check that nothing was started twice and no device was handed out twice.
 The file is replaced atomically (write, then rename), so a kill -9 leaves the old or the new
 state, never a torn one.
+
+Failures are injected the way the simulator models them (docs/simulator.md, "faults"): a rate of
+abnormal exits per running hour for each task type, node failures with a mean time between
+failures and a repair time, and per workload the annotation ``gpupool.io/fail-after: 30s``
+(optionally ``gpupool.io/exit-code: 137``) that makes each of its runs fail after that virtual
+time. Every draw comes from a generator seeded by (seed, workload, start count) or (seed, node,
+failure count), so a restart decides the same, and the decided failure time is stored with the
+run. All rates default to 0: without options the virtual cluster only ever succeeds.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpupool.model import Node
+from gpupool.quantity import QuantityError, parse_duration
 from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
 
 
@@ -33,9 +43,25 @@ class VirtualBackend:
         state_file: str | Path | None = None,
         time_scale: float = 1.0,
         clock: Callable[[], float] = time.time,
+        *,
+        failure_rates: Mapping[str, float] | None = None,
+        node_mtbf_s: float | None = None,
+        node_repair_s: float = 7200.0,
+        seed: int = 1,
     ) -> None:
+        """``failure_rates``: abnormal exits per running (virtual) hour by task type (``*``: any
+        type); ``node_mtbf_s``: mean virtual seconds between failures of one node, repaired after
+        ``node_repair_s``. Both off by default."""
         if time_scale <= 0:
             raise ValueError("time_scale must be > 0")
+        if any(r < 0 for r in (failure_rates or {}).values()) or (
+            node_mtbf_s is not None and node_mtbf_s <= 0
+        ):
+            raise ValueError("failure rates must be >= 0 and node_mtbf_s > 0")
+        self.failure_rates = dict(failure_rates or {})
+        self.node_mtbf_s = node_mtbf_s
+        self.node_repair_s = node_repair_s
+        self.seed = seed
         self.time_scale = time_scale
         self.clock = clock
         self.path = Path(state_file) if state_file is not None else None
@@ -46,19 +72,43 @@ class VirtualBackend:
         self.starts: dict[str, int] = {}
         #: device over-commitments refused by start() (should stay empty)
         self.violations: list[str] = []
+        #: failed nodes: name -> {"until": epoch of the repair, "reason": ...}
+        self.nodes_down: dict[str, dict[str, Any]] = {}
+        #: next injected failure of each node (epoch), and how many it had
+        self._node_next: dict[str, float] = {}
+        self._node_failures: dict[str, int] = {}
+        self._load()
+
+    # -- persistence --------------------------------------------------------------------------
+    def _load(self) -> None:
         if self.path is not None and self.path.exists():
             data = json.loads(self.path.read_text(encoding="utf-8"))
             self._runs = data.get("runs", {})
             self.starts = data.get("starts", {})
             self.violations = data.get("violations", [])
+            self.nodes_down = data.get("nodesDown", {})
+            self._node_next = data.get("nodeNext", {})
+            self._node_failures = data.get("nodeFailures", {})
 
-    # -- persistence --------------------------------------------------------------------------
+    def reload(self) -> None:
+        """Re-read the state file: a standby taking over (gpupool.service.leader) finds the
+        cluster as the previous leader left it, not as it was when this process started."""
+        with self._lock:
+            self._load()
+
     def _save(self) -> None:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(self.path.suffix + ".tmp")
-        data = {"runs": self._runs, "starts": self.starts, "violations": self.violations}
+        data = {
+            "runs": self._runs,
+            "starts": self.starts,
+            "violations": self.violations,
+            "nodesDown": self.nodes_down,
+            "nodeNext": self._node_next,
+            "nodeFailures": self._node_failures,
+        }
         tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
         os.replace(tmp, self.path)
 
@@ -66,6 +116,12 @@ class VirtualBackend:
     def set_nodes(self, nodes: Sequence[Node]) -> None:
         with self._lock:
             self._nodes = {n.name: n for n in nodes}
+            if self.node_mtbf_s is not None and any(n not in self._node_next for n in self._nodes):
+                now = self.clock()
+                for n in self._nodes:
+                    if n not in self._node_next and n not in self.nodes_down:
+                        self._schedule_node_failure(n, now)
+                self._save()
 
     def _device_use(self) -> dict[tuple[str, int], int]:
         use: dict[tuple[str, int], int] = defaultdict(int)
@@ -91,6 +147,8 @@ class VirtualBackend:
                     if self._nodes and node is None:
                         bad.append(f"node {p['node']} does not exist")
                         continue
+                    if p["node"] in self.nodes_down:
+                        bad.append(f"node {p['node']} is down")
                     for d in p.get("devices", ()):
                         if node is not None and not 0 <= d < node.gpu_count:
                             bad.append(f"device {p['node']}/{d} does not exist")
@@ -105,6 +163,7 @@ class VirtualBackend:
                 for p in spec.placement.get("pods", ()):
                     for d in p.get("devices", ()):
                         use[(p["node"], d)] += int(p.get("gpuMilli", 1000))
+                self.starts[spec.name] = self.starts.get(spec.name, 0) + 1
                 self._runs[spec.name] = {
                     "placement": dict(spec.placement),
                     "started_at": self.clock(),
@@ -112,8 +171,8 @@ class VirtualBackend:
                     "finished": False,
                     "outcome": "",
                     "message": "",
+                    **self._planned_failure(spec),
                 }
-                self.starts[spec.name] = self.starts.get(spec.name, 0) + 1
                 changed = True
             if changed:
                 self._save()
@@ -130,17 +189,25 @@ class VirtualBackend:
 
     def _ends_at(self, r: dict[str, Any]) -> float | None:
         d = r.get("duration_s")
+        f = r.get("fail_at_s")
+        if f is not None and (d is None or float(f) < float(d)):
+            d = f
         return None if d is None else float(r["started_at"]) + float(d) / self.time_scale
 
     def poll(self, now: float) -> list[RunState]:
         with self._lock:
-            changed = False
+            changed = self._advance_nodes(now)
             for r in self._runs.values():
                 end = self._ends_at(r)
                 if not r["finished"] and end is not None and now >= end:
                     r["finished"] = True
-                    r["outcome"] = "Succeeded"
-                    r["message"] = f"completed after its declared duration of {r['duration_s']:g}s"
+                    fail = r.get("fail_at_s")
+                    if fail is not None and (r.get("duration_s") is None or fail < r["duration_s"]):
+                        r["outcome"] = "Failed"
+                        r["message"] = f"exited with code {r.get('exit_code')} after {float(fail):g}s"
+                    else:
+                        r["outcome"] = "Succeeded"
+                        r["message"] = f"completed after its declared duration of {r['duration_s']:g}s"
                     changed = True
             if changed:
                 self._save()
@@ -166,12 +233,89 @@ class VirtualBackend:
             )
 
     def next_finish(self) -> float | None:
-        """Wall time of the next declared finish, so the controller can sleep until then."""
+        """Wall time of the next declared finish (or failure, or node event), to sleep until then."""
         with self._lock:
             ends = [
                 e for r in self._runs.values() if not r["finished"] and (e := self._ends_at(r)) is not None
             ]
+            ends += [float(d["until"]) for d in self.nodes_down.values()]
+            ends += [t for n, t in self._node_next.items() if n in self._nodes]
         return min(ends) if ends else None
+
+    # -- injected failures --------------------------------------------------------------------
+    def _planned_failure(self, spec: RunSpec) -> dict[str, Any]:
+        """When (virtual seconds after its start) and how this run will fail, if it will."""
+        hints = spec.hints or {}
+        code = 1
+        try:
+            code = int(hints.get("gpupool.io/exit-code", 1))
+        except ValueError:
+            code = 1
+        if "gpupool.io/fail-after" in hints:
+            try:
+                at = parse_duration(hints["gpupool.io/fail-after"])
+            except QuantityError:
+                return {}
+            return {
+                "fail_at_s": at,
+                "exit_code": code,
+                "fail_reason": "OOMKilled" if code == 137 else "Error",
+            }
+        rate = self.failure_rates.get(spec.task_type, self.failure_rates.get("*", 0.0))
+        if rate <= 0:
+            return {}
+        rng = random.Random(f"{self.seed}:{spec.name}:{self.starts.get(spec.name, 0)}")
+        at = rng.expovariate(rate / 3600.0)
+        if spec.duration_s is not None and at >= spec.duration_s:
+            return {}
+        code, why = rng.choice(((1, "Error"), (137, "OOMKilled"), (139, "Error")))
+        return {"fail_at_s": at, "exit_code": code, "fail_reason": why}
+
+    def _schedule_node_failure(self, node: str, now: float) -> None:
+        assert self.node_mtbf_s is not None
+        k = self._node_failures.get(node, 0)
+        rng = random.Random(f"{self.seed}:node:{node}:{k}")
+        self._node_next[node] = now + rng.expovariate(1.0 / self.node_mtbf_s) / self.time_scale
+
+    def _advance_nodes(self, now: float) -> bool:
+        """Repair nodes whose repair time passed, fail those whose failure time came."""
+        changed = False
+        for n in [n for n, d in self.nodes_down.items() if float(d["until"]) <= now]:
+            del self.nodes_down[n]
+            if self.node_mtbf_s is not None:
+                self._schedule_node_failure(n, now)
+            changed = True
+        for n in [n for n, t in self._node_next.items() if t <= now and n in self._nodes]:
+            del self._node_next[n]
+            self._fail_node(n, now, self.node_repair_s, "injected failure (mean time between failures)")
+            changed = True
+        return changed
+
+    def _fail_node(self, node: str, now: float, repair_s: float, reason: str) -> None:
+        self._node_failures[node] = self._node_failures.get(node, 0) + 1
+        self.nodes_down[node] = {"until": now + repair_s / self.time_scale, "reason": reason}
+        for r in self._runs.values():
+            if not r["finished"] and any(p["node"] == node for p in r["placement"].get("pods", ())):
+                r.update(
+                    finished=True,
+                    outcome="Failed",
+                    message=f"node {node} failed: {reason}",
+                    exit_code=None,
+                    fail_reason="NodeFailure",
+                )
+
+    def fail_node(self, node: str, repair_s: float | None = None, reason: str = "injected failure") -> None:
+        """Fail a node now (its runs end Failed with NodeFailure); it is repaired after ``repair_s``."""
+        with self._lock:
+            self._fail_node(node, self.clock(), self.node_repair_s if repair_s is None else repair_s, reason)
+            self._save()
+
+    def down_nodes(self, now: float) -> dict[str, str]:
+        """Failed nodes not yet repaired: name -> reason."""
+        with self._lock:
+            if self._advance_nodes(now):
+                self._save()
+            return {n: str(d.get("reason", "")) for n, d in self.nodes_down.items()}
 
     @staticmethod
     def _state(name: str, r: dict[str, Any]) -> RunState:
@@ -183,4 +327,6 @@ class VirtualBackend:
             bool(r["finished"]),
             r.get("outcome", ""),
             r.get("message", ""),
+            r.get("exit_code") if r.get("outcome") == "Failed" else None,
+            str(r.get("fail_reason", "")) if r.get("outcome") == "Failed" else "",
         )
