@@ -5,7 +5,11 @@ its fields and the previous record's hash, so editing, inserting, deleting or
 reordering records breaks the chain at a definite seq. Deleting records at the
 tail leaves a valid (shorter) chain, so verification also takes the expected
 count and head hash from an anchor (the store keeps one, updated in the same
-transaction as each append; an operator can also keep an external copy).
+transaction as each append). A writer who can rewrite the table can rewrite the
+anchor too, so an operator also keeps an external *checkpoint* (count, head hash,
+signed outside the database: see :mod:`gpupool.audit_checkpoint`); verification with
+a checkpoint demands that record ``count`` still has that hash, which holds while
+records are only appended and fails once any record at or before it is rewritten.
 This module is pure: no database access.
 """
 
@@ -141,16 +145,21 @@ def verify(
     *,
     expected_count: int | None = None,
     expected_head: str | None = None,
+    checkpoint: tuple[int, str] | None = None,
 ) -> VerifyResult:
     """Check the chain in the given order and name the FIRST bad seq and why.
 
     Detects: edited records (hash mismatch), deleted records (seq gap or broken
     prev_hash), inserted or reordered records (seq out of order or broken
     prev_hash), and — given ``expected_count``/``expected_head`` from an anchor —
-    records deleted or appended at the tail.
+    records deleted or appended at the tail. ``checkpoint`` (count, head hash) is
+    an external witness of a prefix: records appended after it are fine, but
+    record ``count`` must exist and still have that hash.
     """
     prev = GENESIS_HASH
     count = 0
+    if checkpoint is not None and checkpoint[0] == 0 and checkpoint[1] != GENESIS_HASH:
+        return VerifyResult(False, 0, prev, None, "a checkpoint of 0 records must have the genesis hash")
     for rec in records:
         expected_seq = count + 1
         if rec.seq != expected_seq:
@@ -177,8 +186,13 @@ def verify(
         )
         if recomputed != rec.hash:
             return VerifyResult(False, count, prev, rec.seq, "content does not match its hash: record edited")
+        if checkpoint is not None and rec.seq == checkpoint[0] and rec.hash != checkpoint[1]:
+            return VerifyResult(False, count, prev, rec.seq, checkpoint_mismatch(rec.seq))
         prev = rec.hash
         count += 1
+    if checkpoint is not None and count < checkpoint[0]:
+        why = f"chain ends at seq {count} but the checkpoint records {checkpoint[0]}: records deleted"
+        return VerifyResult(False, count, prev, count + 1, why)
     if expected_count is not None and count != expected_count:
         if count < expected_count:
             why = f"chain ends at seq {count} but the anchor records {expected_count}: tail records deleted"
@@ -189,6 +203,14 @@ def verify(
         why = "head hash does not match the anchor: tail records edited or replaced"
         return VerifyResult(False, count, prev, count if count else 1, why)
     return VerifyResult(True, count, prev)
+
+
+def checkpoint_mismatch(seq: int) -> str:
+    """Why a chain fails a checkpoint whose record is still there but with another hash."""
+    return (
+        f"seq {seq} does not have the hash the checkpoint records: a record at or before seq {seq} "
+        "was rewritten (the chain and the anchor were recomputed to hide it)"
+    )
 
 
 def export_jsonl(records: Iterable[AuditRecord], out: TextIO) -> int:

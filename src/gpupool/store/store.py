@@ -1121,13 +1121,23 @@ class Store:
             s.expunge(row)
 
     def verify_audit(
-        self, *, expected_count: int | None = None, expected_head: str | None = None
+        self,
+        *,
+        expected_count: int | None = None,
+        expected_head: str | None = None,
+        checkpoint: tuple[int, str] | None = None,
     ) -> VerifyResult:
-        """Verify the whole chain against the anchor (and optional external expectations), one snapshot."""
+        """Verify the whole chain against the anchor (and optional external expectations), one snapshot.
+
+        ``checkpoint`` (count, head hash) is an external witness taken earlier: the chain may have
+        grown since, but record ``count`` must still have that hash (see :func:`auditlog.verify`).
+        """
         with self._read(snapshot=True) as s:
             anchor = s.get_one(AuditAnchorRow, 1)
             count, head = anchor.count, anchor.head_hash
-            result = auditlog.verify(self._iter_audit(s), expected_count=count, expected_head=head)
+            result = auditlog.verify(
+                self._iter_audit(s), expected_count=count, expected_head=head, checkpoint=checkpoint
+            )
         if result.ok and (expected_count is not None or expected_head is not None):
             result = auditlog.verify(
                 self.audit_records(), expected_count=expected_count, expected_head=expected_head
