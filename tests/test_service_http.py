@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from gpupool.cli.main import app
-from tests.test_service_support import REPO, Server, free_port, wait_for
+from tests.test_service_support import REPO, Server, free_port, wait_for, wl
 
 runner = CliRunner()
 
@@ -76,7 +76,8 @@ def test_cli_submit_get_explain_describe(server: Server) -> None:
     assert code == 0 and "unchanged" in out
     code, out = cli(server, "cancel", "llama-405b-pretrain")
     assert code == 0 and "Cancelled" in out
-    m = httpx.get(server.base + "/metrics").text
+    assert httpx.get(server.base + "/metrics").status_code == 401  # it names every queue
+    m = httpx.get(server.base + "/metrics", headers={"Authorization": f"Bearer {server.token}"}).text
     assert "gpupool_workloads{phase=" in m and "gpupool_admission_wait_time_seconds" in m
 
 
@@ -100,8 +101,11 @@ def test_cli_errors_are_one_line(server: Server, tmp_path: Path) -> None:
             }
         )
     )
-    code, out = cli(server, "submit", "-f", str(wrong))
-    assert code == 1 and "spec.podGroups" in out and "(HTTP 422)" in out
+    code, out = cli(server, "submit", "-f", str(wrong))  # checked locally, with the server's validator
+    assert code == 2 and f"{wrong}: document 1 (Workload/w): spec.podGroups" in out
+    wrong.write_text(yaml.safe_dump(wl("w", queue="no-such-queue")))
+    code, out = cli(server, "submit", "-f", str(wrong))  # refused by the server
+    assert code == 1 and "no-such-queue" in out and "(HTTP 4" in out and "nothing was applied" in out
     code, out = cli(server, "get", "widgets")
     assert code == 2 and "unknown resource type" in out
     code, out = cli(server, "explain", "ghost")

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 from collections.abc import Iterable, Mapping
+from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,6 +22,11 @@ import typer
 import yaml
 from rich.console import Console
 from rich.table import Table
+
+from gpupool import audit as auditlog
+from gpupool import audit_checkpoint as ckpt
+from gpupool.cli.files import FileProblem, load_documents, read_text
+from gpupool.manifests import Document, ManifestError
 
 console = Console()
 err_console = Console(stderr=True)
@@ -88,7 +94,9 @@ class Api:
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
 
-    def call(self, method: str, path: str, **kw: Any) -> Any:
+    def call(self, method: str, path: str, *, refused: str | None = None, **kw: Any) -> Any:
+        """The decoded answer; any failure exits with the server's message (and ``refused``, a
+        line saying what a 4xx answer means for the request, e.g. that nothing was applied)."""
         try:
             r = self.http.request(method, path, **kw)
         except httpx.ConnectError:
@@ -107,6 +115,8 @@ class Api:
             lines = [f"{msg} (HTTP {r.status_code})"]
             if len(details) > 1 or (details and details[0].get("problem", "") not in msg):
                 lines += [f"  {d.get('field', '')}: {d.get('problem', '')}".rstrip() for d in details]
+            if refused and r.status_code < 500:
+                lines.append(f"  {refused}")
             if r.status_code == 401 and not self.token:
                 lines.append(
                     f"  no token found: pass --token, set GPUPOOL_TOKEN, or run from the directory holding {DEFAULT_TOKEN_FILE}"
@@ -137,36 +147,49 @@ def _table(cols: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
     return t
 
 
-def read_manifests(files: list[Path]) -> list[dict[str, Any]]:
-    """YAML documents from files and directories (name order); a parse error is one line."""
-    paths: list[Path] = []
-    for f in files:
-        if str(f) == "-":
-            paths.append(f)
-        elif f.is_dir():
-            paths += sorted(p for p in f.rglob("*") if p.suffix in (".yaml", ".yml", ".json"))
-        elif f.exists():
-            paths.append(f)
-        else:
-            fail(f"{f}: no such file or directory", 2)
-    docs: list[dict[str, Any]] = []
-    for p in paths:
-        try:
-            text = sys.stdin.read() if str(p) == "-" else p.read_text(encoding="utf-8")
-            loaded = [d for d in yaml.safe_load_all(text) if d is not None]
-        except OSError as exc:
-            fail(f"{p}: cannot read: {exc.strerror}", 2)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-            fail(f"{p}:{where}: invalid YAML: {getattr(exc, 'problem', None) or exc}", 2)
-        for i, d in enumerate(loaded, 1):
-            if not isinstance(d, dict):
-                fail(f"{p}: document {i}: expected a mapping with apiVersion, kind, metadata and spec", 2)
-            docs.append(d)
-    if not docs:
-        fail("no manifests found in " + ", ".join(map(str, files)), 2)
-    return docs
+def load_set(files: list[Path]) -> list[Document]:
+    """Every document of the files, validated locally as the server would; exit 2 on any problem.
+
+    Why: nothing is sent unless the whole set is good, so a bad document or a duplicate name
+    cannot leave the rest of the set applied.
+    """
+    try:
+        return load_documents(files)
+    except FileProblem as exc:
+        fail(str(exc), 2)
+    except ManifestError as exc:
+        fail(
+            f"{len(exc.errors)} problem(s) in the manifests; nothing was sent:\n  " + "\n  ".join(exc.errors),
+            2,
+        )
+
+
+def _json_value(v: Any) -> Any:
+    """YAML loads unquoted timestamps as dates; send them as ISO 8601 text."""
+    if isinstance(v, date | datetime):
+        return v.isoformat()
+    raise TypeError(f"cannot send {type(v).__name__} as JSON")
+
+
+def apply_set(api: Api, docs: list[Document]) -> list[dict[str, Any]]:
+    """Send the whole set in one ``POST /v1/apply`` (all applied or none); the per-object results."""
+    body = json.dumps({"items": [d.raw for d in docs]}, default=_json_value)
+    data = api.call(
+        "POST",
+        "/v1/apply",
+        content=body,
+        headers={"Content-Type": "application/json"},
+        refused="nothing was applied",
+    )
+    return list(data["results"])
+
+
+def _print_results(results: list[dict[str, Any]], data: Any, output: Out) -> None:
+    if output is not Out.table:
+        _emit(data, output)
+        return
+    for r in results:
+        console.print(f"{r['kind']}/{r['name']}: {r['result']}", highlight=False, soft_wrap=True)
 
 
 RESOURCES = {
@@ -339,13 +362,9 @@ def apply(
     output: Out = OutOpt,
 ) -> None:
     """Create or update pools, queues, priority classes and clusters (and submit workloads)."""
-    docs = read_manifests(files)
-    data = Api(server, token).call("POST", "/v1/apply", json={"items": docs})
-    _emit(
-        data,
-        output,
-        _table(["kind", "name", "result"], [(r["kind"], r["name"], r["result"]) for r in data["results"]]),
-    )
+    docs = load_set(files)
+    results = apply_set(Api(server, token), docs)
+    _print_results(results, {"results": results}, output)
 
 
 def get(
@@ -446,21 +465,16 @@ def submit(
     token: str | None = TokenOpt,
     output: Out = OutOpt,
 ) -> None:
-    """Submit workloads (idempotent by name: submitting the same manifest again changes nothing)."""
-    docs = read_manifests(files)
-    bad = [d.get("kind") for d in docs if d.get("kind") != "Workload"]
+    """Submit workloads, all or none (idempotent by name: the same manifest again changes nothing)."""
+    docs = load_set(files)
+    bad = [d for d in docs if d.kind != "Workload"]
     if bad:
         fail(
-            f"submit takes Workload manifests only, got {bad[0]!r}; use `gpupool apply -f` for configuration",
+            f"{bad[0].source}: submit takes Workload manifests only; use `gpupool apply -f` for configuration",
             2,
         )
-    api = Api(server, token)
-    results = [api.call("POST", "/v1/workloads", json=d) for d in docs]
-    _emit(
-        results,
-        output,
-        _table(["workload", "queue", "phase"], [(w["name"], w["queue"], w["phase"]) for w in results]),
-    )
+    results = apply_set(Api(server, token), docs)
+    _print_results(results, results, output)
 
 
 def cancel(
@@ -546,22 +560,42 @@ def audit_verify(
         None, "--expected-count", help="from an external copy of the head"
     ),
     expected_head: str | None = typer.Option(None, "--expected-head"),
+    checkpoint: Path | None = typer.Option(
+        None, "--checkpoint", help="signed checkpoint file or checkpoint log (`audit checkpoint`)"
+    ),
+    public_key: Path | None = typer.Option(None, "--public-key", help="KEY.pub from `audit keygen`"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     output: Out = OutOpt,
 ) -> None:
-    """Check every record's hash and link; names the first bad record. Exit 1 when broken."""
-    params = {
+    """Check every record's hash and link; names the first bad record. Exit 1 when broken.
+
+    With --checkpoint, every signed checkpoint in the file must verify with --public-key, and
+    each checkpoint's record must still have its hash (records appended since are fine).
+    """
+    if (checkpoint is None) != (public_key is None):
+        fail("--checkpoint and --public-key go together", 2)
+    cps = _checked_checkpoints(checkpoint, public_key) if checkpoint and public_key else []
+    params: dict[str, Any] = {
         k: v
         for k, v in (("expected_count", expected_count), ("expected_head", expected_head))
         if v is not None
     }
-    r = Api(server, token).call("GET", "/v1/audit/verify", params=params)
+    latest = max(cps, key=lambda c: c.count) if cps else None
+    if latest is not None:
+        params.update(checkpoint_count=latest.count, checkpoint_head=latest.head_hash)
+    api = Api(server, token)
+    r = api.call("GET", "/v1/audit/verify", params=params)
+    if r["ok"] and cps:
+        r = _against_checkpoints(api, r, cps)
     if output is not Out.table:
         _emit(r, output)
     elif r["ok"]:
+        seen = (
+            f"; matches {len(cps)} signed checkpoint(s), the latest at seq {latest.count}" if latest else ""
+        )
         console.print(
-            f"[green]audit log intact[/]: {r['count']} records, head {r['headHash']}", highlight=False
+            f"[green]audit log intact[/]: {r['count']} records, head {r['headHash']}{seen}", highlight=False
         )
     else:
         err_console.print(
@@ -569,6 +603,94 @@ def audit_verify(
         )
     if not r["ok"]:
         raise typer.Exit(1)
+
+
+def _checked_checkpoints(path: Path, public_key: Path) -> list[ckpt.Checkpoint]:
+    """Every checkpoint in the file, signature verified; a forged one exits 1 naming it."""
+    try:
+        pub = ckpt.load_public_key(public_key)
+        text = read_text(path)
+    except (ckpt.CheckpointError, FileProblem) as exc:
+        fail(str(exc), 2)
+    try:
+        items = ckpt.read_checkpoints(text)
+    except ckpt.CheckpointError as exc:
+        fail(f"{path}: {exc}", 2)
+    out = []
+    for n, item in enumerate(items, 1):
+        try:
+            out.append(ckpt.check(item, pub))
+        except ckpt.CheckpointError as exc:
+            fail(f"{path}: checkpoint {n}: {exc}", 1)
+    return out
+
+
+def _against_checkpoints(api: Api, r: dict[str, Any], cps: list[ckpt.Checkpoint]) -> dict[str, Any]:
+    """The server's verdict, failed where a checkpoint's record is gone or has another hash.
+
+    Why here as well as on the server: the chain the server verified is intact from genesis,
+    so the record at a checkpoint's seq having the signed hash proves the prefix unchanged;
+    checking it in the client holds against a server that ignores the checkpoint parameters.
+    """
+    for cp in sorted(cps, key=lambda c: c.count):
+        if cp.count == 0:
+            continue
+        when = f" (checkpoint taken {cp.at})"
+        if cp.count > r["count"]:
+            why = f"chain ends at seq {r['count']} but the checkpoint records {cp.count}: records deleted"
+            return {**r, "ok": False, "firstBadSeq": r["count"] + 1, "problem": why + when}
+        items = api.call("GET", "/v1/audit", params={"after": cp.count - 1, "limit": 1})["items"]
+        if not items or items[0]["seq"] != cp.count or items[0]["hash"] != cp.head_hash:
+            why = auditlog.checkpoint_mismatch(cp.count)
+            return {**r, "ok": False, "firstBadSeq": cp.count, "problem": why + when}
+    return r
+
+
+@audit_app.command("keygen")
+def audit_keygen(
+    out: Path = typer.Option(..., "--out", help="private key file to create (KEY.pub is written beside it)"),
+) -> None:
+    """Create the Ed25519 key that signs checkpoints. Keep it where the database writer cannot read it."""
+    try:
+        pub = ckpt.generate_key(out)
+        kid = ckpt.key_id(ckpt.load_public_key(pub))
+    except ckpt.CheckpointError as exc:
+        fail(str(exc), 2)
+    console.print(f"private key {out} (mode 0600), public key {pub}, key id {kid}", highlight=False)
+
+
+@audit_app.command("checkpoint")
+def audit_checkpoint(
+    key: Path = typer.Option(..., "--key", help="private key from `audit keygen`"),
+    out: Path | None = typer.Option(None, "--out", help="write the checkpoint to this file"),
+    append: Path | None = typer.Option(None, "--append", help="add it as one line to this checkpoint log"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Print a signed checkpoint {count, headHash, at, server, keyId, signature} of the verified chain."""
+    try:
+        private = ckpt.load_private_key(key)
+    except ckpt.CheckpointError as exc:
+        fail(str(exc), 2)
+    api = Api(server, token)
+    r = api.call("GET", "/v1/audit/verify")
+    if not r["ok"]:
+        fail(f"audit log broken at seq {r['firstBadSeq']}: {r['problem']}; no checkpoint taken", 1)
+    cp = ckpt.sign(private, count=r["count"], head_hash=r["headHash"], server=api.server)
+    line = json.dumps(cp.to_dict(), sort_keys=True) + "\n"
+    sys.stdout.write(line)
+    try:
+        if out is not None:
+            out.write_text(line, encoding="utf-8")
+            err_console.print(f"wrote {out}", highlight=False)
+        if append is not None:
+            with append.open("a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            err_console.print(f"appended to {append}", highlight=False)
+    except OSError as exc:
+        fail(f"{exc.filename}: cannot write: {exc.strerror}", 2)
 
 
 @audit_app.command("export")

@@ -15,10 +15,11 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from gpupool.cli.files import FileProblem, load_documents, read_text
 from gpupool.cli.render import decisions_json, decisions_table
 from gpupool.engine import apply_decisions, decide
 from gpupool.engine.invariants import check_cycle
-from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, load_bundle, load_files
+from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, load_files
 from gpupool.model import Snapshot
 
 app = typer.Typer(
@@ -47,11 +48,12 @@ def fail(msg: str, code: int = 2) -> None:
 
 
 def _load(paths: list[Path]) -> Snapshot:
-    for p in paths:
-        if not p.exists():
-            fail(f"{p}: no such file or directory")
+    """The manifests as a snapshot, read and validated as `apply`/`submit` read them."""
     try:
-        b = load_bundle(paths)
+        b = build(load_documents(paths), Bundle(priority_classes=list(default_priority_classes())))
+    except FileProblem as exc:
+        fail(str(exc))
+        raise AssertionError from exc  # unreachable
     except ManifestError as exc:
         fail(
             f"{len(exc.errors)} problem(s) in the manifests; nothing was applied:\n  "
@@ -211,6 +213,10 @@ def bench_fragmentation(
     for f in (nodes, pods):
         if not f.is_file():
             fail(f"{f}: no such file")
+        try:
+            read_text(f)  # a binary or Latin-1 trace is one line here, not a traceback later
+        except FileProblem as exc:
+            fail(str(exc))
     known = (*POLICIES, *ENGINE_POLICIES)
     unknown = [p for p in policy or [] if p not in known]
     if unknown:
