@@ -60,6 +60,7 @@ from gpupool.service.convert import (
     parse_manifest,
     workload_model,
 )
+from gpupool.service.failures import device_health, history_view, node_health
 from gpupool.service.metrics import Metrics
 from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
 from gpupool.store import TERMINAL_PHASES, NotFound, ObjectRecord, Store, StoreError, WorkloadRecord
@@ -836,8 +837,9 @@ def _routes(app: FastAPI) -> None:
 
     @app.get("/v1/workloads/{name}", tags=["workloads"], **doc(oa.WorkloadView, *READ, 422))
     def get_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
-        """One workload (404 when it is not visible to the caller)."""
-        return workload_view(svc.visible_workload(p, name))
+        """One workload (404 when it is not visible to the caller), with its attempts and failures."""
+        rec = svc.visible_workload(p, name)
+        return {**workload_view(rec), **history_view(svc.store.list_events(name))}
 
     def _cancel(name: str, p: Principal, svc: Service) -> dict[str, Any]:
         rec = svc.visible_workload(p, name)
@@ -998,6 +1000,7 @@ def _routes(app: FastAPI) -> None:
                 "gpuAllocated": alloc / 1000,
                 "pool": next((pl.name for pl in pools if pl.selects(n)), None),
                 "schedulable": n.schedulable,
+                "health": node_health(ctl.faults, n.name),
                 "rack": n.rack,
                 "nvlinkDomain": n.nvlink_domain,
             }
@@ -1007,6 +1010,7 @@ def _routes(app: FastAPI) -> None:
                         "index": i,
                         "allocatedMilli": sum(a["gpuMilli"] for a in used.get(i, [])),
                         "workloads": used.get(i, []),
+                        **device_health(ctl.faults, n.name, i),
                     }
                     for i in range(n.gpu_count)
                 ]
@@ -1065,6 +1069,10 @@ def _routes(app: FastAPI) -> None:
     def uncordon(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
         """Allow new work on a node again (platform-admin)."""
         return _set_cordon(name, False, p, svc)
+
+    from gpupool.service.fault_routes import add_routes as add_fault_routes
+
+    add_fault_routes(app, _set_cordon)  # drain, device health
 
     @app.get("/v1/cluster", tags=["cluster"], **doc(oa.ClusterView, *AUTH))
     def cluster(p: Caller, svc: Svc) -> dict[str, Any]:

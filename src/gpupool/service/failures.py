@@ -412,6 +412,21 @@ def evict(ctl: Controller, out: Mapping[str, Fault], now: float, actor: str = SC
             ctl.queue_again(new)
 
 
+def node_health(state: FaultState, node: str) -> dict[str, Any]:
+    """A node's health for the node views: failed (and why), and its unhealthy devices."""
+    bad = state.unhealthy.get(node, {})
+    return {
+        "healthy": node not in state.down and not bad,
+        "failed": state.down.get(node),
+        "unhealthyDevices": sorted(bad),
+    }
+
+
+def device_health(state: FaultState, node: str, index: int) -> dict[str, Any]:
+    why = state.unhealthy.get(node, {}).get(index)
+    return {"healthy": why is None and node not in state.down, "healthReason": why or state.down.get(node)}
+
+
 def on_node(running: Iterable[Running], node: str) -> list[str]:
     """Names of the running workloads with a pod on ``node``."""
     return [r.name for r in running if any(p.node == node for p in r.admission.pods)]
@@ -425,11 +440,13 @@ __all__ = [
     "Fault",
     "FaultState",
     "RetryPolicy",
+    "device_health",
     "effective_nodes",
     "evict",
     "fault_evictions",
     "history_view",
     "load_holds",
+    "node_health",
     "occupy_unhealthy",
     "policy_for",
     "record_failures",
