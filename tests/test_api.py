@@ -258,7 +258,7 @@ def test_views_metrics_health(api: Api) -> None:
     assert any(q["pool"] == "l40s-experiment" and q["used"]["gpu"] == 0.5 for q in quota)
     assert api.c.get("/healthz").json() == {"status": "ok"}
     assert api.c.get("/readyz").status_code == 200
-    m = api.c.get("/metrics").text
+    m = api.req("GET", "/metrics").text
     for name in (
         "gpupool_admission_wait_time_seconds_bucket",
         'gpupool_workloads{phase="Running"} 1.0',

@@ -57,7 +57,6 @@ def test_a_locally_bad_set_creates_nothing(server: Server, tmp_path: Path) -> No
     assert not _exists(server, "local-good")
 
 
-@pytest.mark.xfail(strict=True, reason="needs the atomic POST /v1/apply (issue 9, the lead's part)")
 def test_a_set_the_server_refuses_is_applied_not_at_all(server: Server, tmp_path: Path) -> None:
     f = tmp_path / "refused.yaml"
     f.write_text(yaml.safe_dump_all([wl("srv-good"), wl("srv-bad", queue="no-such-queue")]))

@@ -67,7 +67,7 @@ def test_idempotency_and_conflicts_within_and_across_batches(batcher: tuple[Stor
     with pytest.raises(Conflict):
         f3.result(5)
     assert b.submit(wl("a"), owner="alice", phase="Pending", audit=_audit("a")).result(5) == (r1[0], False)
-    with pytest.raises(Conflict, match="another owner"):
+    with pytest.raises(Conflict, match="different manifest or owner"):
         b.submit(wl("a"), owner="bob", phase="Pending", audit=_audit("a")).result(5)
     with pytest.raises(ValidationFailed):
         b.submit({"kind": "Workload"}, owner="alice", phase="Pending", audit=_audit("x"))

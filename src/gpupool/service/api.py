@@ -28,16 +28,16 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
-from fastapi import Body, Depends, FastAPI, Query, Request
+from fastapi import Body, Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpupool.audit import AuditEntry
+from gpupool.audit import AuditEntry, canonical_json
 from gpupool.auth import Action, Principal, Resource, Role, authorize, parse_bearer
-from gpupool.manifests import KUEUE_QUEUE_LABEL, ManifestError
+from gpupool.manifests import KUEUE_QUEUE_LABEL, Document, ManifestError
 from gpupool.model import UNLIMITED, Workload
 from gpupool.quantity import QuantityError, parse_duration
 from gpupool.service import openapi as oa
@@ -58,11 +58,16 @@ from gpupool.service.convert import (
     error_items,
     object_manifest,
     parse_manifest,
+    resource_version,
+    without_server_metadata,
     workload_model,
 )
 from gpupool.service.failures import device_health, history_view, node_health
+from gpupool.service.guard import PARSED_KEY, RequestGuard
+from gpupool.service.leader import LeaderElector, install_standby_guard, readiness, start_leader
 from gpupool.service.metrics import Metrics
 from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
+from gpupool.service.view import ConfigLookups, ConfigView
 from gpupool.store import TERMINAL_PHASES, NotFound, ObjectRecord, Store, StoreError, WorkloadRecord
 from gpupool.store.schema import PHASES, WorkloadRow
 
@@ -81,6 +86,8 @@ CONFIG_ACTIONS = {
     "Cluster": "cluster",
 }
 TOKEN_CACHE_S = 5.0
+#: the largest id or sequence number any store column holds (a signed 64-bit integer)
+MAX_ID = 2**63 - 1
 
 
 class ApiError(Exception):
@@ -196,6 +203,8 @@ class Service:
     metrics: Metrics
     batcher: SubmitBatcher
     bootstrap_token: str | None = None
+    #: the leader lease keeper (gpupool.service.leader); None when the controller does not run
+    leader: LeaderElector | None = None
 
     def __post_init__(self) -> None:
         self._tokens: dict[str, tuple[float, Principal]] = {}
@@ -241,10 +250,17 @@ class Service:
             self._tokens.clear()
 
     def check(
-        self, p: Principal, action: Action, res: Resource, mutating: bool = True, defer: bool = False
+        self,
+        p: Principal,
+        action: Action,
+        res: Resource,
+        mutating: bool = True,
+        defer: bool = False,
+        tree: ConfigLookups | None = None,
     ) -> None:
-        """403 unless allowed; a denied mutation is audited (``defer``: by the caller, off the event loop)."""
-        d = authorize(p, action, res, self.controller.is_in_subtree)
+        """403 unless allowed; a denied mutation is audited (``defer``: by the caller, off the event
+        loop). ``tree``: the queue tree to judge by (default: the one in force)."""
+        d = authorize(p, action, res, (tree or self.controller).is_in_subtree)
         if not d.allowed:
             entry = AuditEntry(
                 p.name,
@@ -358,13 +374,15 @@ def create_app(
         batcher = SubmitBatcher(st)
         app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
         if start_controller:
-            ctl.start()
+            start_leader(app.state.svc)  # the controller runs only while this replica holds the lease
         else:
             ctl.recover()
         try:
             yield
         finally:
             batcher.close()
+            if app.state.svc.leader is not None:
+                app.state.svc.leader.stop()
             ctl.stop()
             if store is None:
                 st.close()
@@ -376,6 +394,8 @@ def create_app(
         lifespan=lifespan,
     )
     _install_errors(app)
+    install_standby_guard(app)
+    app.add_middleware(RequestGuard, max_body=cfg.max_body_bytes, max_depth=cfg.max_json_depth)
     _routes(app)
     # route matching is a linear scan: put the hot path (submit) first
     routes = app.router.routes
@@ -459,6 +479,8 @@ def _routes(app: FastAPI) -> None:
                 c.execute(sa.text("SELECT 1"))
         except Exception as exc:
             problems.append(f"store unreachable: {type(exc).__name__}")
+        if svc.leader is not None and not svc.leader.is_leader:  # a standby: ready to serve reads
+            return readiness(svc.leader, problems, svc.backend.health().detail)
         ctl = svc.controller
         if not ctl.ready:
             problems.append("controller has not finished recovery")
@@ -470,6 +492,7 @@ def _routes(app: FastAPI) -> None:
         if not h.ok:
             problems.append("backend unhealthy")
         body = {"status": "ready" if not problems else "not ready", "problems": problems, "backend": h.detail}
+        body.update(svc.leader.describe() if svc.leader is not None else {})
         return JSONResponse(body, status_code=200 if not problems else 503)
 
     @app.get(
@@ -478,8 +501,17 @@ def _routes(app: FastAPI) -> None:
         response_class=Response,
         responses={200: {"content": oa.METRICS_CONTENT}, **doc(None, *AUTH)["responses"]},
     )
-    def metrics(svc: Svc) -> Response:
-        """Prometheus metrics (gpupool_ prefix)."""
+    def metrics(request: Request, svc: Svc) -> Response:
+        """Prometheus metrics (gpupool_ prefix). They name every queue and pool, so they need a
+        platform-admin or cluster-wide viewer token unless the server runs with public metrics."""
+        if not svc.config.metrics_public:
+            p = svc.authenticate(request.headers.get("authorization"))
+            if not (p.role is Role.PLATFORM_ADMIN or (p.role is Role.VIEWER and p.scope is None)):
+                raise ApiError(
+                    403,
+                    "forbidden: metrics name every queue; they need a platform-admin or a cluster-wide "
+                    f"viewer token (caller is {p.role.value} {p.name!r})",
+                )
 
         def refresh(m: Metrics) -> None:
             with svc.store.engine.connect() as c:
@@ -539,7 +571,7 @@ def _routes(app: FastAPI) -> None:
         }
 
     @app.delete("/v1/tokens/{token_id}", tags=["auth"], **doc(oa.RevokedToken, *WRITE, 404))
-    def revoke_token(token_id: int, p: Caller, svc: Svc) -> dict[str, Any]:
+    def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_ID)], p: Caller, svc: Svc) -> dict[str, Any]:
         """Revoke a token (platform-admin); takes effect at once on this server."""
         svc.check(p, Action.MANAGE_TOKENS, Resource("Token", str(token_id)))
         t = svc.store.revoke_token(token_id, audit=AuditEntry(p.name, "token.revoke", "Token", str(token_id)))
@@ -547,48 +579,129 @@ def _routes(app: FastAPI) -> None:
         return {"id": t.id, "name": t.name, "revoked": t.revoked}
 
     # ------------------------------------------------------------------ configuration objects
-    def _apply_config(svc: Svc, p: Principal, manifests: list[dict[str, Any]]) -> list[dict[str, str]]:
-        docs = []
+    def _parse_set(items: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Document]]:
+        """Every manifest of a set validated, duplicates refused: all located errors at once."""
+        docs: list[tuple[dict[str, Any], Document]] = []
         errors: list[str] = []
-        for i, m in enumerate(manifests):
+        seen: dict[tuple[str, str], int] = {}
+        for i, m in enumerate(items):
             try:
-                docs.append((m, parse_manifest(m, f"items[{i}]")))
+                d = parse_manifest(m, f"items[{i}]")
             except ManifestError as exc:
                 errors.extend(exc.errors)
+                continue
+            first = seen.setdefault((d.kind, d.name), i)
+            if first != i:
+                errors.append(
+                    f"{d.source}: metadata.name: duplicate {d.kind} {d.name!r} (first at items[{first}])"
+                )
+            docs.append(({k: v for k, v in m.items() if k != "status"}, d))
         if errors:
             raise ManifestError(errors)
+        return docs
+
+    def _check_config(svc: Service, p: Principal, docs: list[tuple[dict[str, Any], Document]]) -> ConfigView:
+        """Authorize each change (a queue move where it is and where it goes) and build the
+        configuration the set would leave, which must be valid as a whole."""
         for m, d in docs:
             svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, m, svc))
+            if d.kind == "Queue" and d.name in svc.controller.parents:
+                # moving a queue needs authority where it is now, not only where it goes
+                svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, None, svc))
+        current = {(r.kind, r.name): object_manifest(r) for r in svc.store.list_objects()}
+        for m, d in docs:
+            current[(d.kind, d.name)] = without_server_metadata(m)
+        return ConfigView(bundle_from_manifests(current.values()))
+
+    def _check_workloads(
+        svc: Service, p: Principal, docs: list[tuple[dict[str, Any], Document]], view: ConfigView | None
+    ) -> list[_Prepared]:
+        """Each workload checked against the configuration the set leaves, and against the
+        stored workloads (a name taken with another manifest); raises with every problem."""
+        preps: list[_Prepared] = []
+        errors: list[str] = []
+        conflicts: list[dict[str, str]] = []
+        for m, d in docs:
+            try:
+                prep = _prepare(svc, p, m, view)
+            except Denied as den:
+                svc.store.append_audit(den.entry)
+                raise
+            except ManifestError as exc:
+                errors.extend(exc.errors)
+                continue
+            except ApiError as exc:
+                errors.extend(f"{d.source}: {e['field']}: {e['problem']}" for e in exc.errors)
+                continue
+            clash = _name_clash(svc, p, prep)
+            if clash:
+                conflicts.append({"field": f"{d.source}: metadata.name", "problem": clash})
+            preps.append(prep)
+        if errors:
+            raise ManifestError(errors)
+        if conflicts:
+            raise ApiError(409, f"{len(conflicts)} workload name(s) taken; nothing was applied", conflicts)
+        return preps
+
+    def _name_clash(svc: Service, p: Principal, prep: _Prepared) -> str | None:
+        try:
+            rec = svc.store.get_workload(prep.model.name)
+        except NotFound:
+            return None
+        if rec.owner == p.name and canonical_json(rec.manifest) == canonical_json(prep.body):
+            return None
+        return (
+            f"workload {rec.name!r} already exists with a different manifest or owner; "
+            "a resubmission must repeat the original exactly, otherwise choose another name"
+        )
+
+    def _apply_set(svc: Service, p: Principal, items: list[dict[str, Any]]) -> list[dict[str, str]]:
+        """Apply a set whole or not at all: everything is validated and authorized against the
+        configuration the set leaves before anything is written; configuration objects are then
+        written in one transaction, and the workloads submitted. Only a race lost after the
+        checks (a name taken meanwhile) can fail a workload alone; its result says so."""
+        docs = _parse_set(items)
+        config = [(m, d) for m, d in docs if d.kind != "Workload"]
+        workloads = [(m, d) for m, d in docs if d.kind == "Workload"]
         ctl = svc.controller
+        results: list[dict[str, str]] = []
         with ctl.lock:
-            current = {(r.kind, r.name): object_manifest(r) for r in svc.store.list_objects()}
-            for m, d in docs:
-                current[(d.kind, d.name)] = {k: v for k, v in m.items() if k != "status"}
-            bundle_from_manifests(current.values())  # the whole resulting configuration must be valid
-            results = []
-            for m, d in docs:
-                _, outcome = svc.store.apply_object(
-                    {k: v for k, v in m.items() if k != "status"},
-                    audit=AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name),
+            view = _check_config(svc, p, config) if config else None
+            preps = _check_workloads(svc, p, workloads, view)
+            if config:
+                done = svc.store.apply_objects(
+                    [
+                        (
+                            without_server_metadata(m),
+                            AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name),
+                            resource_version(m),  # sent back from a GET: 409 if stale
+                        )
+                        for m, d in config
+                    ]
                 )
-                results.append({"kind": d.kind, "name": d.name, "result": outcome})
-            if any(r["result"] != "unchanged" for r in results):
-                ctl.reload_config()
+                results = [{"kind": r.kind, "name": r.name, "result": outcome} for r, outcome in done]
+                if any(r["result"] != "unchanged" for r in results):
+                    ctl.reload_config()
+        for prep in preps:
+            results.append(_submit_prepared(svc, p, prep))
         return results
+
+    def _submit_prepared(svc: Service, p: Principal, prep: _Prepared) -> dict[str, str]:
+        phase = "AwaitingApproval" if prep.approval else "Pending"
+        try:
+            rec, created = svc.batcher.submit(prep.body, owner=p.name, phase=phase, audit=prep.audit).result()
+        except StoreError as exc:
+            return {"kind": "Workload", "name": prep.model.name, "result": "failed", "error": str(exc)}
+        _after(svc, prep, rec, created)
+        return {"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"}
 
     @app.post("/v1/apply", tags=["config"], **doc(oa.ApplyResults, *BODY, 404))
     def apply(body: ApplyRequest, p: Caller, svc: Svc) -> dict[str, Any]:
-        """kubectl-apply a set of manifests: configuration objects first (validated together,
-        then applied), then workloads (submitted, idempotent by name)."""
-        config = [m for m in body.items if m.get("kind") != "Workload"]
-        workloads = [m for m in body.items if m.get("kind") == "Workload"]
-        results = _apply_config(svc, p, config) if config else []
-        for m in workloads:
-            rec, created = _submit(svc, p, m)
-            results.append(
-                {"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"}
-            )
-        return {"results": results}
+        """kubectl-apply a set of manifests, whole or not at all: every object is validated and
+        authorized against the configuration the set leaves (a new Queue and a Workload in it may
+        come together) before anything is written; then configuration objects are written in one
+        transaction and the workloads submitted (idempotent by name)."""
+        return {"results": _apply_set(svc, p, body.items)}
 
     def _kind(plural: str) -> str:
         kind = PLURALS.get(plural)
@@ -642,7 +755,7 @@ def _routes(app: FastAPI) -> None:
                 f"the manifest must be a {kind} named {name!r}",
                 [{"field": "kind/metadata.name", "problem": "does not match the URL"}],
             )
-        return _apply_config(svc, p, [manifest])[0]
+        return _apply_set(svc, p, [manifest])[0]
 
     @app.delete("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.Deleted, *WRITE, 404))
     def delete_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
@@ -683,11 +796,15 @@ def _routes(app: FastAPI) -> None:
                 kind, name, audit=AuditEntry(p.name, f"{CONFIG_ACTIONS[kind]}.delete", kind, name)
             )
             ctl.reload_config()
+            svc.forget_tokens()  # tokens scoped to a deleted queue were revoked with it
         return {"kind": kind, "name": name, "result": "deleted", "resourceVersion": rec.resource_version}
 
     # ------------------------------------------------------------------ workloads
-    def _prepare(svc: Service, p: Principal, body: Mapping[str, Any]) -> _Prepared:
-        """Validate and authorize a submission from memory only (safe on the event loop)."""
+    def _prepare(
+        svc: Service, p: Principal, body: Mapping[str, Any], view: ConfigView | None = None
+    ) -> _Prepared:
+        """Validate and authorize a submission from memory only (safe on the event loop);
+        against ``view`` (a configuration about to be applied) instead of the one in force."""
         doc = parse_manifest(body)
         if doc.kind != "Workload":
             raise ApiError(
@@ -696,7 +813,7 @@ def _routes(app: FastAPI) -> None:
                 [{"field": "kind", "problem": "must be Workload"}],
             )
         body = normalise_workload(body)
-        ctl = svc.controller
+        ctl: Controller | ConfigView = view or svc.controller
         bundle = ctl.bundle
         model = workload_model(body, bundle.priority_classes, 0.0, doc=doc)
         queue = model.queue
@@ -706,7 +823,9 @@ def _routes(app: FastAPI) -> None:
                 f"spec.queue: queue {queue!r} does not exist",
                 [{"field": "spec.queue", "problem": f"queue {queue!r} does not exist"}],
             )
-        svc.check(p, Action.SUBMIT, Resource("Workload", doc.name, queue=queue, owner=p.name), defer=True)
+        svc.check(
+            p, Action.SUBMIT, Resource("Workload", doc.name, queue=queue, owner=p.name), defer=True, tree=ctl
+        )
         if not ctl.is_leaf(queue):
             kids = ", ".join(ctl.children.get(queue, []))
             raise ApiError(
@@ -801,7 +920,8 @@ def _routes(app: FastAPI) -> None:
         dependency and body models, which cost as much CPU as the rest of the request."""
         svc: Service = request.app.state.svc
         p = await _principal(request)
-        manifest = _json_object(await request.body())
+        parsed = request.scope.get(PARSED_KEY)  # the guard parsed it already
+        manifest = parsed if isinstance(parsed, dict) else _json_object(await request.body())
         try:
             prep = _prepare(svc, p, manifest)
         except Denied as d:
@@ -825,7 +945,7 @@ def _routes(app: FastAPI) -> None:
         queue: str | None = None,
         phase: Annotated[list[str] | None, Query()] = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-        after: Annotated[int, Query(ge=0, description="seq to page after")] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_ID, description="seq to page after")] = 0,
     ) -> dict[str, Any]:
         """Workloads the caller may see, in arrival order."""
         visible = svc.visible_queues(p)
@@ -1137,11 +1257,21 @@ def _routes(app: FastAPI) -> None:
     # ------------------------------------------------------------------ audit
     @app.get("/v1/audit/verify", tags=["audit"], **doc(oa.AuditVerify, *AUTH, 403, 422))
     def audit_verify(
-        p: Caller, svc: Svc, expected_count: int | None = None, expected_head: str | None = None
+        p: Caller,
+        svc: Svc,
+        expected_count: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+        expected_head: Annotated[str | None, Query(max_length=128)] = None,
+        checkpoint_count: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
+        checkpoint_head: Annotated[str | None, Query(max_length=128)] = None,
     ) -> dict[str, Any]:
-        """Verify the hash chain; names the first bad record (platform-admin)."""
+        """Verify the hash chain; names the first bad record (platform-admin). With a checkpoint
+        (count and head hash taken earlier, see ``gpupool audit checkpoint``) the record at that
+        count must still carry that hash, however many records came after."""
         svc.check(p, Action.READ_AUDIT, Resource("Audit"), mutating=False)
-        r = svc.store.verify_audit(expected_count=expected_count, expected_head=expected_head)
+        cp = None
+        if checkpoint_count is not None and checkpoint_head is not None:
+            cp = (checkpoint_count, checkpoint_head)
+        r = svc.store.verify_audit(expected_count=expected_count, expected_head=expected_head, checkpoint=cp)
         return {
             "ok": r.ok,
             "count": r.count,
@@ -1168,7 +1298,7 @@ def _routes(app: FastAPI) -> None:
     def audit_list(
         p: Caller,
         svc: Svc,
-        after: Annotated[int, Query(ge=0)] = 0,
+        after: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     ) -> dict[str, Any]:
         """Audit records after a seq (platform-admin)."""

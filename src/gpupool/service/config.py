@@ -33,10 +33,28 @@ class ServiceConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     write_token_file: bool = True
+    #: request limits (gpupool.service.guard): body bytes and JSON nesting depth
+    max_body_bytes: int = 4 << 20
+    max_json_depth: int = 32
+    #: /metrics without a token (it names every queue); off by default, see docs/service.md
+    metrics_public: bool = False
+    #: the URL other replicas name as the leader's (default http://HOST:PORT); see gpupool.service.leader
+    advertise_url: str | None = None
+    #: leader lease: valid this long after each renewal; renewed this often; standbys try this often
+    #: (a standby takes over at most lease_ttl_s + lease_retry_s after the leader's last renewal)
+    lease_ttl_s: float = 8.0
+    lease_renew_s: float = 2.0
+    lease_retry_s: float = 1.0
+    #: take the lease over at once from a holder that is a dead process on this host (kill -9)
+    lease_reclaim_local: bool = True
 
     @property
     def url(self) -> str:
         return self.database_url or f"sqlite:///{self.state_dir / 'gpupool.db'}"
+
+    @property
+    def leader_url(self) -> str:
+        return self.advertise_url or f"http://{self.host}:{self.port}"
 
     @property
     def token_file(self) -> Path:

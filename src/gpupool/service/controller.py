@@ -50,6 +50,7 @@ from gpupool.service.convert import (
     workload_model,
 )
 from gpupool.service.isolation import find_culprits
+from gpupool.service.view import ConfigLookups, ConfigView, tree_of
 from gpupool.store import TERMINAL_PHASES, NotFound, NotLeader, PhaseChange, Store, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")
@@ -99,7 +100,7 @@ class Hooks:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class Controller:
+class Controller(ConfigLookups):
     """Owns the engine, the pending set and every workload phase change."""
 
     def __init__(
@@ -246,11 +247,7 @@ class Controller:
 
     def _install(self, bundle: Bundle, running: Sequence[Running]) -> None:
         self.bundle = bundle
-        self.parents = {q.name: q.parent for q in bundle.queues}
-        self.children = {q.name: [] for q in bundle.queues}
-        for q in bundle.queues:
-            if q.parent in self.children:
-                self.children[q.parent].append(q.name)
+        self.parents, self.children = tree_of(bundle.queues)
         self.engine = Engine(self._snapshot(bundle, running))
         flt.occupy_unhealthy(self.engine, self.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
@@ -269,41 +266,6 @@ class Controller:
             running=tuple(running),
             now=self.clock(),
         )
-
-    def is_in_subtree(self, queue: str, root: str) -> bool:
-        """Is ``queue`` ``root`` or below it? (for gpupool.auth.authorize)"""
-        seen = set()
-        cur: str | None = queue
-        while cur is not None and cur not in seen:
-            if cur == root:
-                return True
-            seen.add(cur)
-            cur = self.parents.get(cur)
-        return False
-
-    def queue_path(self, queue: str) -> list[str]:
-        out, cur = [], queue
-        while cur is not None and cur in self.parents and cur not in out:
-            out.append(cur)
-            cur = self.parents[cur]  # type: ignore[assignment]
-        return out
-
-    def is_leaf(self, queue: str) -> bool:
-        return queue in self.children and not self.children[queue]
-
-    def queue_limit_gpu_milli(self, queue: str, pool: str) -> int:
-        """The most GPU (milli) a workload in ``queue`` can ever get in ``pool`` under its quotas.
-
-        Cached until the next ``_install``: the limits change only with the configuration, and
-        every submit asks."""
-        hit = self._limit_cache.get((queue, pool))
-        if hit is not None:
-            return hit
-        q = self.engine.quota
-        lims = [q.limit[(n, pool)][0] for n in q.path.get(queue, ()) if (n, pool) in q.limit]
-        out = min(lims) if lims else 0
-        self._limit_cache[(queue, pool)] = out
-        return out
 
     # ------------------------------------------------------------------ recovery
     def load_view(self) -> None:
@@ -1012,7 +974,9 @@ def approval_reason(manifest: Mapping[str, Any], bundle: Bundle) -> str:
     return "approval required"
 
 
-def needs_approval(model: Workload, manifest: Mapping[str, Any], bundle: Bundle, ctl: Controller) -> bool:
+def needs_approval(
+    model: Workload, manifest: Mapping[str, Any], bundle: Bundle, ctl: Controller | ConfigView
+) -> bool:
     """A pool or queue on the workload's path requires approval, or it asks for an exception."""
     if is_exception(manifest):
         return True
@@ -1030,7 +994,7 @@ def needs_approval(model: Workload, manifest: Mapping[str, Any], bundle: Bundle,
     return False
 
 
-def over_limit(model: Workload, ctl: Controller) -> str | None:
+def over_limit(model: Workload, ctl: Controller | ConfigView) -> str | None:
     """Why the workload can never fit its queue's limits (None when it could)."""
     eng = ctl.engine
     if model.queue not in eng.quota.queues:

@@ -9,6 +9,7 @@ Manifests are stored as JSON so this layer does not depend on the engine.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -32,7 +33,9 @@ from sqlalchemy.pool import StaticPool
 from gpupool import audit as auditlog
 from gpupool.audit import AuditEntry, AuditRecord, VerifyResult
 from gpupool.auth import Principal, Role, generate_token, hash_token, token_matches
-from gpupool.store.errors import Conflict, NotFound, StoreError, ValidationFailed
+from gpupool.store import lease as leaselib
+from gpupool.store.errors import Conflict, NotFound, NotLeader, StoreError, ValidationFailed
+from gpupool.store.lease import Lease
 from gpupool.store.records import (
     API_VERSION,
     KEEP,
@@ -112,6 +115,14 @@ def _check_str_map(value: Any, field: str) -> dict[str, str]:
     ):
         raise ValidationFailed(field, "must be a mapping of strings to strings")
     return dict(value)
+
+
+def _object_parts(manifest: Any) -> tuple[str, str, dict[str, Any], dict[str, str], dict[str, str]]:
+    """A configuration object's kind, name, spec, labels and annotations, validated."""
+    kind, name, meta, spec = _check_manifest(manifest, OBJECT_KINDS)
+    labels = _check_str_map(meta.get("labels"), "metadata.labels")
+    annotations = _check_str_map(meta.get("annotations"), "metadata.annotations")
+    return kind, name, spec, labels, annotations
 
 
 def _check_manifest(
@@ -280,11 +291,18 @@ def check_submission(
 
 
 def _same(sub: WorkloadSubmission, owner: str, manifest: Mapping[str, Any]) -> Conflict | None:
-    """None when ``sub`` resubmits what is stored, else the Conflict that says what differs."""
-    if owner != sub.owner:
-        return Conflict("metadata.name", f"workload {sub.name!r} already exists (submitted by another owner)")
-    if manifest is not sub.manifest and _canonical(manifest) != _canonical(sub.manifest):
-        return Conflict("metadata.name", f"workload {sub.name!r} already exists with a different manifest")
+    """None when ``sub`` resubmits what is stored, else the Conflict.
+
+    One message whether the owner or the manifest differs: telling them apart would tell a
+    member that another team uses the name."""
+    if owner != sub.owner or (
+        manifest is not sub.manifest and _canonical(manifest) != _canonical(sub.manifest)
+    ):
+        return Conflict(
+            "metadata.name",
+            f"workload {sub.name!r} already exists with a different manifest or owner; "
+            "a resubmission must repeat the original exactly, otherwise choose another name",
+        )
     return None
 
 
@@ -495,6 +513,9 @@ class Store:
         self._reader = sessionmaker(engine, expire_on_commit=False)
         self._writer = sessionmaker(writer, expire_on_commit=False)
         self._snapshot = sessionmaker(snapshot, expire_on_commit=False)
+        #: fencing token every write of this view checks (None: unfenced; see ``fenced``)
+        self._fence: int | None = None
+        self._fence_idle_ms = 0
 
     @classmethod
     def open(cls, url: str = DEFAULT_URL, *, clock: Clock | None = None, echo: bool = False) -> Store:
@@ -533,7 +554,13 @@ class Store:
         with self._writer.begin() as s:
             if self.dialect == "postgresql":
                 s.execute(sa.select(_ANCHOR.c.id).where(_ANCHOR.c.id == 1).with_for_update())
+            self._check_fence(s.connection())
             yield s
+
+    def _check_fence(self, conn: sa.Connection) -> None:
+        """In a fenced view, fail the transaction (NotLeader) unless we still hold the lease."""
+        if self._fence is not None:
+            leaselib.check_fence(conn, self._fence, self._fence_idle_ms)
 
     @contextmanager
     def _read(self, snapshot: bool = False) -> Iterator[Session]:
@@ -603,6 +630,65 @@ class Store:
         conn.execute(sa.insert(_AT), rows)
         conn.execute(sa.update(_ANCHOR).where(_ANCHOR.c.id == 1).values(count=count, head_hash=head))
 
+    # ------------------------------------------------------------- leader lease
+
+    def fenced(self, epoch: int, *, idle_timeout_s: float = 4.0) -> Store:
+        """A view of this store whose every write transaction first checks the lease's epoch.
+
+        Why a view: the controller's decisions go through many methods; handing it a fenced
+        view guards them all (NotLeader, nothing written, once the lease moved on) while the
+        API's own writes keep the plain store. The view shares the engine: do not ``close`` it.
+        ``idle_timeout_s``: PostgreSQL aborts a fenced transaction left idle that long.
+        """
+        view = copy.copy(self)
+        view._fence = epoch
+        view._fence_idle_ms = max(1, int(idle_timeout_s * 1000))
+        return view
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token this view checks (None for the plain store)."""
+        return self._fence
+
+    def get_lease(self) -> Lease:
+        """The leader lease as stored (holder empty when nobody holds it)."""
+        with self.engine.connect() as conn:
+            return leaselib.read(conn)
+
+    def acquire_lease(
+        self,
+        holder: str,
+        url: str,
+        ttl_s: float,
+        *,
+        dead_holder: str | None = None,
+        at: datetime | None = None,
+    ) -> Lease | None:
+        """Take the lease with a new epoch when it is free, expired, already ours or held by
+        ``dead_holder``; None when another holder keeps it. One conditional UPDATE (atomic)."""
+        if not holder:
+            raise ValidationFailed("holder", "required")
+        if ttl_s <= 0:
+            raise ValidationFailed("ttl_s", "must be > 0")
+        now = self._now(at)
+        with self._core_writer.begin() as conn:
+            return leaselib.take(conn, holder, url, now, ttl_s, dead_holder)
+
+    def renew_lease(self, holder: str, epoch: int, ttl_s: float, *, at: datetime | None = None) -> Lease:
+        """Extend our lease by ``ttl_s`` from now; NotLeader when someone took it over."""
+        now = self._now(at)
+        with self._core_writer.begin() as conn:
+            got = leaselib.renew(conn, holder, epoch, now, ttl_s)
+        if got is None:
+            raise NotLeader(f"the leader lease (epoch {epoch}) was taken over")
+        return got
+
+    def release_lease(self, holder: str, epoch: int, *, at: datetime | None = None) -> bool:
+        """Give our lease up (clean stop); False when it was not ours any more."""
+        now = self._now(at)
+        with self._core_writer.begin() as conn:
+            return leaselib.release(conn, holder, epoch, now)
+
     # ------------------------------------------------------------------ objects
 
     def apply_object(
@@ -641,54 +727,78 @@ class Store:
         audit: AuditEntry | None,
         at: datetime | None,
     ) -> tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]:
-        kind, name, meta, spec = _check_manifest(manifest, OBJECT_KINDS)
-        labels = _check_str_map(meta.get("labels"), "metadata.labels")
-        annotations = _check_str_map(meta.get("annotations"), "metadata.annotations")
+        parts = _object_parts(manifest)
         now = self._now(at)
         try:
             with self._write() as s:
-                row = s.execute(
-                    sa.select(ObjectRow)
-                    .where(ObjectRow.kind == kind, ObjectRow.name == name)
-                    .with_for_update()
-                ).scalar_one_or_none()
-                if row is None:
-                    if mode == "update":
-                        raise NotFound(kind, name)
-                    if expected_version not in (None, 0):
-                        raise Conflict("metadata.resourceVersion", f"{kind} {name!r} does not exist")
-                    row = ObjectRow(
-                        kind=kind,
-                        name=name,
-                        spec=spec,
-                        labels=labels,
-                        annotations=annotations,
-                        resource_version=1,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                    s.add(row)
-                    s.flush()
-                    self._audit(s, audit, now, kind, name)
-                    return _obj(row), "created"
-                if mode == "create":
-                    raise Conflict("metadata.name", f"{kind} {name!r} already exists")
-                _check_version(f"{kind} {name!r}", row.resource_version, expected_version)
-                same = (_canonical(row.spec), _canonical(row.labels), _canonical(row.annotations)) == (
-                    _canonical(spec),
-                    _canonical(labels),
-                    _canonical(annotations),
-                )
-                if same:
-                    return _obj(row), "unchanged"
-                row.spec, row.labels, row.annotations = spec, labels, annotations
-                row.resource_version += 1
-                row.updated_at = now
-                s.flush()
-                self._audit(s, audit, now, kind, name)
-                return _obj(row), "updated"
+                return self._put_in(s, parts, mode, expected_version, audit, now)
         except IntegrityError as exc:  # concurrent create of the same kind+name
-            raise Conflict("metadata.name", f"{kind} {name!r} already exists") from exc
+            raise Conflict("metadata.name", f"{parts[0]} {parts[1]!r} already exists") from exc
+
+    def apply_objects(
+        self,
+        items: Sequence[tuple[Mapping[str, Any], AuditEntry | None, int | None]],
+        *,
+        at: datetime | None = None,
+    ) -> list[tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]]:
+        """kubectl-apply several objects in one transaction: all of them, or (on any error) none.
+        Each item: manifest, audit entry, expected resourceVersion (None: unconditional)."""
+        parts = [(_object_parts(m), a, v) for m, a, v in items]
+        now = self._now(at)
+        try:
+            with self._write() as s:
+                return [self._put_in(s, p, "apply", v, a, now) for p, a, v in parts]
+        except IntegrityError as exc:
+            raise Conflict("metadata.name", "an object of the set was created concurrently; retry") from exc
+
+    def _put_in(
+        self,
+        s: Session,
+        parts: tuple[str, str, dict[str, Any], dict[str, str], dict[str, str]],
+        mode: Literal["apply", "create", "update"],
+        expected_version: int | None,
+        audit: AuditEntry | None,
+        now: datetime,
+    ) -> tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]:
+        kind, name, spec, labels, annotations = parts
+        row = s.execute(
+            sa.select(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name).with_for_update()
+        ).scalar_one_or_none()
+        if row is None:
+            if mode == "update":
+                raise NotFound(kind, name)
+            if expected_version not in (None, 0):
+                raise Conflict("metadata.resourceVersion", f"{kind} {name!r} does not exist")
+            row = ObjectRow(
+                kind=kind,
+                name=name,
+                spec=spec,
+                labels=labels,
+                annotations=annotations,
+                resource_version=1,
+                created_at=now,
+                updated_at=now,
+            )
+            s.add(row)
+            s.flush()
+            self._audit(s, audit, now, kind, name)
+            return _obj(row), "created"
+        if mode == "create":
+            raise Conflict("metadata.name", f"{kind} {name!r} already exists")
+        _check_version(f"{kind} {name!r}", row.resource_version, expected_version)
+        same = (_canonical(row.spec), _canonical(row.labels), _canonical(row.annotations)) == (
+            _canonical(spec),
+            _canonical(labels),
+            _canonical(annotations),
+        )
+        if same:
+            return _obj(row), "unchanged"
+        row.spec, row.labels, row.annotations = spec, labels, annotations
+        row.resource_version += 1
+        row.updated_at = now
+        s.flush()
+        self._audit(s, audit, now, kind, name)
+        return _obj(row), "updated"
 
     def get_object(self, kind: str, name: str) -> ObjectRecord:
         """One object; NotFound if missing."""
@@ -732,6 +842,8 @@ class Store:
             s.delete(row)
             s.flush()
             self._audit(s, audit, now, kind, name)
+            if kind == "Queue":
+                self._revoke_scoped(s, name, now)
             return rec
 
     # ---------------------------------------------------------------- workloads
@@ -833,6 +945,7 @@ class Store:
         # uncommitted names, so they cannot deadlock; every audited write takes it anyway
         pg = conn.dialect.name == "postgresql" and _pg_pipeline_ok()
         anchor, seqs = _pg_lock_and_insert(conn, new, now) if pg else self._lock_and_insert(conn, new, now)
+        self._check_fence(conn)
         missing = sorted({sub.name for sub in new} - seqs.keys())
         existing: dict[str, Any] = {}
         if missing:
@@ -921,12 +1034,14 @@ class Store:
             if self.dialect == "postgresql":
                 # the anchor first, as every writer does (no lock-order deadlock with a cycle)
                 conn.execute(sa.select(_ANCHOR.c.id).where(_ANCHOR.c.id == 1).with_for_update())
+                self._check_fence(conn)
                 res = conn.exec_driver_sql(
                     "UPDATE workloads AS w SET reason = v.r FROM unnest(%s::text[], %s::text[]) AS v(n, r) "
                     "WHERE w.name = v.n AND w.phase = 'Pending'",
                     ([n for n, _ in pairs], [r for _, r in pairs]),
                 )
             else:
+                self._check_fence(conn)
                 res = conn.exec_driver_sql(
                     "UPDATE workloads SET reason = ? WHERE name = ? AND phase = 'Pending'",
                     [(r, n) for n, r in pairs],
@@ -1219,12 +1334,50 @@ class Store:
             row = s.get(TokenRow, token_id, with_for_update=True)
             if row is None:
                 raise NotFound("Token", str(token_id))
+            if not row.revoked and row.role == "platform-admin":
+                self._keep_one_admin(s, row.id)
             if not row.revoked:
                 row.revoked = True
                 row.revoked_at = now
                 s.flush()
                 self._audit(s, audit, now, "Token", row.name)
             return _tok(row)
+
+    @staticmethod
+    def _keep_one_admin(s: Session, token_id: int) -> None:
+        """Refuse to revoke the last live platform-admin token: nobody could manage tokens again."""
+        others = s.execute(
+            sa.select(sa.func.count())
+            .select_from(TokenRow)
+            .where(TokenRow.role == "platform-admin", TokenRow.revoked.is_(False), TokenRow.id != token_id)
+        ).scalar_one()
+        if not others:
+            raise Conflict(
+                "id", "this is the last platform-admin token; create another platform-admin token first"
+            )
+
+    def _revoke_scoped(self, s: Session, queue: str, now: datetime) -> None:
+        """Tokens scoped to a deleted queue die with it: a queue created later under the same
+        name (perhaps by another team) must not inherit them."""
+        rows = s.execute(
+            sa.select(TokenRow).where(TokenRow.scope == queue, TokenRow.revoked.is_(False)).with_for_update()
+        ).scalars()
+        for row in rows:
+            row.revoked, row.revoked_at = True, now
+            s.flush()
+            self._audit(
+                s,
+                AuditEntry(
+                    "system",
+                    "token.revoke",
+                    "Token",
+                    row.name,
+                    {"id": row.id, "reason": f"queue {queue!r} deleted"},
+                ),
+                now,
+                "Token",
+                row.name,
+            )
 
     def list_tokens(self, *, include_revoked: bool = True) -> list[TokenRecord]:
         """Token metadata, oldest first."""
