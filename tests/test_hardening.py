@@ -188,3 +188,48 @@ def test_a_workload_the_cycle_fails_on_is_isolated_and_the_rest_run(
     # later submissions keep running while the bad one is held out
     assert api.req("POST", "/v1/workloads", json=wl("ok-late", duration="1h")).status_code == 201
     api.wait_phase("ok-late", "Running", "Succeeded")
+
+
+# ---------------------------------------------------------------------- recovery never dies on a row
+def test_recovery_survives_bad_rows(tmp_path: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stored object a stricter validator now refuses, an unreadable placement and an
+    approval request that cannot be stored: recovery reports each and the server starts."""
+    import sqlalchemy as sa
+
+    from gpupool.service.backends.virtual import VirtualBackend
+    from gpupool.service.config import EXAMPLES, seed_config
+    from gpupool.service.controller import Controller
+    from gpupool.store import PhaseChange, Store
+    from gpupool.store.schema import ObjectRow, WorkloadRow
+
+    store = Store.open(db_url)
+    seed_config(store, EXAMPLES / "cluster")
+    ctl = Controller(store, VirtualBackend(tmp_path / "vc.json", time_scale=1.0), tick_s=0.05)
+    ctl.recover()
+    store.submit_workload(wl("placed"), owner="t")
+    store.apply_transitions(
+        [PhaseChange("placed", "Admitted", "test", {"pool": "h100-training", "pods": [{"x": 1}]})]
+    )
+    store.submit_workload(wl("waits"), owner="t", phase="AwaitingApproval")
+    store.submit_workload(wl("fine", duration="1h"), owner="t")
+    with store.engine.begin() as c:  # a queue stored before the weight bound existed
+        row = c.execute(sa.select(ObjectRow.spec).where(ObjectRow.name == "vision-team")).scalar_one()
+        c.execute(
+            sa.update(ObjectRow).where(ObjectRow.name == "vision-team").values(spec={**row, "weight": 1e9})
+        )
+        assert c.execute(sa.select(sa.func.count()).select_from(WorkloadRow)).scalar_one() == 3
+
+    def refuse(*a: Any, **k: Any) -> None:
+        raise ValueError("A string literal cannot contain NUL (0x00) characters.")
+
+    monkeypatch.setattr(store, "request_approval", refuse)
+    ctl2 = Controller(store, VirtualBackend(tmp_path / "vc.json", time_scale=1.0), tick_s=0.05)
+    ctl2.recover()
+    assert ctl2.ready
+    placed = store.get_workload("placed")  # the backend cannot start it: it fails alone, with the reason
+    assert placed.phase == "Failed" and "KeyError" in placed.reason, placed
+    assert store.get_workload("waits").phase == "Rejected"
+    assert "vision-team" not in ctl2.parents and "llm-research" in ctl2.parents
+    ctl2.cycle()
+    assert store.get_workload("fine").phase == "Running"
+    store.close()

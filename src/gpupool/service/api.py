@@ -367,10 +367,16 @@ def create_app(
         if token is not None and cfg.write_token_file:
             write_token_file(cfg.token_file, token)
         be = backend or make_backend(
-            cfg.backend, state_file=cfg.backend_state_file, time_scale=cfg.time_scale
+            cfg.backend,
+            state_file=cfg.backend_state_file,
+            time_scale=cfg.time_scale,
+            failure_rates=cfg.failure_rates,
+            node_mtbf_s=cfg.node_mtbf_s,
+            node_repair_s=cfg.node_repair_s,
         )
         metrics = Metrics()
         ctl = Controller(st, be, tick_s=cfg.tick_s, min_interval_s=cfg.min_interval_s, hooks=metrics.hooks())
+        ctl.faults.backoff_s, ctl.faults.max_backoff_s = cfg.retry_backoff_s, cfg.retry_max_backoff_s
         batcher = SubmitBatcher(st)
         app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
         if start_controller:
@@ -611,7 +617,7 @@ def _routes(app: FastAPI) -> None:
         current = {(r.kind, r.name): object_manifest(r) for r in svc.store.list_objects()}
         for m, d in docs:
             current[(d.kind, d.name)] = without_server_metadata(m)
-        return ConfigView(bundle_from_manifests(current.values()))
+        return ConfigView(bundle_from_manifests(current.values(), skip_invalid=True))
 
     def _check_workloads(
         svc: Service, p: Principal, docs: list[tuple[dict[str, Any], Document]], view: ConfigView | None
@@ -787,7 +793,7 @@ def _routes(app: FastAPI) -> None:
                     )
             rest = [object_manifest(r) for r in svc.store.list_objects() if (r.kind, r.name) != (kind, name)]
             try:
-                bundle_from_manifests(rest)
+                bundle_from_manifests(rest, skip_invalid=True)
             except ManifestError as exc:
                 raise ApiError(
                     409, f"{kind} {name!r} is still referenced; nothing was deleted", error_items(exc)
@@ -880,8 +886,10 @@ def _routes(app: FastAPI) -> None:
             return rec
         svc.metrics.submits.labels(prep.queue).inc()
         if prep.approval:
+            # the workload is committed: a failure to open its request must not answer 500 for
+            # an accepted submission; it is rejected with the reason instead (never left waiting)
             with svc.controller.lock:
-                svc.controller.request_approval(rec, time.time())
+                svc.controller.open_approval(rec, time.time())
             return svc.store.get_workload(rec.name)
         svc.controller.submitted(rec, prep.model)
         return rec

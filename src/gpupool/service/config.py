@@ -33,6 +33,14 @@ class ServiceConfig:
     host: str = "127.0.0.1"
     port: int = 8080
     write_token_file: bool = True
+    #: failures injected by the virtual backend (off by default): abnormal exits per running hour
+    #: by task type ("*": any type), node mean time between failures and repair (virtual seconds)
+    failure_rates: dict[str, float] = field(default_factory=dict)
+    node_mtbf_s: float | None = None
+    node_repair_s: float = 7200.0
+    #: retry backoff base and cap for every task type (None: the defaults by type, docs/service.md)
+    retry_backoff_s: float | None = None
+    retry_max_backoff_s: float | None = None
     #: request limits (gpupool.service.guard): body bytes and JSON nesting depth
     max_body_bytes: int = 4 << 20
     max_json_depth: int = 32

@@ -231,7 +231,7 @@ class Controller(ConfigLookups):
         """Rebuild the engine from the stored configuration, keeping what runs (after a config change)."""
         with self.lock:
             manifests = self.config_manifests()
-            bundle = bundle_from_manifests(manifests)
+            bundle = bundle_from_manifests(manifests, skip_invalid=True)
             self.faults.unhealthy = flt.unhealthy_devices(manifests)
             running = list(self.engine.running.values())
             self._install(bundle, flt.fault_evictions(self, bundle.nodes, running, self.clock()))
@@ -273,7 +273,7 @@ class Controller(ConfigLookups):
 
         Why: a standby answers reads (nodes, quota, authorization by queue subtree) from this
         view, but must neither reconcile the backend nor write (the leader does both)."""
-        bundle = bundle_from_manifests(self.config_manifests())
+        bundle = bundle_from_manifests(self.config_manifests(), skip_invalid=True)
         running = [
             running_from_json(
                 workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False), w.placement
@@ -289,7 +289,7 @@ class Controller(ConfigLookups):
         with self.lock:
             self.ready = False
             manifests = self.config_manifests()
-            bundle = bundle_from_manifests(manifests)
+            bundle = bundle_from_manifests(manifests, skip_invalid=True)
             self.faults.unhealthy = flt.unhealthy_devices(manifests)
             self.bundle = bundle
             self.backend.set_nodes(bundle.nodes)
@@ -328,26 +328,60 @@ class Controller(ConfigLookups):
             admitted = [w for w in active.values() if w.phase == "Admitted"]
             self._start_in_backend(admitted, now)
             # 5. the engine charges exactly what is admitted or running
-            running = [
-                running_from_json(
-                    workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False),
-                    w.placement or {},
-                )
-                for w in self.store.list_workloads(phases=list(ACTIVE))
-                if w.placement
-            ]
+            running = self._stored_running(bundle, now)
             self.faults.down = self._backend_down(now)
             self._install(bundle, flt.fault_evictions(self, bundle.nodes, running, now))
             # 6. approvals opened by a submit that crashed before requesting one
             for w in self.store.list_workloads(phases=["AwaitingApproval"]):
                 if not self.store.list_approvals(state="Pending", workload=w.name):
-                    self.request_approval(w, now)
+                    self.open_approval(w, now)
             self._load_exceptions()
             self.pending.clear()
             self._resync = True
             self._sync_pending(now)
             flt.load_holds(self, self._stored_reasons, now)
             self.ready = True
+
+    def _stored_running(self, bundle: Bundle, now: float) -> list[Running]:
+        """The admitted placements as the engine's running set; one unreadable row never stops
+        recovery: its workload is stopped and requeued with the reason (its devices are then
+        free in both the backend and the engine)."""
+        out: list[Running] = []
+        bad: list[str] = []
+        for w in self.store.list_workloads(phases=list(ACTIVE)):
+            if not w.placement:
+                continue
+            try:
+                model = workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False)
+                out.append(running_from_json(model, w.placement))
+            except Exception:
+                log.exception("recovery: cannot read the placement of %s; requeuing it", w.name)
+                bad.append(w.name)
+        if bad:
+            self.backend.stop(bad)
+            self._requeue(bad, "requeued: its stored placement could not be read", now)
+        return out
+
+    def open_approval(self, w: WorkloadRecord, now: float) -> None:
+        """Open a workload's approval request (at submit, or at recovery when a crashed submit
+        left it out); if that cannot be stored, reject the workload with the reason rather than
+        leave it waiting for a request nobody can see, or fail recovery for everyone."""
+        try:
+            self.request_approval(w, now)
+        except Exception as exc:
+            log.exception("recovery: cannot open the approval request of %s", w.name)
+            try:
+                self.store.transition_workload(
+                    w.name,
+                    "Rejected",
+                    reason=f"its approval request could not be stored ({type(exc).__name__}); resubmit it",
+                    audit=AuditEntry(
+                        SCHEDULER, "workload.reject", "Workload", w.name, {"error": type(exc).__name__}
+                    ),
+                    at=_dt(now),
+                )
+            except Exception:
+                log.exception("recovery: cannot reject %s either; it stays waiting", w.name)
 
     def _load_exceptions(self) -> None:
         self.exceptions.clear()
@@ -760,13 +794,15 @@ class Controller(ConfigLookups):
         failed: dict[str, str] = {}
         try:
             self.backend.start(runs)
-        except BackendError as exc:
+        except Exception as exc:  # a BackendError, or a backend bug on one run: never all of them
             # start each separately to learn which ones the backend refused
             for r in runs:
                 try:
                     self.backend.start([r])
-                except BackendError as one:
-                    failed[r.name] = str(one)
+                except Exception as one:
+                    failed[r.name] = (
+                        str(one) if isinstance(one, BackendError) else f"{type(one).__name__}: {one}"
+                    )
             log.error("backend refused runs: %s", exc)
         ok = [n for n, _, _ in specs if n not in failed]
         changes = [PhaseChange(n, "Running", "started by the backend") for n in ok]

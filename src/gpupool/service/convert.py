@@ -6,6 +6,7 @@ engine; the controller and the API both need the same, lossless conversions.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -32,6 +33,8 @@ from gpupool.model import (
     Workload,
 )
 from gpupool.store import ObjectRecord
+
+log = logging.getLogger("gpupool.config")
 
 CORDON_ANNOTATION = "gpupool.io/cordoned"
 _LOCATED = re.compile(r"^(?P<src>.*?\(\S+/\S+\)): (?P<field>[^:]+): (?P<problem>.*)$", re.S)
@@ -117,8 +120,12 @@ def object_manifest(rec: ObjectRecord) -> dict[str, Any]:
     return m
 
 
-def bundle_from_manifests(manifests: Iterable[Mapping[str, Any]]) -> Bundle:
-    """Build the configuration (nodes, pools, queues, classes) from manifests; all or nothing."""
+def bundle_from_manifests(manifests: Iterable[Mapping[str, Any]], *, skip_invalid: bool = False) -> Bundle:
+    """Build the configuration (nodes, pools, queues, classes) from manifests; all or nothing.
+
+    ``skip_invalid``: for what is already stored — an object that a later, stricter validator
+    refuses is left out (and logged) instead of leaving the server unable to start or to accept
+    any other change; what still refers to it is reported as usual."""
     docs: list[Document] = []
     errors: list[str] = []
     for m in manifests:
@@ -127,7 +134,9 @@ def bundle_from_manifests(manifests: Iterable[Mapping[str, Any]]) -> Bundle:
             docs.append(parse_manifest(m, f"{m.get('kind', '?') if isinstance(m, Mapping) else '?'}/{name}"))
         except ManifestError as exc:
             errors.extend(exc.errors)
-    if errors:
+    if errors and skip_invalid:
+        log.error("stored configuration objects no longer valid, left out: %s", "; ".join(errors))
+    elif errors:
         raise ManifestError(errors)
     bundle = build(docs, Bundle(priority_classes=list(default_priority_classes())))
     cordoned: set[str] = set()
@@ -160,7 +169,7 @@ def workload_model(
         if err.items:
             raise ManifestError(err.items)
         return w
-    except ManifestError:
+    except Exception:  # a stored manifest a later validator refuses, or worse
         if strict:
             raise
     spec = manifest.get("spec", {}) if isinstance(manifest, Mapping) else {}
