@@ -167,3 +167,46 @@ def test_a_successful_run_records_no_failure(tmp_path: Path, db_url: str) -> Non
         assert history_view(store.list_events("fine")) == {"attempts": 1, "failures": []}
     finally:
         store.close()
+
+
+def test_fail_after_and_drain_end_to_end_through_the_cli(tmp_path: Path) -> None:
+    """A real server with a short backoff: the annotation fails each run, describe shows the history."""
+    import json as _json
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from gpupool.cli.main import app
+    from tests.test_service_support import Server, wait_for
+
+    srv = Server(tmp_path / "state", time_scale=60.0, args=["--retry-backoff", "1s", "--failure-rate", "0"])
+    srv.start()
+    env = {
+        "GPUPOOL_SERVER": srv.base,
+        "GPUPOOL_TOKEN": srv.token,
+        "GPUPOOL_CONFIG": "/nonexistent",
+        "COLUMNS": "200",
+    }
+
+    def cli(*args: str) -> str:
+        r = CliRunner().invoke(app, list(args), env=env)
+        assert r.exit_code == 0 and "Traceback" not in r.output, r.output
+        return r.output
+
+    try:
+        m = failing("e2e", after="60s", code=137, maxRetries=1)  # 60 virtual s = 1 s here
+        f = tmp_path / "w.yaml"
+        f.write_text(yaml.safe_dump_all([m, wl("keeper", duration="10h")]))
+        cli("submit", "-f", str(f))
+        wait_for(lambda: '"phase": "Failed"' in cli("get", "workload", "e2e", "-o", "json"), 20, "e2e Failed")
+        out = cli("describe", "workload", "e2e")
+        assert "attempts: 2, failures: 2" in out and out.count("exit code 137") >= 2, out
+        assert "RetriesExhausted" in out
+        keeper = _json.loads(cli("get", "workload", "keeper", "-o", "json"))
+        where = keeper["placement"]["pods"][0]["node"]
+        out = cli("drain", where, "--reason", "maintenance")
+        assert "evicted and requeued: keeper" in out
+        got = _json.loads(cli("get", "workload", "keeper", "-o", "json"))
+        assert where not in {p["node"] for p in (got.get("placement") or {}).get("pods", [])}
+    finally:
+        srv.stop()

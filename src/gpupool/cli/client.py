@@ -433,6 +433,7 @@ def describe(
             )
         if ex.get("code"):
             sys.stdout.write(f"why: {ex.get('code')}: {ex.get('reason')}\n")
+        _write_attempts(obj)
         console.print(
             _table(
                 ["at", "type", "reason", "message"],
@@ -771,9 +772,32 @@ def cordon(
     console.print(f"node/{r['name']}: schedulable={r['schedulable']}", highlight=False)
 
 
+def drain(
+    name: str = typer.Argument(...),
+    reason: str = typer.Option("", "--reason", help="why (recorded with every eviction)"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Cordon a node, then evict every workload on it with the reason and requeue them."""
+    r = Api(server, token).call("POST", f"/v1/nodes/{name}/drain", json={"reason": reason})
+    evicted = ", ".join(r["evicted"]) or "nothing"
+    console.print(f"node/{r['name']}: cordoned; evicted and requeued: {evicted}", highlight=False)
+
+
+def _write_attempts(obj: dict[str, Any]) -> None:
+    """A workload's runs started and its failure history (from GET /v1/workloads/NAME)."""
+    if "attempts" not in obj:
+        return
+    fails = obj.get("failures") or []
+    sys.stdout.write(f"attempts: {obj['attempts']}, failures: {len(fails)}\n")
+    for f in fails:
+        code = "-" if f.get("exitCode") is None else f["exitCode"]
+        sys.stdout.write(f"  {f['at'][:19]}  exit code {code}  {f['reason']}\n")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add the client commands to the gpupool command."""
-    for fn in (apply, get, describe, submit, cancel, explain, approve, reject, delete, cordon):
+    for fn in (apply, get, describe, submit, cancel, explain, approve, reject, delete, cordon, drain):
         app.command(fn.__name__)(fn)
     app.add_typer(audit_app, name="audit")
     app.add_typer(token_app, name="token")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -17,6 +18,35 @@ from gpupool.service.config import DEFAULT_STATE_DIR, EXAMPLES, ServiceConfig, s
 
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _fault_options(
+    rates: list[str], mtbf: str | None, repair: str, backoff: str | None, cap: str | None
+) -> dict[str, Any]:
+    """ServiceConfig fields for injected failures and the retry backoff; exits 2 naming a bad option."""
+    from gpupool.quantity import QuantityError, parse_duration
+    from gpupool.service.failures import parse_failure_rates
+
+    out: dict[str, Any] = {}
+    try:
+        out["failure_rates"] = parse_failure_rates(rates)
+    except ValueError as exc:
+        _fail(str(exc))
+    for opt, key, v in (
+        ("--node-mtbf", "node_mtbf_s", mtbf),
+        ("--node-repair", "node_repair_s", repair),
+        ("--retry-backoff", "retry_backoff_s", backoff),
+        ("--retry-max-backoff", "retry_max_backoff_s", cap),
+    ):
+        if v is None:
+            continue
+        try:
+            out[key] = parse_duration(v)
+        except QuantityError as exc:
+            _fail(f"{opt} {v!r}: {exc}")
+        if out[key] <= 0 and key == "node_mtbf_s":
+            _fail(f"{opt} {v!r}: must be > 0")
+    return out
 
 
 def _fail(msg: str) -> None:
@@ -49,6 +79,23 @@ def serve(
     ),
     time_scale: float = typer.Option(60.0, "--time-scale", help="virtual seconds per real second"),
     tick: float = typer.Option(1.0, "--tick", help="controller tick in seconds"),
+    failure_rate: list[str] = typer.Option(
+        [],
+        "--failure-rate",
+        help="virtual backend: abnormal exits per running hour, TYPE=RATE or RATE (repeatable)",
+    ),
+    node_mtbf: str | None = typer.Option(
+        None, "--node-mtbf", help="virtual backend: mean time between node failures, e.g. 400h"
+    ),
+    node_repair: str = typer.Option(
+        "2h", "--node-repair", help="virtual backend: time to repair a failed node"
+    ),
+    retry_backoff: str | None = typer.Option(
+        None, "--retry-backoff", help="first retry delay for every task type"
+    ),
+    retry_max_backoff: str | None = typer.Option(
+        None, "--retry-max-backoff", help="retry delay cap for every task type"
+    ),
     log_level: str = typer.Option("warning", "--log-level"),
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
@@ -71,6 +118,7 @@ def serve(
         backend=backend,
         time_scale=time_scale,
         tick_s=tick,
+        **_fault_options(failure_rate, node_mtbf, node_repair, retry_backoff, retry_max_backoff),
         host=host,
         port=port,
     )

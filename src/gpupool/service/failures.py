@@ -145,6 +145,27 @@ def run_hints(manifest: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(ann[k]) for k in RUN_HINTS if k in ann}
 
 
+def parse_failure_rates(values: Sequence[str]) -> dict[str, float]:
+    """``--failure-rate`` values: ``TYPE=RATE`` or ``RATE`` (any type), abnormal exits per running hour."""
+    out: dict[str, float] = {}
+    for v in values:
+        key, _, rate = v.rpartition("=")
+        try:
+            r = float(rate)
+        except ValueError:
+            raise ValueError(
+                f"--failure-rate {v!r}: expected TYPE=RATE or RATE (exits per running hour)"
+            ) from None
+        if not 0 <= r < 1e6 or r != r:
+            raise ValueError(f"--failure-rate {v!r}: the rate must be between 0 and 1e6")
+        if key and key not in DEFAULT_POLICIES and key != "*":
+            raise ValueError(
+                f"--failure-rate {v!r}: unknown task type {key!r}; one of {', '.join(DEFAULT_POLICIES)}"
+            )
+        out[key or "*"] = r
+    return out
+
+
 # ---------------------------------------------------------------------- history
 @dataclass(frozen=True, slots=True)
 class FailureRecord:
@@ -448,6 +469,7 @@ __all__ = [
     "load_holds",
     "node_health",
     "occupy_unhealthy",
+    "parse_failure_rates",
     "policy_for",
     "record_failures",
     "run_hints",
