@@ -645,6 +645,7 @@ class Controller(ConfigLookups):
 
     def _rebuild_engine(self) -> None:
         self.engine = Engine(self._snapshot(self.bundle, list(self.engine.running.values())))
+        flt.occupy_unhealthy(self.engine, self.faults.unhealthy)  # unhealthy devices stay held
 
     def _isolate(self, bad: Mapping[str, str], now: float) -> None:
         """Keep each culprit Pending with the error as its reason, recorded in the audit log."""
