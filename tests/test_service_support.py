@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,11 @@ def free_port() -> int:
 class Server:
     """``gpupool serve`` as a child process on a free port (killable with SIGKILL)."""
 
-    def __init__(self, state_dir: Path, time_scale: float = 60.0, url: str | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, time_scale: float = 60.0, url: str | None = None, args: Sequence[str] = ()
+    ) -> None:
         self.state_dir = state_dir
+        self.args = list(args)  # more ``gpupool serve`` options
         self.time_scale = time_scale
         self.db = url
         self.port = free_port()
@@ -156,6 +159,7 @@ class Server:
         ]
         if self.db:
             cmd += ["--database-url", self.db]
+        cmd += self.args
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(self.log, "ab") as logf:
             self.proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=str(REPO))

@@ -96,6 +96,16 @@ def serve(
     retry_max_backoff: str | None = typer.Option(
         None, "--retry-max-backoff", help="retry delay cap for every task type"
     ),
+    advertise_url: str | None = typer.Option(
+        None,
+        "--advertise-url",
+        help="URL other replicas name as the leader's when they refuse a write (default http://HOST:PORT)",
+    ),
+    reclaim_local: bool = typer.Option(
+        True,
+        "--lease-reclaim-local/--no-lease-reclaim-local",
+        help="take the leader lease over at once when its holder is a dead process on this host",
+    ),
     log_level: str = typer.Option("warning", "--log-level"),
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
@@ -111,7 +121,11 @@ def serve(
     cfg_dir = config if config is not None else EXAMPLES / "cluster"
     if not cfg_dir.is_dir():
         _fail(f"--config {cfg_dir}: not a directory")
+    if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
+        _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
     cfg = ServiceConfig(
+        advertise_url=advertise_url,
+        lease_reclaim_local=reclaim_local,
         state_dir=state_dir,
         database_url=database_url,
         config_dir=cfg_dir,

@@ -45,6 +45,7 @@ class Metrics:
             ["queue", "reason"],
             registry=r,
         )
+        self.leader = Gauge("gpupool_leader", "1 while this replica holds the leader lease", registry=r)
         self.submits = Counter(
             "gpupool_submits", "Accepted submissions (new workloads)", ["queue"], registry=r
         )

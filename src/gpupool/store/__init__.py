@@ -5,7 +5,8 @@ manifests as JSON, keeps workload lifecycle, events, tokens, approvals and the
 hash-chained audit log, and migrates itself on open.
 """
 
-from gpupool.store.errors import Conflict, NotFound, StoreError, ValidationFailed
+from gpupool.store.errors import Conflict, NotFound, NotLeader, StoreError, ValidationFailed
+from gpupool.store.lease import Lease
 from gpupool.store.records import (
     KEEP,
     ApprovalRecord,
@@ -37,7 +38,9 @@ __all__ = [
     "Conflict",
     "EventRecord",
     "IssuedToken",
+    "Lease",
     "NotFound",
+    "NotLeader",
     "ObjectRecord",
     "PhaseChange",
     "Store",

@@ -39,3 +39,17 @@ class ValidationFailed(StoreError):
     """The input is malformed (HTTP 422)."""
 
     status_code = 422
+
+
+class NotLeader(StoreError):
+    """A fenced write found the leader lease held under another fencing token (HTTP 503).
+
+    Why its own class: the controller steps down on it (it was deposed) instead of retrying,
+    and the API answers 503 so the client retries at the current leader.
+    """
+
+    status_code = 503
+
+    def __init__(self, problem: str, epoch: int | None = None) -> None:
+        super().__init__("leader", problem)
+        self.epoch = epoch

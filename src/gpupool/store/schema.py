@@ -178,3 +178,21 @@ class ApprovalRow(Base):
     requested_at: Mapped[datetime]
     decided_at: Mapped[datetime | None]
     expires_at: Mapped[datetime]
+
+
+class LeaderLeaseRow(Base):
+    """Single row (id=1): which process may decide (holder), where it listens, until when.
+
+    ``epoch`` is the fencing token: incremented on every takeover, checked inside every
+    decision transaction, so a deposed leader's writes fail even if it still believes it leads.
+    An empty holder means nobody holds the lease.
+    """
+
+    __tablename__ = "leader_lease"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    holder: Mapped[str] = mapped_column(sa.String(253))
+    url: Mapped[str] = mapped_column(sa.String(2000))
+    epoch: Mapped[int]
+    acquired_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
