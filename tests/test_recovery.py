@@ -104,8 +104,10 @@ def test_kill9_during_submissions(tmp_path: Path) -> None:
         srv.stop()
 
 
-class Crash(Exception):
-    """Stands in for kill -9 at a chosen point."""
+class Crash(BaseException):
+    """Stands in for kill -9 at a chosen point (a BaseException, like the process dying: the
+    controller turns any Exception from one backend run into that run's failure, which a kill
+    is not)."""
 
 
 def _controller(url: str, state: Path) -> tuple[Store, Controller, VirtualBackend]:

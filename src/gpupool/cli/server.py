@@ -106,6 +106,12 @@ def serve(
         "--lease-reclaim-local/--no-lease-reclaim-local",
         help="take the leader lease over at once when its holder is a dead process on this host",
     ),
+    metrics_public: bool = typer.Option(
+        False, "--metrics-public", help="serve /metrics without a token (it names every queue and pool)"
+    ),
+    max_body_bytes: int = typer.Option(
+        4 << 20, "--max-body-bytes", min=1024, help="largest request body accepted (413 beyond)"
+    ),
     log_level: str = typer.Option("warning", "--log-level"),
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
@@ -124,6 +130,8 @@ def serve(
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
         _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
     cfg = ServiceConfig(
+        metrics_public=metrics_public,
+        max_body_bytes=max_body_bytes,
         advertise_url=advertise_url,
         lease_reclaim_local=reclaim_local,
         state_dir=state_dir,
@@ -176,3 +184,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     from gpupool.bench.submit import bench_submit_command
 
     bench_app.command("submit")(bench_submit_command)
+    from gpupool.bench.burst import bench_burst_command
+
+    bench_app.command("burst")(bench_burst_command)
