@@ -207,6 +207,27 @@ def test_guarded_backend_refuses_to_act_without_the_lease() -> None:
     assert g.runs() == {} and g.health().ok and g.name == "virtual"  # reads still pass
 
 
+def test_a_refused_start_fails_no_workload_when_deposed(tmp_path: Path, db_url: str) -> None:
+    """The backend guard refusing a start (lease past its local deadline) is not the workload's
+    fault: it stays Admitted for the next leader's recovery, it is not marked Failed."""
+    store, ctl, be = _controller(db_url, tmp_path)
+    try:
+        lease = store.acquire_lease("old", "http://old", 8)
+        assert lease is not None
+        acting = {"v": True}
+        ctl.store = store.fenced(lease.epoch)
+        ctl.backend = GuardedBackend(be, lambda: acting["v"])
+        ctl.recover()
+        _submit(store, ctl, "w1")
+        ctl._process_finished = lambda now: 0  # type: ignore[method-assign]  # the decision, then the start
+        acting["v"] = False  # the local deadline passes between the commit and the start
+        with pytest.raises(NotLeader):
+            ctl.cycle()
+        assert store.get_workload("w1").phase == "Admitted" and "w1" not in be.runs()
+    finally:
+        store.close()
+
+
 def _elector(url: str, state: Path, name: str, settings: LeaseSettings) -> tuple[Store, LeaderElector]:
     store, ctl, _ = _controller(url, state)  # one cluster for every replica, as in production
     return store, LeaderElector(store, ctl, url=f"http://{name}", settings=settings)

@@ -795,11 +795,15 @@ class Controller(ConfigLookups):
         failed: dict[str, str] = {}
         try:
             self.backend.start(runs)
+        except NotLeader:  # deposed (gpupool.service.leader): not the runs' fault, fail none of them
+            raise
         except Exception as exc:  # a BackendError, or a backend bug on one run: never all of them
             # start each separately to learn which ones the backend refused
             for r in runs:
                 try:
                     self.backend.start([r])
+                except NotLeader:
+                    raise
                 except Exception as one:
                     failed[r.name] = (
                         str(one) if isinstance(one, BackendError) else f"{type(one).__name__}: {one}"
