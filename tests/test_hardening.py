@@ -87,7 +87,7 @@ def test_nul_and_surrogates_are_refused_at_validation_and_the_server_restarts(
         assert api.req("POST", "/v1/workloads", json=wl("after", duration="1h")).status_code == 201
     with running_app(tmp_path, db_url) as api:  # a restart recovers
         assert _ready(api)
-        api.wait_phase("after", "Running", "Succeeded")
+        api.wait_phase("after", "Running", "Succeeded", timeout=30)
 
 
 def test_files_and_api_share_one_validator() -> None:

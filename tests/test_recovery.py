@@ -47,9 +47,9 @@ def _check_consistent(srv: Server, acked: set[str]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-def test_kill9_during_submissions(tmp_path: Path) -> None:
+def test_kill9_during_submissions(tmp_path: Path, db_url: str) -> None:
     rnd = random.Random(7)
-    srv = Server(tmp_path / "state", time_scale=60.0)
+    srv = Server(tmp_path / "state", time_scale=60.0, url=db_url)
     srv.start()
     acked: set[str] = set()
     stop = threading.Event()
@@ -99,6 +99,10 @@ def test_kill9_during_submissions(tmp_path: Path) -> None:
         with srv.client() as c:
             assert c.get("/v1/audit/verify").json()["ok"] is True
         assert len(acked) >= 10  # the stream really ran across the restarts
+        print(
+            f"kill -9 x3 during submissions ({db_url.split(':')[0]}): {len(acked)} acknowledged, "
+            "0 lost, 0 started twice, 0 devices over-committed"
+        )
     finally:
         stop.set()
         srv.stop()

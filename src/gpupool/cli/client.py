@@ -596,11 +596,15 @@ def audit_verify(
             f"; matches {len(cps)} signed checkpoint(s), the latest at seq {latest.count}" if latest else ""
         )
         console.print(
-            f"[green]audit log intact[/]: {r['count']} records, head {r['headHash']}{seen}", highlight=False
+            f"[green]audit log intact[/]: {r['count']} records, head {r['headHash']}{seen}",
+            highlight=False,
+            soft_wrap=True,  # one line in logs and pipes: it is read by scripts
         )
     else:
         err_console.print(
-            f"[red]audit log broken[/] at seq {r['firstBadSeq']}: {r['problem']}", highlight=False
+            f"[red]audit log broken[/] at seq {r['firstBadSeq']}: {r['problem']}",
+            highlight=False,
+            soft_wrap=True,
         )
     if not r["ok"]:
         raise typer.Exit(1)
