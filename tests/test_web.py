@@ -95,3 +95,27 @@ def test_wrong_token_is_explained(server: Server, browser: object) -> None:
     page.fill("#token", "gpt_not-a-token")
     page.click("#login button")
     sync_api.expect(page.locator("#error")).to_contain_text("401")
+
+
+def test_explain_shows_attempts_and_failure_history(server: Server, browser: object) -> None:
+    import httpx
+
+    from tests.test_service_support import wait_for, wl
+
+    body = wl("web-flaky", duration="1h", maxRetries=1)
+    body["metadata"]["annotations"] = {"gpupool.io/fail-after": "1s", "gpupool.io/exit-code": "137"}
+    h = {"Authorization": f"Bearer {server.token}"}
+    assert httpx.post(server.base + "/v1/workloads", json=body, headers=h).status_code == 201
+    wait_for(
+        lambda: httpx.get(server.base + "/v1/workloads/web-flaky", headers=h).json()["failures"],
+        timeout=30,
+        what="a recorded failure",
+    )
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.goto(server.base + "/")
+    page.fill("#token", server.token)
+    page.click("#login button")
+    row = page.locator("#workloads tr[data-name=web-flaky]")
+    row.get_by_role("button", name="explain").click()
+    sync_api.expect(page.locator("#explain")).to_contain_text("attempts:")
+    sync_api.expect(page.locator("#explain")).to_contain_text("exit code 137")

@@ -16,6 +16,7 @@ new submissions and approval decisions, which the controller picks up.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -341,6 +342,11 @@ class Controller(ConfigLookups):
             self._sync_pending(now)
             flt.load_holds(self, self._stored_reasons, now)
             self.ready = True
+        # what recovery built (configuration, engine indexes, the pending set) lives long: keep
+        # it out of the collector's full passes, which otherwise stall every request (see the
+        # same call in gpupool.service.api)
+        gc.collect()
+        gc.freeze()
 
     def _stored_running(self, bundle: Bundle, now: float) -> list[Running]:
         """The admitted placements as the engine's running set; one unreadable row never stops

@@ -67,11 +67,23 @@ async function loadQuota() {
   if (current) sel.value = current;
 }
 
+// why it waits, and every attempt it has made: a failed run is retried by policy, so the
+// history is what tells a user whether to wait, fix the job, or ask the platform team
+function history(w) {
+  const lines = [`attempts: ${w.attempts ?? 0}`];
+  for (const f of w.failures || []) {
+    const code = f.exitCode === null || f.exitCode === undefined ? "" : ` (exit code ${f.exitCode})`;
+    lines.push(`failed ${f.at}${code}: ${f.reason}${f.retryAt ? "; retry not before " + f.retryAt : ""}`);
+  }
+  return lines.join("\n");
+}
+
 async function explain(name) {
   const out = document.getElementById("explain");
   try {
-    const e = await api(`/v1/workloads/${encodeURIComponent(name)}/explain`);
-    out.textContent = `${name}\n` + JSON.stringify(e, null, 2);
+    const path = `/v1/workloads/${encodeURIComponent(name)}`;
+    const [e, w] = await Promise.all([api(`${path}/explain`), api(path)]);
+    out.textContent = `${name}\n${history(w)}\n` + JSON.stringify(e, null, 2);
   } catch (err) { out.textContent = String(err.message); }
   out.hidden = false;
 }
