@@ -199,3 +199,27 @@ def test_an_unexpected_error_is_answered_inside_the_app(tmp_path: Path) -> None:
             "internal error (RuntimeError)"
         )
         assert c.get("/healthz").status_code == 200
+
+
+def test_errors_name_the_field_for_unparseable_bodies_and_annotations(api: Api) -> None:
+    assert (
+        api.req(
+            "POST", "/v1/workloads", json=wl("exc-1", exception={"reason": "x", "duration": "1h"})
+        ).status_code
+        == 201
+    )
+    for verb in ("approve", "reject"):
+        r = api.c.post(
+            f"/v1/workloads/exc-1/{verb}",
+            content=b"{bad",
+            headers={**api.h(), "content-type": "application/json"},
+        )
+        assert r.status_code == 422 and r.json()["error"]["errors"] == [
+            {"field": "body", "problem": "invalid JSON at character 1"}
+        ], r.text
+    body = wl("frac")
+    body["metadata"]["annotations"] = {"gpu-fraction": "abc"}
+    body["spec"]["podGroups"][0]["resources"] = {"cpu": 1}
+    r = api.req("POST", "/v1/workloads", json=body)
+    assert r.status_code == 422
+    assert r.json()["error"]["errors"][0]["field"] == "metadata.annotations.gpu-fraction", r.text

@@ -585,19 +585,20 @@ def _pod_request(res: Mapping[str, object], ann: Mapping[str, str], where: str, 
                 )
         except qty.QuantityError as exc:
             err.add(f"{where}.{k}", str(exc))
+    src = where.rsplit(": ", 1)[0]  # the document: annotation errors are located there too
     if KAI_FRACTION in ann:
         try:
             f = qty.gpu_milli(ann[KAI_FRACTION])
             if not 0 < f < 1000:
-                err.add(f"metadata.annotations.{KAI_FRACTION}", "must be a fraction between 0 and 1")
+                err.add(f"{src}: metadata.annotations.{KAI_FRACTION}", "must be a fraction between 0 and 1")
             milli = f
         except qty.QuantityError as exc:
-            err.add(f"metadata.annotations.{KAI_FRACTION}", str(exc))
+            err.add(f"{src}: metadata.annotations.{KAI_FRACTION}", str(exc))
     if KAI_MEMORY in ann:
         try:
             gmem = qty.mib_value(ann[KAI_MEMORY])
         except qty.QuantityError as exc:
-            err.add(f"metadata.annotations.{KAI_MEMORY}", str(exc))
+            err.add(f"{src}: metadata.annotations.{KAI_MEMORY}", str(exc))
     if gpus and (milli or gmem):
         err.add(where, "a pod takes whole GPUs or a fraction of one GPU, not both")
     if gmem and not milli and not gpus:

@@ -433,6 +433,10 @@ def _install_errors(app: FastAPI) -> None:
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         items = []
         for e in exc.errors():
+            if e.get("type") == "json_invalid":  # its loc is ("body", offset): the field is the body
+                where = e.get("loc", ("body", "?"))[-1]
+                items.append({"field": "body", "problem": f"invalid JSON at character {where}"})
+                continue
             loc = [str(x) for x in e.get("loc", ()) if x not in ("body", "query", "path", "header")]
             items.append(
                 {"field": ".".join(loc) or str((e.get("loc") or ["body"])[0]), "problem": str(e.get("msg"))}
