@@ -26,6 +26,8 @@ from typing import Any
 import httpx
 import typer
 
+from gpupool.bench.submit import _manifest as submit_manifest
+
 
 def _pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
@@ -39,19 +41,8 @@ def _free_port() -> int:
 
 
 def _manifest(i: int, run: str) -> bytes:
-    return json.dumps(
-        {
-            "apiVersion": "gpupool.io/v1alpha1",
-            "kind": "Workload",
-            "metadata": {"name": f"burst-{run}-{i}"},
-            "spec": {
-                "queue": "llm-research",
-                "priorityClass": "experiment",
-                "duration": "1h",
-                "podGroups": [{"resources": {"nvidia.com/gpu": 1, "cpu": 4, "memory": "32Gi"}}],
-            },
-        }
-    ).encode()
+    """The submit benchmark's workload, as a request body (same shape: one comparable figure)."""
+    return json.dumps(submit_manifest(i, f"burst-{run}")).encode()
 
 
 class _Conn:
