@@ -13,8 +13,9 @@ restart: nothing about a backoff lives only in memory.
 
 Node faults: a node removed from the configuration, a ``NoExecute`` taint a workload does not
 tolerate and a drain are *evictions* (requeued at once, not counted against ``maxRetries``); a
-node failure reported by the backend and an unhealthy device are *failures* of the run (they go
-through the retry policy, as in the simulator). Evictions are write-ahead like preemptions:
+node failure reported by the backend and an unhealthy device are *failures* of the run recorded
+as such, but faults of the platform: requeued at once, not counted against ``maxRetries`` (up to
+``MAX_PLATFORM_REQUEUES`` of them). Evictions are write-ahead like preemptions:
 ``Preempted`` with the reason is committed, the backend stops the run, then it is requeued.
 """
 
@@ -38,6 +39,11 @@ if TYPE_CHECKING:
 
 SCHEDULER = "scheduler"
 FAILED_EVENT = "RunFailed"
+#: faults of the platform, not of the job: requeued at once and not counted against the
+#: workload's maxRetries (as Slurm requeues on node failure); past this many such requeues in a
+#: row of one workload, it fails like any other (a fault that follows it is likely its own)
+PLATFORM_FAULTS = frozenset({"NodeFailure", "DeviceUnhealthy"})
+MAX_PLATFORM_REQUEUES = 10
 BACKOFF_CODE = "Backoff"
 #: per-workload annotations read by the virtual backend (a run that fails after this virtual time)
 FAIL_AFTER_ANNOTATION = "gpupool.io/fail-after"
@@ -228,7 +234,9 @@ def record_failures(ctl: Controller, failed: Sequence[tuple[WorkloadRecord, Faul
     for rec, fault in failed:
         pol = policy_for(rec.manifest, ctl.faults)
         past = failures(ctl.store.list_events(rec.name))
-        retry = len(past) + 1
+        infra = fault.code in PLATFORM_FAULTS
+        retry = sum(f.code not in PLATFORM_FAULTS for f in past) + (0 if infra else 1)
+        platform_n = sum(f.code in PLATFORM_FAULTS for f in past) + 1
         at = _iso(now)
         tail = "none" if fault.exit_code is None else str(fault.exit_code)
         detail: dict[str, Any] = {
@@ -238,7 +246,20 @@ def record_failures(ctl: Controller, failed: Sequence[tuple[WorkloadRecord, Faul
             "attempt": retry,
             "maxRetries": pol.max_retries,
         }
-        if retry <= pol.max_retries:
+        if infra and platform_n <= MAX_PLATFORM_REQUEUES:
+            changes.append(
+                PhaseChange(
+                    rec.name,
+                    "Pending",
+                    f"Requeued: {fault.what} at {at}: {fault.reason}; a platform fault, not counted "
+                    f"against maxRetries ({platform_n} of {MAX_PLATFORM_REQUEUES} such requeues)",
+                )
+            )
+            msg = f"{fault.code}: {fault.reason}; retry at once, not counted against maxRetries "
+            msg += f"[exit-code={tail} retry-at={now:.3f}]"
+            detail["counted"] = False
+            audits.append(AuditEntry(SCHEDULER, "workload.failure", "Workload", rec.name, detail))
+        elif not infra and retry <= pol.max_retries:
             not_before = now + pol.delay(retry)
             holds[rec.name] = not_before
             changes.append(
