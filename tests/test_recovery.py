@@ -58,10 +58,13 @@ def test_kill9_during_submissions(tmp_path: Path, db_url: str) -> None:
 
     def submitter() -> None:
         while not stop.is_set() and cursor["i"] < len(names):
-            name = names[cursor["i"]]
-            queue = ("llm-research", "vision-team", "llm-pretrain")[cursor["i"] % 3]
+            i = cursor["i"]
+            name = names[i]
+            queue = ("llm-research", "vision-team", "llm-pretrain")[i % 3]
+            # the same manifest on every try of a name: a retry after a lost answer is a resubmission
+            pick = random.Random(i)
             body = wl(
-                name, queue=queue, gpus=rnd.choice([1, 2, 4, 8]), duration=rnd.choice(["5s", "10s", "20s"])
+                name, queue=queue, gpus=pick.choice([1, 2, 4, 8]), duration=pick.choice(["5s", "10s", "20s"])
             )
             try:
                 r = httpx.post(
