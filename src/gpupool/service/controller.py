@@ -29,6 +29,7 @@ from typing import Any
 from gpupool.audit import AuditEntry
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.engine.core import workload_order_key
+from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle, ManifestError
 from gpupool.model import (
     UNLIMITED,
@@ -52,6 +53,7 @@ from gpupool.service.convert import (
 )
 from gpupool.service.isolation import find_culprits
 from gpupool.service.view import ConfigLookups, ConfigView, tree_of
+from gpupool.service.windows import WindowStats, windowed_cycle
 from gpupool.store import TERMINAL_PHASES, NotFound, NotLeader, PhaseChange, Store, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")
@@ -136,7 +138,10 @@ class Controller(ConfigLookups):
         self._last_resync = 0.0
         self._last_expire = 0.0
         self.bundle = Bundle()
-        self.engine = Engine(Snapshot((), (), ()))
+        self.engine: Engine = MixEngine(Snapshot((), (), ()))
+        #: reasons of the pending workloads the last cycle's windows left out, and its figures
+        self._left_out: dict[str, Pending] = {}
+        self.window_stats = WindowStats()
         self.parents: dict[str, str | None] = {}
         self.children: dict[str, list[str]] = {}
         #: per-configuration lookups for the submit path (rebuilt in ``_install``)
@@ -249,7 +254,7 @@ class Controller(ConfigLookups):
     def _install(self, bundle: Bundle, running: Sequence[Running]) -> None:
         self.bundle = bundle
         self.parents, self.children = tree_of(bundle.queues)
-        self.engine = Engine(self._snapshot(bundle, running))
+        self.engine = MixEngine(self._snapshot(bundle, running))
         flt.occupy_unhealthy(self.engine, self.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
         self.queues_by_name = {q.name: q for q in bundle.queues}
@@ -603,8 +608,9 @@ class Controller(ConfigLookups):
             ]
             if normal or exc:
                 normal = self._decidable(normal)
-                d = self._isolating(normal, lambda ws: self.engine.cycle(ws, now), now)
+                d = self._isolating(normal, lambda ws: self._windowed(ws, now), now)
                 self._commit(d, normal, now, stats)
+                self.reasons.update(self._left_out)  # members a window left out: their class's reason
                 if exc:
                     exc = self._decidable(exc)
                     ed = self._isolating(exc, lambda ws: self._exception_cycle(ws, now), now)
@@ -649,8 +655,14 @@ class Controller(ConfigLookups):
         self._isolate(bad, now)
         return run([w for w in ws if w.name not in bad])
 
+    def _windowed(self, ws: list[Workload], now: float) -> Decisions:
+        """The cycle over windows of the pending set (gpupool.service.windows): the same
+        decisions as over all of it, at the cost of the few workloads that can move."""
+        d, self._left_out = windowed_cycle(self.engine, ws, now, self.window_stats)
+        return d
+
     def _rebuild_engine(self) -> None:
-        self.engine = Engine(self._snapshot(self.bundle, list(self.engine.running.values())))
+        self.engine = MixEngine(self._snapshot(self.bundle, list(self.engine.running.values())))
         flt.occupy_unhealthy(self.engine, self.faults.unhealthy)  # unhealthy devices stay held
 
     def _isolate(self, bad: Mapping[str, str], now: float) -> None:

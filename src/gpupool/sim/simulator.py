@@ -39,7 +39,7 @@ import math
 import random
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,6 +48,7 @@ from gpupool.engine.core import workload_order_key
 from gpupool.engine.invariants import check_cycle
 from gpupool.engine.placement import SCORERS, NodeFilter, _fits_node, register_scorer
 from gpupool.engine.state import ClusterState, PoolIndex
+from gpupool.engine.windowed import MixEngine
 from gpupool.model import (
     EngineConfig,
     Node,
@@ -124,26 +125,8 @@ def _config(**kw: object) -> EngineConfig:
     return EngineConfig(**{k: v for k, v in kw.items() if k in fields})  # type: ignore[arg-type]
 
 
-class _Engine(Engine):
-    """The engine, unchanged. The ``fragmentation`` scorer (and ``auto`` where it weighs the
-    mix) weighs placements against the mix of pod shapes that wait; a window hides part of that
-    mix, so the shapes of the pending workloads left out of a cycle are counted in for its
-    duration (``hidden``): the scorer sees exactly the mix it would see if it were given every
-    pending workload.
-    """
-
-    hidden: Counter[object] | None = None
-
-    def cycle(self, pending: Iterable[Workload], now: float | None = None, **kw: Any) -> Decisions:
-        shapes = getattr(self, "_running_shapes", None)
-        hidden = self.hidden
-        if hidden is None or shapes is None or not getattr(self, "_frag", False):
-            return super().cycle(pending, now, **kw)
-        shapes.update(hidden)
-        try:
-            return super().cycle(pending, now, **kw)
-        finally:
-            shapes.subtract(hidden)
+#: the engine, counting the shapes a window leaves out (gpupool.engine.windowed)
+_Engine = MixEngine
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,176 @@
+"""The controller's cycle over windows of the pending set, exact by construction.
+
+Why: a cycle's cost grows with the pending list, and it holds the interpreter while it runs; a
+burst of thousands of identical submissions (a sweep, a retry storm) made every cycle pay for
+all of them, though after the first that cannot start none of the others can either. Pending
+workloads are grouped into *classes* of identical scheduling shape: everything the engine reads
+but the name and the arrival (queue, priority, pod groups, topology, tolerations, selector,
+gang, pool, type, declared duration). A cycle is given the first member of each class; while
+the engine admits a window's last member it pulls the next (the engine's ``more``), so a class
+that fits keeps growing inside the one cycle. The window is exact when some member of it was
+tried and failed (QuotaExceeded, InsufficientCapacity, TopologyUnsatisfiable, NoMatchingPool)
+after the cycle's last preemption: a later member of the same class is tried later, with the
+same request, at a state that only got tighter (nothing is freed once nothing is preempted),
+so it fails too, and a failure changes no state. Otherwise the windows are enlarged and the
+cycle, which has no side effects, runs again. StrictFIFO queues are given whole. The members
+left out get their class witness's reason. ``tests/test_windows.py`` checks on generated
+clusters and backlogs that the decisions equal those of a cycle given everything. This is the
+simulator's window rule (gpupool.sim.simulator), restricted to classes that include the
+declared duration, which makes the backfill cases it handles separately identical.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from operator import attrgetter
+
+from gpupool.engine import Decisions, Engine, Pending, PendingCode
+from gpupool.engine.core import workload_order_key
+from gpupool.engine.windowed import MixEngine
+from gpupool.model import QueueingStrategy, Workload
+
+try:  # the fragmentation scorer's shape counting
+    from gpupool.engine.fragscore import add_shapes
+except ImportError:  # pragma: no cover
+    add_shapes = None  # type: ignore[assignment]
+
+FAILED = frozenset({PendingCode.QUOTA, PendingCode.CAPACITY, PendingCode.TOPOLOGY, PendingCode.NO_POOL})
+
+
+#: every field of a workload but its name and arrival: derived from the model, so a field added
+#: later is part of the class without anyone remembering to add it here
+_SHAPE = attrgetter(*(f.name for f in fields(Workload) if f.name not in ("name", "arrival")))
+Shape = tuple[object, ...]
+
+
+def shape_of(w: Workload) -> Shape:
+    """A workload's class: every field the engine reads but its name and its arrival."""
+    return _SHAPE(w)
+
+
+@dataclass(slots=True)
+class WindowStats:
+    cycles: int = 0  # engine calls, reruns included
+    passed: int = 0  # workloads given to the last call
+    hidden: int = 0  # workloads left out of it
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One attempt: what is passed, and the windows still short of their class."""
+
+    passed: list[Workload]
+    windows: dict[Shape, list[str]]
+    pulled: int = 0
+
+
+def _classes(
+    pending: Sequence[Workload], engine: Engine
+) -> tuple[list[Workload], dict[Shape, list[Workload]]]:
+    whole: list[Workload] = []
+    classes: dict[Shape, list[Workload]] = {}
+    queues = engine.quota.queues
+    for w in pending:
+        q = queues.get(w.queue)
+        if q is None or q.strategy is QueueingStrategy.STRICT_FIFO:
+            whole.append(w)
+        else:
+            classes.setdefault(shape_of(w), []).append(w)
+    for members in classes.values():
+        members.sort(key=workload_order_key)
+    return whole, classes
+
+
+def _plan(whole: list[Workload], classes: dict[Shape, list[Workload]], k: Mapping[Shape, int]) -> _Plan:
+    plan = _Plan(list(whole), {})
+    for c, members in classes.items():
+        n = min(len(members), k.get(c, 1))
+        plan.passed.extend(members[:n])
+        if n < len(members):
+            plan.windows[c] = [w.name for w in members[:n]]
+    return plan
+
+
+def _hide(engine: Engine, classes: dict[Shape, list[Workload]], plan: _Plan) -> None:
+    if not isinstance(engine, MixEngine) or add_shapes is None:
+        return
+    hidden: Counter[object] = Counter()
+    for c, names in plan.windows.items():
+        add_shapes(hidden, classes[c][len(names) :])  # type: ignore[arg-type]
+    engine.hidden = hidden or None
+
+
+def _witnessed(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]]) -> list[Shape]:
+    """The classes whose window proves nothing: no member failed after the last preemption."""
+    late = d.pending[d.pending_after_preemption :] if d.preempted else d.pending
+    failed = {p.workload for p in late if p.code in FAILED}
+    return [
+        c
+        for c, names in plan.windows.items()
+        if len(names) < len(classes[c]) and not any(n in failed for n in names)
+    ]
+
+
+def windowed_cycle(
+    engine: Engine, pending: Sequence[Workload], now: float, stats: WindowStats | None = None
+) -> tuple[Decisions, dict[str, Pending]]:
+    """The engine's decisions for ``pending`` (as if given whole), and the reasons of the members
+    left out (their class witness's, under their own name)."""
+    whole, classes = _classes(pending, engine)
+    k: dict[Shape, int] = {}
+    use_more = True
+    stats = stats or WindowStats()
+    while True:
+        plan = _plan(whole, classes, k)
+        _hide(engine, classes, plan)
+
+        def more(w: Workload, plan: _Plan = plan) -> Workload | None:
+            c = shape_of(w)
+            names = plan.windows.get(c)
+            if names is None or names[-1] != w.name or len(names) >= len(classes[c]):
+                return None
+            nxt = classes[c][len(names)]
+            names.append(nxt.name)
+            plan.pulled += 1
+            return nxt
+
+        try:
+            d = engine.cycle(plan.passed, now, more=more if use_more and plan.windows else None)
+        finally:
+            if isinstance(engine, MixEngine):
+                engine.hidden = None
+        stats.cycles += 1
+        if plan.pulled and d.preempted:
+            # a preemption frees capacity: windows grown during the cycle may have missed work
+            # it let in; start again from the grown windows, without growing them in the cycle
+            use_more = False
+            for c, names in plan.windows.items():
+                k[c] = max(k.get(c, 1), len(names) + 1)
+            continue
+        short = _witnessed(d, plan, classes)
+        if not short:
+            break
+        for c in short:
+            k[c] = len(classes[c]) if d.preempted else max(2 * len(plan.windows[c]), k.get(c, 1) * 2)
+    stats.passed = len(plan.passed) + plan.pulled
+    stats.hidden = len(pending) - stats.passed
+    return d, _hidden_reasons(d, plan, classes)
+
+
+def _hidden_reasons(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]]) -> dict[str, Pending]:
+    by_name = {p.workload: p for p in d.pending}
+    out: dict[str, Pending] = {}
+    for c, names in plan.windows.items():
+        witness = next(
+            (by_name[n] for n in reversed(names) if n in by_name and by_name[n].code in FAILED), None
+        )
+        if witness is None:
+            continue
+        for w in classes[c][len(names) :]:
+            out[w.name] = Pending(w.name, w.queue, witness.code, witness.reason)
+    return out
+
+
+__all__ = ["WindowStats", "shape_of", "windowed_cycle"]
