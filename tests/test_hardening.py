@@ -233,3 +233,23 @@ def test_recovery_survives_bad_rows(tmp_path: Path, db_url: str, monkeypatch: py
     ctl2.cycle()
     assert store.get_workload("fine").phase == "Running"
     store.close()
+
+
+def test_validate_reports_every_problem_in_one_round_and_brackets_survive(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpupool.cli.main import app
+
+    f = tmp_path / "bad.yaml"
+    f.write_text(
+        "apiVersion: gpupool.io/v1alpha1\nkind: Workload\nmetadata: {name: huge}\n"
+        "spec: {queue: q, podGroups: [{resources: {nvidia.com/gpu: '1e400', cpu: 1e308}}]}\n---\n"
+        "apiVersion: gpupool.io/v1alpha1\nkind: Workload\nmetadata: {name: under_score}\n"
+        "spec: {queue: q, podGroups: [{}]}\n"
+    )
+    r = CliRunner().invoke(app, ["validate", "-f", str(f)])
+    assert r.exit_code == 2
+    out = " ".join(r.output.split())
+    assert "3 problem(s)" in out and "'1e400' is too large" in out and "'1e308' is too large" in out, out
+    assert "'under_score' is not a valid name" in out and "Value error" not in out
+    assert "spec.podGroups[0].resources.cpu" in out  # brackets in data are not styling

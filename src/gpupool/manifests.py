@@ -6,13 +6,14 @@ reported as ``file: document N (Kind/name): field.path: problem`` so nothing is 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpupool import quantity as qty
 from gpupool.model import (
@@ -71,10 +72,22 @@ NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 #: characters no store backend can keep in text (PostgreSQL refuses NUL; UTF-8 has no lone surrogates)
 _UNSTORABLE = {chr(0)} | {chr(c) for c in range(0xD800, 0xE000)}
 MAX_TEXT_DEPTH = 32
+_NAME_RE = re.compile(NAME_PATTERN)
 
 
 class Metadata(_Strict):
-    name: str = Field(min_length=1, max_length=253, pattern=NAME_PATTERN)
+    name: str = Field(min_length=1, max_length=253)
+
+    @field_validator("name")
+    @classmethod
+    def _dns_name(cls, v: str) -> str:
+        if not _NAME_RE.match(v):
+            raise ValueError(
+                f"{v!r} is not a valid name: lowercase letters, digits, '-' and '.', "
+                "starting and ending with a letter or digit"
+            )
+        return v
+
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     namespace: str | None = None
@@ -253,6 +266,18 @@ def _loc(parts: Iterable[object]) -> str:
 
 def parse_documents(text: str, source: str = "<input>") -> list[Document]:
     """Parse and validate YAML text; raises ManifestError listing every problem."""
+    docs, errors = collect_documents(text, source)
+    if errors:
+        raise ManifestError(errors)
+    return docs
+
+
+def collect_documents(text: str, source: str = "<input>") -> tuple[list[Document], list[str]]:
+    """The valid documents of a YAML text and the located problems of the others.
+
+    Why both: a caller that reports problems can then also convert the valid documents and
+    report their problems (quantities, durations) in the same round, instead of one round per
+    kind of mistake."""
     errors: list[str] = []
     try:
         raw_docs = [d for d in yaml.safe_load_all(text) if d is not None]
@@ -260,7 +285,7 @@ def parse_documents(text: str, source: str = "<input>") -> list[Document]:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise ManifestError([f"{source}:{where}: invalid YAML: {problem}"]) from None
+        return [], [f"{source}:{where}: invalid YAML: {problem}"]
     docs: list[Document] = []
     for n, raw in enumerate(raw_docs, start=1):
         doc = validate_document(raw, f"{source}: document {n}", errors)
@@ -272,9 +297,7 @@ def parse_documents(text: str, source: str = "<input>") -> list[Document]:
         if key in seen:
             errors.append(f"{d.source}: metadata.name: duplicate {d.kind} {d.name!r} (first in {seen[key]})")
         seen[key] = d.source
-    if errors:
-        raise ManifestError(errors)
-    return docs
+    return docs, errors
 
 
 def unstorable_text(value: Any, path: str = "", depth: int = 0) -> tuple[str, str] | None:
@@ -349,7 +372,10 @@ def _validated(model: type[Any], value: Any, prefix: str, ident: str, errors: li
     try:
         return model.model_validate(value)
     except ValidationError as exc:
-        errors.extend(f"{ident}: {_loc([prefix, *e['loc']])}: {e['msg']}" for e in exc.errors())
+        errors.extend(
+            f"{ident}: {_loc([prefix, *e['loc']])}: {str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
         return None
 
 
@@ -674,8 +700,10 @@ def build_workload(
     )
 
 
-def build(docs: Iterable[Document], base: Bundle | None = None) -> Bundle:
-    """Turn documents into model objects and check references between them; all or nothing."""
+def build(docs: Iterable[Document], base: Bundle | None = None, *, references: bool = True) -> Bundle:
+    """Turn documents into model objects and check references between them; all or nothing.
+    ``references=False`` checks each document alone (when others of the set failed to parse,
+    references to them would only add noise)."""
     err = _Errors()
     b = Bundle()
     if base is not None:
@@ -701,7 +729,8 @@ def build(docs: Iterable[Document], base: Bundle | None = None) -> Bundle:
         if d.kind == "Workload":
             b.workloads.append(build_workload(d, classes, err, arrival=float(seq)))
             seq += 1
-    check_references(b, err, {d.name: d.source for d in docs})
+    if references:
+        check_references(b, err, {d.name: d.source for d in docs})
     if err.items:
         raise ManifestError(err.items)
     return b

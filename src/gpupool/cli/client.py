@@ -21,6 +21,7 @@ import httpx
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from gpupool import audit as auditlog
@@ -52,7 +53,8 @@ class CliError(Exception):
 
 
 def fail(msg: str, code: int = 1) -> NoReturn:
-    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True, markup=True)
+    # the message is data (names, patterns, reasons): brackets in it are not styling
+    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True, markup=True)
     raise typer.Exit(code)
 
 

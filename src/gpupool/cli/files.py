@@ -12,7 +12,14 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpupool.manifests import Document, ManifestError, parse_documents
+from gpupool.manifests import (
+    Bundle,
+    Document,
+    ManifestError,
+    build,
+    collect_documents,
+    default_priority_classes,
+)
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
@@ -69,12 +76,16 @@ def load_documents(files: Iterable[Path]) -> list[Document]:
     errors: list[str] = []
     for p in expand(given):
         source = "<stdin>" if str(p) == STDIN else str(p)
-        try:
-            docs.extend(parse_documents(read_text(p), source))
-        except ManifestError as exc:
-            errors.extend(exc.errors)
+        got, bad = collect_documents(read_text(p), source)
+        docs.extend(got)
+        errors.extend(bad)
     errors += _duplicates(docs)
     if errors:
+        # the documents that parsed are converted too: every problem in one round
+        try:
+            build(docs, Bundle(priority_classes=list(default_priority_classes())), references=False)
+        except ManifestError as exc:
+            errors.extend(exc.errors)
         raise ManifestError(errors)
     if not docs:
         raise FileProblem("no manifests found in " + ", ".join(map(str, given)))

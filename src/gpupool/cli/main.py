@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpupool.cli.files import FileProblem, load_documents, read_text
 from gpupool.cli.render import decisions_json, decisions_table
@@ -43,7 +44,8 @@ class Output(StrEnum):
 
 def fail(msg: str, code: int = 2) -> None:
     """Print an actionable error and exit without a traceback."""
-    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    # the message is data (names, patterns, reasons): brackets in it are not styling
+    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

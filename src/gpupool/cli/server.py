@@ -13,6 +13,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from gpupool.service.config import DEFAULT_STATE_DIR, EXAMPLES, ServiceConfig, seed_config, write_token_file
 
@@ -50,7 +51,8 @@ def _fault_options(
 
 
 def _fail(msg: str) -> None:
-    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    # the message is data (names, patterns, reasons): brackets in it are not styling
+    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 

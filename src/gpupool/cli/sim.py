@@ -13,6 +13,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -28,7 +29,8 @@ class Output(StrEnum):
 
 
 def _fail(msg: str) -> None:
-    Console(stderr=True).print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True, markup=True)
+    # the message is data (names, patterns, reasons): brackets in it are not styling
+    Console(stderr=True).print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True, markup=True)
     raise typer.Exit(2)
 
 
