@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
+import yaml
 from alembic import command
 from alembic.config import Config
 
@@ -399,3 +400,25 @@ def test_leader_killed_with_two_replicas(tmp_path: Path, backend: str, path: str
         b.stop()
         if ctx is not None:
             ctx.__exit__(None, None, None)
+
+
+@pytest.mark.slow
+def test_the_cli_sends_a_write_refused_by_a_standby_to_the_leader(tmp_path: Path) -> None:
+    from tests.test_service_http import cli
+
+    a = Server(tmp_path / "state")
+    a.start()
+    b = Server(tmp_path / "state")
+    try:
+        b.start()
+        assert httpx.get(b.base + "/readyz").json()["status"] == "standby"
+        f = tmp_path / "w.yaml"
+        f.write_text(yaml.safe_dump(wl("via-standby", duration="1h")))
+        code, out = cli(b, "submit", "-f", str(f))
+        assert code == 0, out
+        assert "standby" in out and a.base in out
+        with a.client() as c:
+            assert c.get("/v1/workloads/via-standby").status_code == 200
+    finally:
+        b.stop()
+        a.stop()

@@ -101,6 +101,13 @@ class Api:
         line saying what a 4xx answer means for the request, e.g. that nothing was applied)."""
         try:
             r = self.http.request(method, path, **kw)
+            leader = _standby_leader(r)
+            if leader is not None and leader.rstrip("/") != self.server.rstrip("/"):
+                # a standby replica names the leader: send the write there, once
+                err_console.print(f"note: {self.server} is a standby; sending to the leader {leader}")
+                self.server = leader
+                self.http = httpx.Client(base_url=leader, headers=self.http.headers, timeout=30.0)
+                r = self.http.request(method, path, **kw)
         except httpx.ConnectError:
             fail(
                 f"cannot reach the gpupool server at {self.server} (is `gpupool serve` running? set --server or GPUPOOL_SERVER)"
@@ -127,6 +134,18 @@ class Api:
         if r.headers.get("content-type", "").startswith("application/json"):
             return r.json()
         return r.text
+
+
+def _standby_leader(r: httpx.Response) -> str | None:
+    """The leader's URL when ``r`` is a standby's refusal of a write (gpupool.service.leader)."""
+    if r.status_code != 503:
+        return None
+    try:
+        errors = r.json()["error"]["errors"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    url = next((e.get("problem") for e in errors if isinstance(e, dict) and e.get("field") == "leader"), None)
+    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
 
 def _emit(data: Any, out: Out, table: Table | None = None) -> None:
