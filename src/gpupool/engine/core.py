@@ -12,7 +12,6 @@ import heapq
 from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from gpupool.engine.decisions import (
@@ -25,6 +24,7 @@ from gpupool.engine.decisions import (
     Victim,
 )
 from gpupool.engine.placement import Placer
+from gpupool.engine.preemption import Candidate, WholeSlots, candidate_order
 from gpupool.engine.state import ClusterState, QuotaState
 from gpupool.model import (
     UNLIMITED,
@@ -45,32 +45,11 @@ _DIM_NAMES = ("GPU", "CPU", "memory")
 _INF = float("inf")
 _STATICS_MAX = 200_000  # cached workload facts before the cache starts afresh
 _DIM_FMT = (format_gpu, format_cpu, format_mib)
+_WholeSlots = WholeSlots  # the name the property tests patch
 
 
 def _fmt(d: int, v: int) -> str:
     return "unlimited" if v >= UNLIMITED else _DIM_FMT[d](v)
-
-
-@dataclass(slots=True)
-class _Candidate:
-    running: Running
-    rule: PreemptRule
-    preemptor: Workload
-    pool: str
-    cohort: str
-
-    @property
-    def reason(self) -> str:
-        """Why this victim (formatted only for victims actually chosen)."""
-        w, v = self.preemptor, self.running.workload
-        if self.rule is PreemptRule.WITHIN_QUEUE:
-            return f"preempted by {w.name} (priority {w.priority} > {v.priority}) within queue {w.queue}"
-        if self.rule is PreemptRule.RECLAIM:
-            return f"queue {w.queue} reclaims its guarantee in pool {self.pool}; queue {v.queue} is borrowing"
-        return (
-            f"preempted by {w.name} (priority {w.priority} > {v.priority}) borrowing in cohort {self.cohort}; "
-            f"queue {v.queue} is borrowing"
-        )
 
 
 ORDER_POLICIES = ("fair-share", "fifo")
@@ -841,11 +820,11 @@ class Engine:
         )
 
     # -- preemption ---------------------------------------------------------------------------
-    def preemption_candidates(self, w: Workload, pool: str, vec: Vec) -> list[_Candidate]:
+    def preemption_candidates(self, w: Workload, pool: str, vec: Vec) -> list[Candidate]:
         """Preempt extension point: who may be evicted for ``w``, in the order to try them.
 
-        Kept in one place (as Kueue does) so the order is easy to audit: other queues' borrowed
-        capacity first, then the lowest priority, then the most recently admitted.
+        Collected here, ordered by ``preemption.candidate_order`` (one rule, as in Kueue): other
+        queues' borrowed capacity first, then the lowest priority, then the most recently admitted.
         """
         if not self._by_pq or not self.pools[pool].preemptible:
             return []
@@ -853,15 +832,14 @@ class Engine:
         queue = q.queues[w.queue]
         pol = queue.preemption
         root = q.root[w.queue]
-        out: list[tuple[tuple[object, ...], _Candidate]] = []
+        out: list[Candidate] = []
         evicted, now = self._evicted, self._admitted_now
         if pol.within_queue is not ReclaimPolicy.NEVER and self._lowest_priority(pool, w.queue) < w.priority:
             for r in self._by_pq.get((pool, w.queue), {}).values():
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
                     continue
-                c = _Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root)
-                out.append(((1, v.priority, -r.admission.admitted_at, v.name), c))
+                out.append(Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root))
         reclaim = pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and q.within_guarantee(
             w.queue, pool, vec
         )
@@ -893,14 +871,10 @@ class Engine:
                         rule = PreemptRule.BORROW
                     else:
                         continue
-                    out.append(
-                        (
-                            (0, v.priority, -r.admission.admitted_at, v.name),
-                            _Candidate(r, rule, w, pool, root),
-                        )
-                    )
-        out.sort(key=lambda t: t[0])
-        return [c for _, c in out[: self.config.max_preemption_candidates]]
+                    out.append(Candidate(r, rule, w, pool, root))
+        mine = w.queue
+        out.sort(key=lambda c: candidate_order(c.running, mine))
+        return out[: self.config.max_preemption_candidates]
 
     def _lowest_priority(self, pool: str, queue: str) -> float:
         """Lowest priority of the preemptible work the queue runs in the pool (as indexed: work
@@ -932,12 +906,12 @@ class Engine:
         if free_gpu + sum(c.running.admission.quota_vec()[0] for c in cands) < vec[0]:
             self._preempt_failed.add(memo)
             return False
-        slots = _WholeSlots.of(self, w, pool)
+        slots = _WholeSlots.of(self.cluster, w, pool)
         if slots is not None and not slots.could_fit_without(cands):
             self._preempt_failed.add(memo)
             return False
         cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
-        removed: list[_Candidate] = []
+        removed: list[Candidate] = []
         found = False
         for c in cands:
             self._discharge(c.running)
@@ -957,7 +931,7 @@ class Engine:
             self._preempt_failed.add(memo)
             return False
         # minimise: give back every victim that turns out not to be needed (newest choice last)
-        victims: list[_Candidate] = []
+        victims: list[Candidate] = []
         for c in reversed(removed[:-1]):
             self._charge(c.running)
             if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec):
@@ -1007,60 +981,6 @@ class Engine:
         )
         out.pending_after_preemption = len(out.pending)
         return True
-
-
-class _WholeSlots:
-    """How many pods of a one-shape, whole-GPU workload the pool's free devices could hold, by
-    count alone (a necessary condition for a placement): a preemption search checks it before
-    every placement trial, and gives up at once when even evicting every candidate falls short."""
-
-    __slots__ = ("free", "k", "n", "nodes", "st", "total")
-
-    def __init__(self, eng: Engine, k: int, n: int, nodes: list[int]) -> None:
-        self.st = eng.cluster
-        self.k, self.n, self.nodes = k, n, nodes
-        fw = self.st.free_whole
-        self.free = {i: fw[i] for i in nodes}
-        self.total = sum(f // k for f in self.free.values())
-
-    @staticmethod
-    def of(eng: Engine, w: Workload, pool: str) -> _WholeSlots | None:
-        if len(w.pod_groups) != 1:
-            return None
-        g = w.pod_groups[0]
-        k = g.request.gpus
-        if k <= 0:
-            return None
-        n = g.replicas if w.gang_min is None else min(w.gang_min, g.replicas)
-        nodes = [i for ix in eng.cluster.pool_indexes(pool, w.gpu_models) for i in ix.nodes]
-        return _WholeSlots(eng, k, n, nodes)
-
-    def could_fit_without(self, cands: list[_Candidate]) -> bool:
-        """Even with every candidate gone (each device it touches counted free)?"""
-        extra: dict[int, int] = {}
-        index = self.st.index
-        for c in cands:
-            for p in c.running.admission.pods:
-                if p.devices:
-                    i = index.get(p.node)
-                    if i is not None:
-                        extra[i] = extra.get(i, 0) + len(p.devices)
-        nodes = self.st.nodes
-        k = self.k
-        got = 0
-        for i, f in self.free.items():
-            got += min(nodes[i].gpu_count, f + extra.get(i, 0)) // k
-        return got >= self.n
-
-    def enough(self, c: _Candidate) -> bool:
-        """Refresh the nodes ``c`` runs on (just discharged or charged) and compare."""
-        fw, index, k, free = self.st.free_whole, self.st.index, self.k, self.free
-        for p in c.running.admission.pods:
-            i = index.get(p.node)
-            if i is not None and i in free:
-                self.total += fw[i] // k - free[i] // k
-                free[i] = fw[i]
-        return self.total >= self.n
 
 
 def vec_of(pods: Iterable[object]) -> Vec:
