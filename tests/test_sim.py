@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 from gpupool.sim import runner
 from gpupool.sim.metrics import compute, integral, jain, percentiles, time_weighted_mean
 from gpupool.sim.report import render_html
+from gpupool.sim.results import Event, JobRecord, RunResult
 from gpupool.sim.runner import dumps, run_scenario, to_json
 from gpupool.sim.scenario import load_scenario
-from gpupool.sim.simulator import Event, JobRecord, RunResult, simulate
+from gpupool.sim.simulator import simulate
 from gpupool.sim.sources import JobSpec, SimInputError, load_philly, split_gpus
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -102,7 +103,7 @@ def _rec(
 ) -> JobRecord:
     spec = JobSpec(name, queue, submit, (finish or 0) - (start or 0), gpus)
     status = "completed" if finish is not None else ("running" if start is not None else "pending")
-    return JobRecord(spec, 0, status, 1, 0, start, start, finish)
+    return JobRecord(spec, 0, status=status, attempt=1, first_start=start, start=start, finish=finish)
 
 
 def test_compute_on_a_hand_built_run() -> None:
@@ -114,9 +115,9 @@ def test_compute_on_a_hand_built_run() -> None:
     jobs[1].lost_gpu_s = 3600.0 * 2
     jobs[1].preempted = 1
     r = RunResult(
-        "p",
-        "baseline",
-        jobs,
+        policy="p",
+        variant="baseline",
+        jobs=jobs,
         times=[0, 50, 100, 150],
         alloc_milli=[2000, 4000, 2000, 0],
         cap_milli=[8000, 8000, 8000, 8000],

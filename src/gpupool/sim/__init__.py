@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from gpupool.sim.results import RunResult
 from gpupool.sim.scenario import Scenario, load_scenario
-from gpupool.sim.simulator import RunResult, Simulation, simulate
+from gpupool.sim.simulator import Simulation, simulate
 from gpupool.sim.sources import JobSpec, SimInputError
 
 __all__ = ["JobSpec", "RunResult", "Scenario", "SimInputError", "Simulation", "load_scenario", "simulate"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.sim.simulator import RunResult
+from gpupool.sim.results import RunResult
 
 #: summary rows: (key, label, True when higher is better)
 SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (

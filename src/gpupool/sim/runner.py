@@ -14,8 +14,9 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from gpupool.sim.metrics import compute, series, wait_quantiles
+from gpupool.sim.results import JobRecord, RunResult
 from gpupool.sim.scenario import Scenario
-from gpupool.sim.simulator import JobRecord, RunResult, simulate
+from gpupool.sim.simulator import simulate
 
 
 @dataclass(slots=True)

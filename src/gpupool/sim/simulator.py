@@ -37,20 +37,15 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from bisect import bisect_left, insort
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
-from gpupool.engine import Decisions, Engine, PendingCode, apply_decisions
-from gpupool.engine.core import workload_order_key
+from gpupool.engine import Decisions, PendingCode, apply_decisions
+from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.invariants import check_cycle
-from gpupool.engine.placement import SCORERS, NodeFilter, _fits_node, register_scorer
-from gpupool.engine.state import ClusterState, PoolIndex
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import (
-    EngineConfig,
     Node,
     PlacementPolicy,
     PodGroup,
@@ -63,246 +58,19 @@ from gpupool.model import (
     Snapshot,
     Workload,
 )
+from gpupool.sim.baselines import Policy
+from gpupool.sim.pending import PendingSet, declared_duration, scheduling_shape
+from gpupool.sim.results import Event, JobRecord, RunResult
 from gpupool.sim.scenario import Faults, Scenario, Variant, fifo_queues
 from gpupool.sim.sources import JobSpec
-
-try:  # the fragmentation scorer's shape counting (absent in engines without that scorer)
-    from gpupool.engine.fragscore import add_shapes
-except ImportError:  # pragma: no cover
-    add_shapes = None  # type: ignore[assignment]
 
 # event kinds, in the order they are applied within one timestamp
 FINISH, JOB_FAULT, NODE_FAIL, NODE_REPAIR, ARRIVAL, RETRY, TICK = range(7)
 FAILED_CODES = frozenset({PendingCode.QUOTA, PendingCode.CAPACITY, PendingCode.TOPOLOGY, PendingCode.NO_POOL})
 
 
-class FirstFit:
-    """Score plugin for the no-scheduler baseline: the first node (in cluster order) that fits."""
-
-    name = "first-fit"
-
-    def pick_whole(
-        self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: NodeFilter
-    ) -> int | None:
-        best: int | None = None
-        for ix in idxs:
-            for i in ix.nodes:
-                if best is not None and i >= best:
-                    break
-                if st.free_whole[i] >= k and _fits_node(st, i, req) and ok(i):
-                    best = i
-                    break
-        return best
-
-    def pick_fraction(
-        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
-    ) -> tuple[int, int] | None:
-        m = req.gpu_milli
-        best: tuple[int, int] | None = None
-        for ix in idxs:
-            for i in ix.nodes:
-                if best is not None and i >= best[0]:
-                    break
-                if not (_fits_node(st, i, req) and ok(i)):
-                    continue
-                mem = req.gpu_memory_mib or m * st.nodes[i].gpu_memory_mib // 1000
-                for d, free in enumerate(st.dev_milli[i]):
-                    if free >= m and st.dev_mem[i][d] >= mem:
-                        best = (i, d)
-                        break
-                if best is not None and best[0] == i:
-                    break
-        return best
-
-
-if "first-fit" not in SCORERS:
-    register_scorer(FirstFit())
-
-
-def _config(**kw: object) -> EngineConfig:
-    """An EngineConfig with the knobs this engine version has (older ones lack reserve/preempt)."""
-    fields = set(EngineConfig.__dataclass_fields__)
-    return EngineConfig(**{k: v for k, v in kw.items() if k in fields})  # type: ignore[arg-type]
-
-
 #: the engine, counting the shapes a window leaves out (gpupool.engine.windowed)
 _Engine = MixEngine
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """How one policy maps onto the engine: its config, and whether it replaces the queues."""
-
-    name: str
-    config: EngineConfig
-    single_fifo_queue: bool = False
-
-    @staticmethod
-    def named(name: str) -> Policy:
-        if name == "fifo-first-fit":
-            return Policy(
-                name, _config(score="first-fit", reserve=False, preempt="none"), single_fifo_queue=True
-            )
-        if name == "kueue-like":
-            return Policy(name, _config(score="spread", one_head_per_queue=True, reserve=False))
-        if name == "gpupool":
-            return Policy(name, EngineConfig())
-        raise ValueError(f"unknown policy {name!r}")
-
-
-@dataclass(slots=True)
-class JobRecord:
-    """What happened to one job under one policy."""
-
-    spec: JobSpec
-    index: int
-    status: str = "waiting"  # waiting | pending | running | completed | failed | rejected
-    attempt: int = 0  # starts so far
-    retries: int = 0  # retries used after faults
-    first_start: float | None = None
-    start: float | None = None
-    finish: float | None = None
-    work_done: float = 0.0  # seconds of the current run already done (restarts begin at 0)
-    lost_gpu_s: float = 0.0  # GPU-seconds of work thrown away by preemption
-    lost_fault_gpu_s: float = 0.0  # ... by abnormal exits and node failures
-    preempted: int = 0
-    faults: int = 0
-    fault_at: float | None = None  # when the last fault/eviction happened (for time to recover)
-    recover_s: list[float] = field(default_factory=list)
-    reject_reason: str = ""
-
-
-@dataclass(slots=True)
-class Event:
-    time: float
-    kind: str
-    subject: str
-    detail: str = ""
-
-
-@dataclass(slots=True)
-class RunResult:
-    policy: str
-    variant: str
-    jobs: list[JobRecord]
-    times: list[float]
-    alloc_milli: list[int]
-    cap_milli: list[int]
-    pending: list[int]
-    running: list[int]
-    frag_times: list[float]
-    frag: list[float]
-    queue_usage_gpu_s: dict[str, float]
-    queue_guarantee_milli: dict[str, int]
-    events: list[Event]
-    preemptions: int
-    cycles: int
-    engine_calls: int
-    violations: list[str]
-    end: float
-
-
-class _Pending:
-    """Pending workloads per queue and class, each class ordered by the engine's order key
-    (and, for backfill, by declared duration)."""
-
-    def __init__(self, one_head: bool = False, track_shapes: bool = False) -> None:
-        self.one_head = one_head
-        self.w: dict[str, Workload] = {}
-        #: a class is named by a small int: its key (a tuple of dataclasses) is hashed once, here
-        self.class_ids: dict[tuple[object, ...], int] = {}
-        self.cls_of: dict[str, int] = {}
-        self.by_class: dict[int, list[tuple[tuple[int, float, str], str]]] = {}
-        self.by_dur: dict[int, list[tuple[float, tuple[int, float, str], str]]] = {}
-        self.by_queue: dict[str, dict[int, None]] = {}
-        self.count: dict[str, int] = {}
-        #: classes and queues whose first member changed, and every workload added, since the last cycle
-        self.touched: set[int] = set()
-        self.touched_queues: set[str] = set()
-        self.new: set[str] = set()
-        #: pod shapes of every pending workload (for the fragmentation scorer's mix)
-        self.shapes: Counter[object] | None = Counter() if track_shapes and add_shapes is not None else None
-
-    def __len__(self) -> int:
-        return len(self.w)
-
-    def add(self, w: Workload) -> None:
-        shape_key = (
-            w.queue,
-            w.priority,
-            w.preemptible,
-            w.pod_groups,
-            w.gpu_models,
-            w.topology,
-            w.tolerations,
-            w.node_selector,
-            w.gang_min,
-            w.pool,
-        )
-        ck = self.class_ids.setdefault(shape_key, len(self.class_ids))
-        self.w[w.name] = w
-        self.cls_of[w.name] = ck
-        self.new.add(w.name)
-        key = (workload_order_key(w), w.name)
-        lst = self.by_class.setdefault(ck, [])
-        # a newcomer behind a member that is already waiting can only move when that one can
-        if not lst or key < lst[0]:
-            self.touched.add(ck)
-        qcls = self.by_queue.setdefault(w.queue, {})
-        if w.queue not in self.touched_queues and (
-            self.one_head or all(key < self.by_class[c][0] for c in qcls if self.by_class[c])
-        ):
-            self.touched_queues.add(w.queue)
-        insort(lst, key)
-        insort(self.by_dur.setdefault(ck, []), (_dur(w), *key))
-        if self.shapes is not None and add_shapes is not None:
-            add_shapes(self.shapes, [w])  # type: ignore[arg-type]
-        qcls[ck] = None
-        self.count[w.queue] = self.count.get(w.queue, 0) + 1
-
-    def remove(self, name: str) -> Workload | None:
-        w = self.w.pop(name, None)
-        if w is None:
-            return None
-        self.new.discard(name)
-        if self.shapes is not None and add_shapes is not None:
-            add_shapes(self.shapes, [w], sign=-1)  # type: ignore[arg-type]
-        ck = self.cls_of.pop(name)
-        key = (workload_order_key(w), name)
-        lst = self.by_class[ck]
-        del lst[bisect_left(lst, key)]
-        dl = self.by_dur[ck]
-        del dl[bisect_left(dl, (_dur(w), *key))]
-        if not lst:
-            del self.by_class[ck]
-            del self.by_dur[ck]
-            del self.by_queue[w.queue][ck]
-        self.count[w.queue] -= 1
-        return w
-
-    def eligible(self, ck: int, max_dur: float, skip: set[str], k: int) -> list[str]:
-        """Up to ``k`` members in order, not in ``skip``, whose declared duration is <= max_dur."""
-        dl = self.by_dur[ck]
-        if not dl or dl[0][0] > max_dur:
-            return []
-        m = bisect_left(dl, (max_dur, (math.inf,)))  # members short enough: dl[:m]
-        if m <= 4 * k + len(skip):  # few: take the earliest of them in order
-            got = sorted(e[1:] for e in dl[:m] if e[2] not in skip)
-            return [n for _, n in got[:k]]
-        # many: walk the class in order and stop at k (no set over the whole class per call)
-        out: list[str] = []
-        ws = self.w
-        for _, n in self.by_class[ck]:
-            if n in skip or _dur(ws[n]) > max_dur:
-                continue
-            out.append(n)
-            if len(out) >= k:
-                break
-        return out
-
-
-def _dur(w: Workload) -> float:
-    return math.inf if w.expected_duration_s is None else w.expected_duration_s
 
 
 class Simulation:
@@ -348,16 +116,20 @@ class Simulation:
         self.holders: set[str] = set()
         self.last_held: dict[str, object] = {}
 
-    def _uses_shape_mix(self, eng: Engine) -> bool:
+    def _uses_shape_mix(self, eng: MixEngine) -> bool:
         """Only the fragmentation scorer weighs placements against the mix of waiting shapes;
         ``auto`` alone does where nodes differ or a job shares a GPU (as the engine decides)."""
-        weighs = getattr(eng, "weighs_shape_mix", None)  # absent in engines without the scorer
         shared = any(j.gpu_milli and not j.gpus for j in self.sc.trace.jobs)
-        return weighs is not None and bool(weighs(shared))
+        return eng.weighs_shape_mix(shared)
 
     # -- model objects --------------------------------------------------------------------------
     def _workload(self, j: JobSpec) -> Workload:
-        req = PodRequest(j.gpus, j.gpu_milli if not j.gpus else 0, 0, j.cpu_milli, j.memory_mib)
+        req = PodRequest(
+            gpus=j.gpus,
+            gpu_milli=j.gpu_milli if not j.gpus else 0,
+            cpu_milli=j.cpu_milli,
+            memory_mib=j.memory_mib,
+        )
         groups = (PodGroup("main", j.replicas, req),)
         if self.policy.single_fifo_queue:  # one queue, no priorities: a cluster without a scheduler
             queue, pc_name, prio, pre = "fifo", "", 0, False
@@ -366,43 +138,39 @@ class Simulation:
             queue, pc_name = j.queue, j.priority_class
             prio, pre = (pc.value, pc.preemptible) if pc else (0, True)
         return Workload(
-            j.name,
-            queue,
-            groups,
-            pc_name,
-            prio,
-            pre,
-            j.type,
-            None,
-            j.gpu_models,
-            None,
-            None,
-            (),
-            (),
-            j.duration,
-            j.submit,
+            name=j.name,
+            queue=queue,
+            pod_groups=groups,
+            priority_class=pc_name,
+            priority=prio,
+            preemptible=pre,
+            type=j.type,
+            gpu_models=j.gpu_models,
+            expected_duration_s=j.duration,
+            arrival=j.submit,
         )
 
     def _snapshot(self, pending: tuple[Workload, ...], now: float) -> Snapshot:
         nodes = tuple(replace(n, schedulable=False) if n.name in self.down else n for n in self.nodes)
         return Snapshot(
-            nodes,
-            self.pools,
-            self.queues,
-            tuple(self.pcs.values()),
-            pending,
-            tuple(self.running.values()),
-            now,
-            self.config,
+            nodes=nodes,
+            pools=self.pools,
+            queues=self.queues,
+            priority_classes=tuple(self.pcs.values()),
+            pending=pending,
+            running=tuple(self.running.values()),
+            now=now,
+            config=self.config,
         )
 
-    def _new_engine(self, now: float) -> Engine:
+    def _new_engine(self, now: float) -> MixEngine:
         return _Engine(self._snapshot((), now))
 
     # -- feasibility (reported, never silently dropped) ------------------------------------------
     def _reject_reason(self, w: Workload, j: JobSpec) -> str:
-        # the answer depends on the job's shape only (the node list is fixed for the run)
-        key = (j.queue, j.gpu_models, j.gpus, j.gpu_milli, j.cpu_milli, j.memory_mib, j.replicas)
+        # the answer depends on the trace's queue and the workload's shape only (the node list is
+        # fixed for the run; under the single FIFO queue ``w.queue`` is not the trace's queue)
+        key = (j.queue, scheduling_shape(w))
         got = self._rejects.get(key)
         if got is None:
             got = self._rejects[key] = self._shape_reject_reason(j)
@@ -473,7 +241,7 @@ class Simulation:
         sample_every = span / max(sc.samples, 1)
         next_sample = 0.0
         eng = self._new_engine(0.0)
-        pend = _Pending(self.one_head, track_shapes=self._uses_shape_mix(eng))
+        pend = PendingSet(self.one_head, track_shapes=self._uses_shape_mix(eng))
         cap = self._capacity()
         alloc = 0
         times: list[float] = []
@@ -682,24 +450,24 @@ class Simulation:
             usage_charge(name, rec.start, end)
         guarantees = self._guarantees()
         return RunResult(
-            self.policy.name,
-            self.variant.name,
-            jobs,
-            times,
-            allocs,
-            caps,
-            npend,
-            nrun,
-            frag_t,
-            frag,
-            qusage,
-            guarantees,
-            sorted(events, key=lambda e: (e.time, e.kind, e.subject)),
-            preemptions,
-            cycles,
-            self.engine_calls,
-            violations,
-            end,
+            policy=self.policy.name,
+            variant=self.variant.name,
+            jobs=jobs,
+            times=times,
+            alloc_milli=allocs,
+            cap_milli=caps,
+            pending=npend,
+            running=nrun,
+            frag_times=frag_t,
+            frag=frag,
+            queue_usage_gpu_s=qusage,
+            queue_guarantee_milli=guarantees,
+            events=sorted(events, key=lambda e: (e.time, e.kind, e.subject)),
+            preemptions=preemptions,
+            cycles=cycles,
+            engine_calls=self.engine_calls,
+            violations=violations,
+            end=end,
         )
 
     @staticmethod
@@ -736,7 +504,7 @@ class Simulation:
             out[q.name] = sum(pq.guarantee[0] for pq in q.quotas if pq.guarantee[0] < 1 << 60)
         return out
 
-    def _fragmentation(self, eng: Engine) -> float:
+    def _fragmentation(self, eng: MixEngine) -> float:
         """Share of free GPU capacity on nodes that are not wholly free (cannot host a whole-node job)."""
         st = eng.cluster
         free_all = frag = 0
@@ -750,7 +518,7 @@ class Simulation:
         return frag / free_all if free_all else 0.0
 
     def _decide(
-        self, eng: Engine, pend: _Pending, now: float, dirty: bool
+        self, eng: MixEngine, pend: PendingSet, now: float, dirty: bool
     ) -> tuple[Decisions, list[Workload]]:
         """One engine cycle over windows of the pending set, enlarged until provably exact."""
         touched, touched_q, new = pend.touched, pend.touched_queues, pend.new
@@ -856,7 +624,7 @@ class Simulation:
             seen.update(extra)
             if not passed:
                 return Decisions(), passed
-            if isinstance(eng, _Engine) and pend.shapes is not None and add_shapes is not None:
+            if pend.shapes is not None:
                 hidden = pend.shapes.copy()
                 add_shapes(hidden, passed, sign=-1)  # type: ignore[arg-type]
                 eng.hidden = +hidden
@@ -874,7 +642,7 @@ class Simulation:
                 for c, names in c_trunc.items():  # the grown windows are the ones to start from
                     k_class[c] = max(k_class.get(c, 1), len(names) + 1)
                 continue
-            held = getattr(eng.placer, "reserved", None) or {}
+            held = eng.placer.reserved
             if not dirty and (d.admitted or d.preempted or held != self.last_held):
                 # the state changed mid-cycle (an admission can move the nodes held for a blocked
                 # workload, a preemption frees capacity): give every class its window
@@ -894,38 +662,32 @@ class Simulation:
                 if not good:
                     ok = False
                     k_queue[q] = k_queue.get(q, 8) * 2
-            mark: int | None = getattr(d, "pending_after_preemption", None)
-            if d.preempted and c_trunc and mark is None:
-                full_classes.update(c_trunc)
-                ok = False
-            else:
-                # a witness must have failed after the cycle's last preemption (capacity only
-                # shrinks from then on); without preemptions every failure qualifies
-                failed = {p.workload for p in d.pending[mark:]} if d.preempted else None
-                # backfill: a member that may use held nodes needs a failed witness that could too
-                bf_any = max((h[1] for h in held.values()), default=-math.inf) - now
-                bf_all = min((h[1] for h in held.values()), default=math.inf) - now
-                for c, names in c_trunc.items():
-                    if not any(
-                        outcome.get(n) in FAILED_CODES and (failed is None or n in failed) for n in names
-                    ):
-                        ok = False
-                        k_class[c] = k_class.get(c, 1) * 2
-                        continue
-                    if not held or not pend.eligible(c, bf_any, set(names) | extra, 1):
-                        continue
-                    if any(
-                        outcome.get(n) in FAILED_CODES
-                        and (failed is None or n in failed)
-                        and _dur(pend.w[n]) <= bf_all
-                        for n in list(names) + [x for x in extra if pend.cls_of.get(x) == c]
-                    ):
-                        continue
-                    more = pend.eligible(c, bf_all, set(names) | extra, 2)
-                    if not more:  # nothing can witness for every hold: give the class whole
-                        full_classes.add(c)
-                    extra.update(more)
+            mark = d.pending_after_preemption
+            # a witness must have failed after the cycle's last preemption (capacity only
+            # shrinks from then on); without preemptions every failure qualifies
+            failed = {p.workload for p in d.pending[mark:]} if d.preempted else None
+            # backfill: a member that may use held nodes needs a failed witness that could too
+            bf_any = max((h[1] for h in held.values()), default=-math.inf) - now
+            bf_all = min((h[1] for h in held.values()), default=math.inf) - now
+            for c, names in c_trunc.items():
+                if not any(outcome.get(n) in FAILED_CODES and (failed is None or n in failed) for n in names):
                     ok = False
+                    k_class[c] = k_class.get(c, 1) * 2
+                    continue
+                if not held or not pend.eligible(c, bf_any, set(names) | extra, 1):
+                    continue
+                if any(
+                    outcome.get(n) in FAILED_CODES
+                    and (failed is None or n in failed)
+                    and declared_duration(pend.w[n]) <= bf_all
+                    for n in list(names) + [x for x in extra if pend.cls_of.get(x) == c]
+                ):
+                    continue
+                more = pend.eligible(c, bf_all, set(names) | extra, 2)
+                if not more:  # nothing can witness for every hold: give the class whole
+                    full_classes.add(c)
+                extra.update(more)
+                ok = False
             if ok:
                 adm: dict[int, int] = {}
                 for a in d.admitted:
