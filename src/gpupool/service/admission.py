@@ -5,15 +5,28 @@ biggest node has 224 cores) would wait forever with a capacity reason that sugge
 still start. Refusing it when it is submitted, naming the field and the largest offer, tells the
 user at once what to fix. The check is deliberately loose (it ignores taints, selectors and what
 runs now): it only refuses what no node of any pool the workload may use could ever hold.
+
+The module also holds the policy a submission is judged by before it is stored: whether it must
+wait for an approver (a pool or queue on its path says so, or it asks for an exception), why,
+and whether it could ever fit its queue's limits. The HTTP layer only turns a ``Refusal`` into
+a 422; the controller asks the same functions when it opens an approval request or grants an
+exception window. Everything here reads a configuration (the one in force or one about to be
+applied, ``ConfigView``) and never changes it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from gpupool.manifests import Bundle
-from gpupool.model import Node, PodRequest, Workload
-from gpupool.quantity import format_cpu, format_mib
+from gpupool.model import UNLIMITED, Node, PodRequest, Workload
+from gpupool.quantity import QuantityError, format_cpu, format_mib, parse_duration
+
+if TYPE_CHECKING:
+    from gpupool.service.controller import Controller
+    from gpupool.service.view import ConfigView
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,4 +90,136 @@ def unfit(w: Workload, bundle: Bundle, pools: list[str]) -> tuple[str, str] | No
     return None
 
 
-__all__ = ["unfit"]
+def is_exception(manifest: Mapping[str, Any]) -> bool:
+    spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
+    return isinstance(spec, Mapping) and isinstance(spec.get("exception"), Mapping)
+
+
+def exception_duration_s(manifest: Mapping[str, Any]) -> float | None:
+    """``spec.exception.duration`` in seconds (None when not given); raises QuantityError if malformed."""
+    spec = manifest.get("spec", {})
+    exc = spec.get("exception") if isinstance(spec, Mapping) else None
+    if not isinstance(exc, Mapping) or exc.get("duration") is None:
+        return None
+    return parse_duration(exc["duration"])
+
+
+def approval_reason(manifest: Mapping[str, Any], bundle: Bundle) -> str:
+    """Why a workload needs an approver (shown in the approval request)."""
+    spec = manifest.get("spec", {}) if isinstance(manifest, Mapping) else {}
+    if is_exception(manifest):
+        exc = spec["exception"]
+        return f"exception requested: {exc.get('reason', '')}".strip()
+    queues = {q.name: q for q in bundle.queues}
+    pools = {p.name: p for p in bundle.pools}
+    pool = spec.get("pool")
+    if isinstance(pool, str) and pool in pools and pools[pool].requires_approval:
+        return f"pool {pool} requires approval"
+    cur = spec.get("queue")
+    seen: set[str] = set()
+    while isinstance(cur, str) and cur in queues and cur not in seen:
+        seen.add(cur)
+        if queues[cur].requires_approval:
+            return f"queue {cur} requires approval"
+        cur = queues[cur].parent
+    return "approval required"
+
+
+def needs_approval(
+    model: Workload, manifest: Mapping[str, Any], bundle: Bundle, ctl: Controller | ConfigView
+) -> bool:
+    """A pool or queue on the workload's path requires approval, or it asks for an exception."""
+    if is_exception(manifest):
+        return True
+    current = bundle is ctl.bundle and ctl.pools_by_name  # the controller's cached lookups
+    pools = ctl.pools_by_name if current else {p.name: p for p in bundle.pools}
+    if model.pool is not None and model.pool in pools and pools[model.pool].requires_approval:
+        return True
+    queues = ctl.queues_by_name if current else {q.name: q for q in bundle.queues}
+    if any(queues[n].requires_approval for n in ctl.queue_path(model.queue) if n in queues):
+        return True
+    if model.pool is None:
+        cands = ctl.engine.candidate_pools(model) if model.queue in ctl.engine.quota.queues else []
+        if cands and all(pools[c].requires_approval for c in cands if c in pools):
+            return True
+    return False
+
+
+def over_limit(model: Workload, ctl: Controller | ConfigView) -> str | None:
+    """Why the workload can never fit its queue's limits (None when it could)."""
+    eng = ctl.engine
+    if model.queue not in eng.quota.queues:
+        return None
+    cands = eng.candidate_pools(model)
+    if not cands:
+        return None
+    need = model.quota_vec()[0]
+    best = max(ctl.queue_limit_gpu_milli(model.queue, p) for p in cands)
+    if need <= best or best >= UNLIMITED:
+        return None
+    return (
+        f"requests {need / 1000:g} GPUs but queue {model.queue} can hold at most {best / 1000:g} "
+        f"in {', '.join(cands)}; add spec.exception {{reason, duration}} to ask for a time-limited exception"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a submission is refused (a 422): the field to fix, the problem, the whole message."""
+
+    field: str
+    problem: str
+    message: str
+
+
+def queue_refusal(queue: str, ctl: Controller | ConfigView) -> Refusal | None:
+    """The queue must exist (checked before authorization, which needs the queue's place)."""
+    if queue in ctl.parents:
+        return None
+    problem = f"queue {queue!r} does not exist"
+    return Refusal("spec.queue", problem, f"spec.queue: {problem}")
+
+
+def request_refusal(
+    model: Workload, manifest: Mapping[str, Any], ctl: Controller | ConfigView
+) -> Refusal | None:
+    """The checks after authorization, in the order a user should fix them: a leaf queue, a
+    pool that exists, pods some node could hold, then an exception's reason and duration or,
+    without an exception, a request within the queue's limits."""
+    queue = model.queue
+    if not ctl.is_leaf(queue):
+        kids = ", ".join(ctl.children.get(queue, []))
+        msg = f"spec.queue: queue {queue!r} has child queues; submit to one of {kids}"
+        return Refusal("spec.queue", "not a leaf queue", msg)
+    bundle = ctl.bundle
+    if model.pool is not None and model.pool not in {x.name for x in bundle.pools}:
+        return Refusal("spec.pool", "no such pool", f"spec.pool: pool {model.pool!r} does not exist")
+    cands = ctl.engine.candidate_pools(model) if queue in ctl.engine.quota.queues else []
+    misfit = unfit(model, bundle, cands) if cands else None
+    if misfit is not None:
+        return Refusal(misfit[0], misfit[1], f"{misfit[0]}: {misfit[1]}")
+    if not is_exception(manifest):
+        why = over_limit(model, ctl)
+        return None if why is None else Refusal("spec.podGroups", why, f"spec.podGroups: {why}")
+    reason = manifest["spec"]["exception"].get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        msg = "spec.exception.reason: required, say why the exception is needed"
+        return Refusal("spec.exception.reason", "required", msg)
+    try:
+        exception_duration_s(manifest)
+    except QuantityError as exc:
+        return Refusal("spec.exception.duration", str(exc), f"spec.exception.duration: {exc}")
+    return None
+
+
+__all__ = [
+    "Refusal",
+    "approval_reason",
+    "exception_duration_s",
+    "is_exception",
+    "needs_approval",
+    "over_limit",
+    "queue_refusal",
+    "request_refusal",
+    "unfit",
+]

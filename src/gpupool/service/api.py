@@ -42,17 +42,18 @@ from gpupool.manifests import KUEUE_QUEUE_LABEL, Document, ManifestError
 from gpupool.model import UNLIMITED, Workload
 from gpupool.quantity import QuantityError, parse_duration
 from gpupool.service import openapi as oa
-from gpupool.service.admission import unfit
-from gpupool.service.backends import Backend, make_backend
-from gpupool.service.batch import SubmitBatcher
-from gpupool.service.config import ServiceConfig, seed_config, write_token_file
-from gpupool.service.controller import (
-    Controller,
+from gpupool.service.admission import (
+    Refusal,
     exception_duration_s,
     is_exception,
     needs_approval,
-    over_limit,
+    queue_refusal,
+    request_refusal,
 )
+from gpupool.service.backends import Backend, make_backend
+from gpupool.service.batch import SubmitBatcher
+from gpupool.service.config import ServiceConfig, seed_config, write_token_file
+from gpupool.service.controller import Controller
 from gpupool.service.convert import (
     CORDON_ANNOTATION,
     bundle_from_manifests,
@@ -339,6 +340,10 @@ def _json_object(raw: bytes) -> dict[str, Any]:
         problem = "Field required" if value is None else "Input should be a valid dictionary"
         raise ApiError(422, f"invalid request: body: {problem}", [{"field": "body", "problem": problem}])
     return value
+
+
+def _refused(r: Refusal) -> ApiError:
+    return ApiError(422, r.message, [{"field": r.field, "problem": r.problem}])
 
 
 def _now() -> datetime:
@@ -836,53 +841,19 @@ def _routes(app: FastAPI) -> None:
         bundle = ctl.bundle
         model = workload_model(body, bundle.priority_classes, 0.0, doc=doc)
         queue = model.queue
-        if queue not in ctl.parents:
-            raise ApiError(
-                422,
-                f"spec.queue: queue {queue!r} does not exist",
-                [{"field": "spec.queue", "problem": f"queue {queue!r} does not exist"}],
+        refused = queue_refusal(queue, ctl)
+        if refused is None:
+            svc.check(
+                p,
+                Action.SUBMIT,
+                Resource("Workload", doc.name, queue=queue, owner=p.name),
+                defer=True,
+                tree=ctl,
             )
-        svc.check(
-            p, Action.SUBMIT, Resource("Workload", doc.name, queue=queue, owner=p.name), defer=True, tree=ctl
-        )
-        if not ctl.is_leaf(queue):
-            kids = ", ".join(ctl.children.get(queue, []))
-            raise ApiError(
-                422,
-                f"spec.queue: queue {queue!r} has child queues; submit to one of {kids}",
-                [{"field": "spec.queue", "problem": "not a leaf queue"}],
-            )
-        if model.pool is not None and model.pool not in {x.name for x in bundle.pools}:
-            raise ApiError(
-                422,
-                f"spec.pool: pool {model.pool!r} does not exist",
-                [{"field": "spec.pool", "problem": "no such pool"}],
-            )
-        cands = ctl.engine.candidate_pools(model) if queue in ctl.engine.quota.queues else []
-        misfit = unfit(model, bundle, cands) if cands else None
-        if misfit is not None:
-            raise ApiError(422, f"{misfit[0]}: {misfit[1]}", [{"field": misfit[0], "problem": misfit[1]}])
+            refused = request_refusal(model, body, ctl)
+        if refused is not None:
+            raise _refused(refused)
         exception = is_exception(body)
-        if exception:
-            reason = body["spec"]["exception"].get("reason")
-            if not isinstance(reason, str) or not reason.strip():
-                raise ApiError(
-                    422,
-                    "spec.exception.reason: required, say why the exception is needed",
-                    [{"field": "spec.exception.reason", "problem": "required"}],
-                )
-            try:
-                exception_duration_s(body)
-            except QuantityError as exc:
-                raise ApiError(
-                    422,
-                    f"spec.exception.duration: {exc}",
-                    [{"field": "spec.exception.duration", "problem": str(exc)}],
-                ) from exc
-        else:
-            why = over_limit(model, ctl)
-            if why is not None:
-                raise ApiError(422, f"spec.podGroups: {why}", [{"field": "spec.podGroups", "problem": why}])
         approval = needs_approval(model, body, bundle, ctl)
         audit = AuditEntry(
             p.name,

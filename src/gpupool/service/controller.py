@@ -32,7 +32,6 @@ from gpupool.engine.core import workload_order_key
 from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle, ManifestError
 from gpupool.model import (
-    UNLIMITED,
     Node,
     PoolQuota,
     Queue,
@@ -41,8 +40,9 @@ from gpupool.model import (
     Snapshot,
     Workload,
 )
-from gpupool.quantity import QuantityError, parse_duration
+from gpupool.quantity import QuantityError
 from gpupool.service import failures as flt
+from gpupool.service.admission import approval_reason, exception_duration_s, is_exception
 from gpupool.service.backends import Backend, BackendError, RunSpec
 from gpupool.service.convert import (
     bundle_from_manifests,
@@ -52,7 +52,7 @@ from gpupool.service.convert import (
     workload_model,
 )
 from gpupool.service.isolation import find_culprits
-from gpupool.service.view import ConfigLookups, ConfigView, tree_of
+from gpupool.service.view import ConfigLookups, tree_of
 from gpupool.service.windows import WindowStats, windowed_cycle
 from gpupool.store import TERMINAL_PHASES, NotFound, NotLeader, PhaseChange, Store, WorkloadRecord
 
@@ -998,88 +998,10 @@ class Controller(ConfigLookups):
         return list(self.bundle.nodes)
 
 
-def is_exception(manifest: Mapping[str, Any]) -> bool:
-    spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
-    return isinstance(spec, Mapping) and isinstance(spec.get("exception"), Mapping)
-
-
-def exception_duration_s(manifest: Mapping[str, Any]) -> float | None:
-    """``spec.exception.duration`` in seconds (None when not given); raises QuantityError if malformed."""
-    spec = manifest.get("spec", {})
-    exc = spec.get("exception") if isinstance(spec, Mapping) else None
-    if not isinstance(exc, Mapping) or exc.get("duration") is None:
-        return None
-    return parse_duration(exc["duration"])
-
-
-def approval_reason(manifest: Mapping[str, Any], bundle: Bundle) -> str:
-    """Why a workload needs an approver (shown in the approval request)."""
-    spec = manifest.get("spec", {}) if isinstance(manifest, Mapping) else {}
-    if is_exception(manifest):
-        exc = spec["exception"]
-        return f"exception requested: {exc.get('reason', '')}".strip()
-    queues = {q.name: q for q in bundle.queues}
-    pools = {p.name: p for p in bundle.pools}
-    pool = spec.get("pool")
-    if isinstance(pool, str) and pool in pools and pools[pool].requires_approval:
-        return f"pool {pool} requires approval"
-    cur = spec.get("queue")
-    seen: set[str] = set()
-    while isinstance(cur, str) and cur in queues and cur not in seen:
-        seen.add(cur)
-        if queues[cur].requires_approval:
-            return f"queue {cur} requires approval"
-        cur = queues[cur].parent
-    return "approval required"
-
-
-def needs_approval(
-    model: Workload, manifest: Mapping[str, Any], bundle: Bundle, ctl: Controller | ConfigView
-) -> bool:
-    """A pool or queue on the workload's path requires approval, or it asks for an exception."""
-    if is_exception(manifest):
-        return True
-    current = bundle is ctl.bundle and ctl.pools_by_name  # the controller's cached lookups
-    pools = ctl.pools_by_name if current else {p.name: p for p in bundle.pools}
-    if model.pool is not None and model.pool in pools and pools[model.pool].requires_approval:
-        return True
-    queues = ctl.queues_by_name if current else {q.name: q for q in bundle.queues}
-    if any(queues[n].requires_approval for n in ctl.queue_path(model.queue) if n in queues):
-        return True
-    if model.pool is None:
-        cands = ctl.engine.candidate_pools(model) if model.queue in ctl.engine.quota.queues else []
-        if cands and all(pools[c].requires_approval for c in cands if c in pools):
-            return True
-    return False
-
-
-def over_limit(model: Workload, ctl: Controller | ConfigView) -> str | None:
-    """Why the workload can never fit its queue's limits (None when it could)."""
-    eng = ctl.engine
-    if model.queue not in eng.quota.queues:
-        return None
-    cands = eng.candidate_pools(model)
-    if not cands:
-        return None
-    need = model.quota_vec()[0]
-    best = max(ctl.queue_limit_gpu_milli(model.queue, p) for p in cands)
-    if need <= best or best >= UNLIMITED:
-        return None
-    return (
-        f"requests {need / 1000:g} GPUs but queue {model.queue} can hold at most {best / 1000:g} "
-        f"in {', '.join(cands)}; add spec.exception {{reason, duration}} to ask for a time-limited exception"
-    )
-
-
 __all__ = [
     "Controller",
     "CycleStats",
     "Hooks",
     "ManifestError",
     "QuantityError",
-    "approval_reason",
-    "exception_duration_s",
-    "is_exception",
-    "needs_approval",
-    "over_limit",
 ]
