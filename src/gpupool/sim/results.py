@@ -64,3 +64,26 @@ class RunResult:
     engine_calls: int
     violations: list[str]
     end: float
+
+
+class Series:
+    """The allocation series as the run goes: one point per event time (the last write wins)."""
+
+    __slots__ = ("allocs", "caps", "npend", "nrun", "times")
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.allocs: list[int] = []
+        self.caps: list[int] = []
+        self.npend: list[int] = []
+        self.nrun: list[int] = []
+
+    def record(self, t: float, alloc: int, cap: int, pending: int, running: int) -> None:
+        if self.times and self.times[-1] == t:
+            self.allocs[-1], self.caps[-1], self.npend[-1], self.nrun[-1] = alloc, cap, pending, running
+            return
+        self.times.append(t)
+        self.allocs.append(alloc)
+        self.caps.append(cap)
+        self.npend.append(pending)
+        self.nrun.append(running)

@@ -1,0 +1,311 @@
+"""The window planner: which pending workloads each engine cycle is given, proven exact.
+
+The window rule
+---------------
+The engine's cost grows with the pending list, and most of a long backlog cannot move. Pending
+workloads are grouped per queue into *classes* of identical scheduling shape
+(``gpupool.sim.pending.scheduling_shape``), each class ordered by the engine's own order key. A
+cycle is given:
+
+* for a StrictFIFO queue, or any queue when ``one_head_per_queue`` is on: the first ``K`` pending
+  workloads of the queue in order (a *queue window*);
+* for any other queue: the first ``k`` members of each class (a *class window*); a class whose
+  head can neither be placed nor preempt at the cycle's start is given its head only, as
+  ``blocked`` (capacity only shrinks until something is preempted, so every member would fail).
+
+A class window whose last member is admitted grows by one during the cycle (the engine's
+``more``) instead of the cycle being run again. After the cycle the planner checks that the
+windows could not have changed the outcome, and otherwise enlarges them and runs the cycle again
+(``cycle`` has no side effects):
+
+* StrictFIFO queue window: some member was not admitted. Everything after it was BLOCKED (or
+  SKIPPED) by the engine, so members outside the window would be too.
+* one-head queue window: some member was SKIPPED, i.e. the engine stopped inside the window.
+* class window: some member was tried and failed (QuotaExceeded, InsufficientCapacity,
+  TopologyUnsatisfiable, NoMatchingPool) after the cycle's last preemption. A later member of
+  the same class is tried later in the same cycle with the same quota vector, at a state that
+  only got tighter (nothing is freed after the last preemption), so it fails too, and a failure
+  changes no state.
+* backfill: while nodes are held, a member short enough to backfill around a hold needs a failed
+  witness that was short enough too; otherwise such members are given up front.
+
+If a cycle with ``blocked`` heads or grown windows preempted, it runs again without either (the
+preemption freed capacity the proofs assumed taken). ``tests/test_sim.py`` checks on generated
+traces that all this gives the same results as passing every pending workload to every cycle.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from typing import Any
+
+from gpupool.engine import Decisions, PendingCode
+from gpupool.engine.fragscore import add_shapes
+from gpupool.engine.windowed import MixEngine
+from gpupool.model import Workload
+from gpupool.sim.pending import PendingSet, declared_duration
+
+FAILED_CODES = frozenset({PendingCode.QUOTA, PendingCode.CAPACITY, PendingCode.TOPOLOGY, PendingCode.NO_POOL})
+
+#: pool -> (held node indices, expected start of the holder, its name), as the engine's placer keeps it
+Holds = dict[str, tuple[frozenset[int], float, str]]
+
+
+class _Windows:
+    """One attempt's windows: what the cycle is given, and which windows were cut short."""
+
+    __slots__ = ("blocked", "c_trunc", "passed", "pend", "pulled", "q_trunc", "seen")
+
+    def __init__(self, pend: PendingSet) -> None:
+        self.pend = pend
+        self.passed: list[Workload] = []
+        self.blocked: set[str] = set()
+        self.seen: set[str] = set()
+        self.q_trunc: dict[str, list[str]] = {}
+        self.c_trunc: dict[int, list[str]] = {}
+        self.pulled = 0
+
+    def give(self, names: list[str]) -> None:
+        self.seen.update(names)
+        self.passed.extend(self.pend.w[n] for n in names)
+
+    def pull(self, w: Workload) -> Workload | None:
+        """The engine's ``more``: the next member of ``w``'s class, if ``w`` ends a cut window."""
+        pend = self.pend
+        c = pend.cls_of.get(w.name)
+        names = self.c_trunc.get(c) if c is not None else None
+        if names is None or names[-1] != w.name:
+            return None
+        lst = pend.by_class[c]  # type: ignore[index]
+        i = len(names)
+        while i < len(lst) and lst[i][1] in self.seen:
+            i += 1
+        if i >= len(lst):
+            return None
+        n = lst[i][1]
+        names.append(n)
+        self.seen.add(n)
+        nxt = pend.w[n]
+        self.passed.append(nxt)
+        self.pulled += 1
+        return nxt
+
+
+class _Attempts:
+    """What one planned cycle carries from one attempt to the next."""
+
+    __slots__ = ("bf_horizon", "dirty", "extra", "full_classes", "memo", "use_blocked", "use_more")
+
+    def __init__(self, dirty: bool, extra: set[str], bf_horizon: float, use_more: bool) -> None:
+        self.dirty = dirty
+        #: workloads given besides the windows (newcomers, holders, backfill witnesses)
+        self.extra = extra
+        self.full_classes: set[int] = set()
+        self.bf_horizon = bf_horizon
+        self.memo: dict[object, Any] = {}  # the engine's blocked_at_start memo
+        self.use_blocked = True
+        self.use_more = use_more
+
+
+class WindowPlanner:
+    """Runs one engine cycle over windows of the pending set, enlarged until provably exact."""
+
+    def __init__(
+        self, head_queues: set[str], one_head: bool, full_pending: bool, pull_windows: bool = True
+    ) -> None:
+        self.head_queues = head_queues
+        self.one_head = one_head
+        self.full_pending = full_pending
+        self.pull_windows = pull_windows
+        # window sizes that were enough last time (a hint only: every cycle is verified)
+        self.k_class: dict[int, int] = {}
+        self.k_queue: dict[str, int] = {}
+        self.engine_calls = 0
+        self.holders: set[str] = set()
+        self.last_held: Holds = {}
+
+    def decide(
+        self, eng: MixEngine, pend: PendingSet, now: float, dirty: bool
+    ) -> tuple[Decisions, list[Workload]]:
+        """The cycle's decisions and the workloads it was given (``dirty``: the state changed)."""
+        touched, touched_q, new = pend.touched, pend.touched_queues, pend.new
+        pend.touched, pend.touched_queues, pend.new = set(), set(), set()
+        if self.full_pending:
+            everything = list(pend.w.values())
+            self.engine_calls += 1
+            return eng.cycle(everything, now), everything
+        at = _Attempts(dirty, self._extra(pend, new, dirty), self._bf_horizon(now), self.pull_windows)
+        while True:
+            win = self._windows(eng, pend, at, touched, touched_q)
+            if not win.passed:
+                return Decisions(), win.passed
+            d = self._cycle(eng, pend, win, at, now)
+            if (win.blocked or win.pulled) and d.preempted:
+                # a preemption frees capacity: the proof behind ``blocked`` no longer holds, and
+                # windows grown during the cycle may have missed work it let in
+                at.use_blocked = at.use_more = False
+                for c, names in win.c_trunc.items():  # the grown windows are the ones to start from
+                    self.k_class[c] = max(self.k_class.get(c, 1), len(names) + 1)
+                continue
+            held: Holds = eng.placer.reserved
+            if not at.dirty and (d.admitted or d.preempted or held != self.last_held):
+                # the state changed mid-cycle (an admission can move the nodes held for a blocked
+                # workload, a preemption frees capacity): give every class its window
+                at.dirty = True
+                continue
+            if not win.q_trunc and not win.c_trunc:
+                break
+            outcome: dict[str, object] = {p.workload: p.code for p in d.pending}
+            for a in d.admitted:
+                outcome[a.workload] = "admitted"
+            queues_ok = self._queue_windows_exact(win, outcome)
+            classes_ok = self._class_windows_exact(pend, win, at, d, held, outcome, now)
+            if queues_ok and classes_ok:
+                self._learn(pend, win, d, outcome, at.use_more)
+                break
+        self.holders = {h[2] for h in held.values()}
+        self.last_held = dict(held)
+        return d, win.passed
+
+    def _extra(self, pend: PendingSet, new: set[str], dirty: bool) -> set[str]:
+        """Unchanged state: newcomers (they may backfill) and the last holders, besides windows
+        (a StrictFIFO or one-head queue is given as a window or not at all)."""
+        if dirty:
+            return set()
+        extra = {
+            n for n in new if n in pend.w and not self.one_head and pend.w[n].queue not in self.head_queues
+        }
+        extra.update(n for n in self.holders if n in pend.w)
+        return extra
+
+    def _bf_horizon(self, now: float) -> float:
+        """How long a job may run to backfill around the last cycle's holds."""
+        return max((h[1] for h in self.last_held.values()), default=-math.inf) - now
+
+    def _windows(
+        self, eng: MixEngine, pend: PendingSet, at: _Attempts, touched: set[int], touched_q: set[str]
+    ) -> _Windows:
+        win = _Windows(pend)
+        for q, classes in pend.by_queue.items():
+            if not classes:
+                continue
+            if q in self.head_queues or self.one_head:
+                if at.dirty or q in touched_q:
+                    self._queue_window(pend, win, q, classes)
+                continue
+            for c in classes:
+                if at.dirty or c in touched:
+                    self._class_window(eng, pend, win, at, c)
+        win.passed.extend(pend.w[n] for n in sorted(at.extra - win.seen))
+        win.seen.update(at.extra)
+        return win
+
+    def _queue_window(self, pend: PendingSet, win: _Windows, q: str, classes: dict[int, None]) -> None:
+        k = self.k_queue.get(q, 8)
+        lists = [pend.by_class[c][:k] for c in classes]
+        got = heapq.nsmallest(k, (x for lst in lists for x in lst))
+        names = [n for _, n in got]
+        if pend.count[q] > len(names):
+            win.q_trunc[q] = names
+        win.give(names)
+
+    def _class_window(self, eng: MixEngine, pend: PendingSet, win: _Windows, at: _Attempts, c: int) -> None:
+        lst = pend.by_class[c]
+        if at.use_blocked and c not in at.full_classes:
+            head = pend.w[lst[0][1]]
+            if eng.blocked_at_start(head, at.memo):
+                win.blocked.add(head.name)
+                win.seen.add(head.name)
+                win.passed.append(head)
+                return
+        k = len(lst) if c in at.full_classes else self.k_class.get(c, 1)
+        names = [n for _, n in lst[:k]]
+        if len(lst) > k:
+            win.c_trunc[c] = names
+            # under a hold, a short member may backfill where the window could not: give the
+            # first that could (by the last hold) up front, as the check after the cycle would
+            if pend.by_dur[c][0][0] <= at.bf_horizon:
+                at.extra.update(pend.eligible(c, at.bf_horizon, set(names), 1))
+        win.give(names)
+
+    def _cycle(self, eng: MixEngine, pend: PendingSet, win: _Windows, at: _Attempts, now: float) -> Decisions:
+        if pend.shapes is not None:
+            hidden = pend.shapes.copy()
+            add_shapes(hidden, win.passed, sign=-1)  # type: ignore[arg-type]
+            eng.hidden = +hidden
+        kw: dict[str, Any] = {}
+        if win.blocked:
+            kw["blocked"] = win.blocked
+        if at.use_more and win.c_trunc:
+            kw["more"] = win.pull
+        d = eng.cycle(list(win.passed), now, **kw)
+        self.engine_calls += 1
+        return d
+
+    def _queue_windows_exact(self, win: _Windows, outcome: dict[str, object]) -> bool:
+        """Every cut queue window stopped inside itself; the others are doubled."""
+        ok = True
+        for q, names in win.q_trunc.items():
+            if q in self.head_queues:
+                good = any(outcome.get(n) != "admitted" for n in names)
+            else:
+                good = any(outcome.get(n) == PendingCode.SKIPPED for n in names)
+            if not good:
+                ok = False
+                self.k_queue[q] = self.k_queue.get(q, 8) * 2
+        return ok
+
+    def _class_windows_exact(
+        self,
+        pend: PendingSet,
+        win: _Windows,
+        at: _Attempts,
+        d: Decisions,
+        held: Holds,
+        outcome: dict[str, object],
+        now: float,
+    ) -> bool:
+        """Every cut class window has a failed witness (for backfill, a short enough one)."""
+        ok = True
+        # a witness must have failed after the cycle's last preemption (capacity only shrinks
+        # from then on); without preemptions every failure qualifies
+        failed = {p.workload for p in d.pending[d.pending_after_preemption :]} if d.preempted else None
+        # backfill: a member that may use held nodes needs a failed witness that could too
+        bf_any = max((h[1] for h in held.values()), default=-math.inf) - now
+        bf_all = min((h[1] for h in held.values()), default=math.inf) - now
+        extra = at.extra
+        for c, names in win.c_trunc.items():
+            if not any(outcome.get(n) in FAILED_CODES and (failed is None or n in failed) for n in names):
+                ok = False
+                self.k_class[c] = self.k_class.get(c, 1) * 2
+                continue
+            if not held or not pend.eligible(c, bf_any, set(names) | extra, 1):
+                continue
+            if any(
+                outcome.get(n) in FAILED_CODES
+                and (failed is None or n in failed)
+                and declared_duration(pend.w[n]) <= bf_all
+                for n in list(names) + [x for x in extra if pend.cls_of.get(x) == c]
+            ):
+                continue
+            more = pend.eligible(c, bf_all, set(names) | extra, 2)
+            if not more:  # nothing can witness for every hold: give the class whole
+                at.full_classes.add(c)
+            extra.update(more)
+            ok = False
+        return ok
+
+    def _learn(
+        self, pend: PendingSet, win: _Windows, d: Decisions, outcome: dict[str, object], use_more: bool
+    ) -> None:
+        """Window sizes for the next cycle, from what this one admitted."""
+        adm: dict[int, int] = {}
+        for a in d.admitted:
+            c = pend.cls_of[a.workload]
+            adm[c] = adm.get(c, 0) + 1
+        for c in win.c_trunc:
+            # windows grow during the cycle: start each at one member
+            self.k_class[c] = 1 if use_more else min(64, adm.get(c, 0) + 1)
+        for q, names in win.q_trunc.items():
+            self.k_queue[q] = max(8, min(1024, 2 * sum(outcome.get(n) == "admitted" for n in names)))
