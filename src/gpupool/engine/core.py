@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from gpupool.engine.cycle_state import CycleState
 from gpupool.engine.decisions import (
     Admit,
     Decisions,
@@ -25,7 +26,9 @@ from gpupool.engine.decisions import (
 )
 from gpupool.engine.placement import Placer
 from gpupool.engine.preemption import Candidate, WholeSlots, candidate_order
+from gpupool.engine.running import RunningSet
 from gpupool.engine.state import ClusterState, QuotaState
+from gpupool.engine.statement import Statement
 from gpupool.model import (
     UNLIMITED,
     Admission,
@@ -42,7 +45,6 @@ from gpupool.model import (
 from gpupool.quantity import format_cpu, format_gpu, format_mib
 
 _DIM_NAMES = ("GPU", "CPU", "memory")
-_INF = float("inf")
 _STATICS_MAX = 200_000  # cached workload facts before the cache starts afresh
 _DIM_FMT = (format_gpu, format_cpu, format_mib)
 _WholeSlots = WholeSlots  # the name the property tests patch
@@ -96,17 +98,15 @@ class Engine:
 
             self._varied = varied_nodes(snapshot.nodes)
         self.pools = {p.name: p for p in snapshot.pools}
-        self.running: dict[str, Running] = {}
-        self._run_log: list[tuple[str, Running | None]] | None = None
-        # indexes over the running set, kept in step with it (and with its rollback) so that a
-        # cycle never walks every running workload: by (pool, queue) for preemption, and per
-        # node and device the expected end of each workload on it for node holds
-        self._by_pq: dict[tuple[str, str], dict[str, Running]] = {}
-        #: priorities of the preemptible work indexed in ``_by_pq``, counted (for the lowest)
-        self._prio_pq: dict[tuple[str, str], Counter[int]] = {}
-        self._dev_ends: dict[str, dict[int, dict[str, float]]] = {}
-        self._node_ends: dict[str, list[float]] = {}
+        self.runs = RunningSet()
+        #: the running workloads by name (the running set's dict, kept in step with its indexes)
+        self.running: dict[str, Running] = self.runs.by_name
+        self._stmt = Statement(self.cluster, self.quota, self.runs)
         self.leaf = {q: not kids for q, kids in self.quota.children.items()}
+        self._leaves_of_root: dict[str, list[str]] = {}
+        for qn, is_leaf in self.leaf.items():
+            if is_leaf:
+                self._leaves_of_root.setdefault(self.quota.root[qn], []).append(qn)
         for r in snapshot.running:
             self._charge(r)
         self._running_shapes: Counter[object] = Counter()
@@ -114,8 +114,7 @@ class Engine:
             from gpupool.engine.fragscore import add_shapes
 
             add_shapes(self._running_shapes, (r.workload for r in snapshot.running))  # type: ignore[arg-type]
-        self.cluster.commit()
-        self.quota.commit()
+        self._stmt.commit()
         self.now = snapshot.now
         self._pool_order: dict[str, list[str]] = {}
         self._model_pools: dict[tuple[str, ...], set[str]] = {}
@@ -123,73 +122,17 @@ class Engine:
         # object identity, so a new workload under an old name is looked at afresh)
         self._statics: dict[str, tuple[Workload, tuple[Vec, list[str], list[tuple[object, ...]]]]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
+        #: what the current (or last) cycle knows; replaced by every ``cycle``
+        self._cs = CycleState(frozenset(), None, self.runs.fresh, {})
 
     # -- state changes (used by incremental callers too) --------------------------------------
-    def _run_set(self, name: str, r: Running | None) -> None:
-        """Change the running set; inside a cycle, remember how to undo it (no copy per cycle).
-        Work admitted inside the cycle stays out of the indexes: it is never a preemption
-        candidate, holds see it through ``_busy_ends``, and rolling it back is then free."""
-        prev = self.running.get(name)
-        if self._run_log is not None:
-            self._run_log.append((name, prev))
-        if prev is not None and not (self._run_log is not None and name in self._admitted_now):
-            self._unindex(prev)
-        if r is None:
-            del self.running[name]
-        else:
-            self.running[name] = r
-            if self._run_log is None or name not in self._admitted_now:
-                self._index(r)
-
-    def _index(self, r: Running) -> None:
-        a = r.admission
-        w = r.workload
-        self._by_pq.setdefault((a.pool, w.queue), {})[r.name] = r
-        if w.preemptible:
-            self._prio_pq.setdefault((a.pool, w.queue), Counter())[w.priority] += 1
-        d = w.expected_duration_s
-        end = float("inf") if d is None else a.admitted_at + d
-        dev_ends, node_ends = self._dev_ends, self._node_ends
-        for p in a.pods:
-            if not p.devices:
-                continue
-            per_dev = dev_ends.setdefault(p.node, {})
-            for dev in p.devices:
-                per_dev.setdefault(dev, {})[r.name] = end
-            node_ends.pop(p.node, None)
-
-    def _unindex(self, r: Running) -> None:
-        a = r.admission
-        key = (a.pool, r.workload.queue)
-        pq = self._by_pq[key]
-        del pq[r.name]
-        if not pq:
-            del self._by_pq[key]
-        if r.workload.preemptible:
-            prios = self._prio_pq[key]
-            prios[r.workload.priority] -= 1
-            if not prios[r.workload.priority]:
-                del prios[r.workload.priority]
-        dev_ends, node_ends = self._dev_ends, self._node_ends
-        for p in a.pods:
-            if not p.devices:
-                continue
-            per_dev = dev_ends[p.node]
-            for dev in p.devices:
-                ends = per_dev.get(dev)  # absent: two pods of this workload shared the device
-                if ends is not None:
-                    ends.pop(r.name, None)
-                    if not ends:
-                        del per_dev[dev]
-            node_ends.pop(p.node, None)
-
     def _charge(self, r: Running) -> None:
         for p in r.admission.pods:
             if p.node in self.cluster.index:
                 self.cluster.allocate_pod(p)
         if r.workload.queue in self.quota.queues and r.admission.pool in self.pools:
             self.quota.add(r.workload.queue, r.admission.pool, r.admission.quota_vec())
-        self._run_set(r.name, r)
+        self.runs.set(r.name, r)
 
     def _discharge(self, r: Running) -> None:
         for p in r.admission.pods:
@@ -197,13 +140,12 @@ class Engine:
                 self.cluster.release_pod(p)
         if r.workload.queue in self.quota.queues and r.admission.pool in self.pools:
             self.quota.remove(r.workload.queue, r.admission.pool, r.admission.quota_vec())
-        self._run_set(r.name, None)
+        self.runs.set(r.name, None)
 
     def add_running(self, r: Running) -> None:
         """Record an admitted workload permanently (an incremental caller applying a decision)."""
         self._charge(r)
-        self.cluster.commit()
-        self.quota.commit()
+        self._stmt.commit()
         if self._frag:
             from gpupool.engine.fragscore import add_shapes
 
@@ -215,8 +157,7 @@ class Engine:
         if r is None:
             return None
         self._discharge(r)
-        self.cluster.commit()
-        self.quota.commit()
+        self._stmt.commit()
         if self._frag:
             from gpupool.engine.fragscore import add_shapes
 
@@ -264,12 +205,9 @@ class Engine:
         in its turn, as if it had been passed from the start."""
         if now is not None:
             self.now = now
-        self._blocked = blocked
-        self._more = more
-        cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
-        self._run_log = []
-        # set before ``_cycle`` runs: the rollback below reads it even when the cycle raised early
-        self._admitted_now: set[str] = set()
+        stmt = self._stmt
+        stmt.open()
+        self._cs = CycleState(blocked, more, self.runs.fresh, dict(self.quota.U))
         # The cycle creates no reference cycles; pausing the cyclic GC saves ~20% on big cycles.
         gc_was_on = gc.isenabled()
         gc.disable()
@@ -279,25 +217,14 @@ class Engine:
             if gc_was_on:
                 gc.enable()
             if restore:
-                self.cluster.rollback(cp_c)
-                self.quota.rollback(cp_q)
-                fresh = self._admitted_now  # admitted in this cycle: never indexed
-                for name, prev in reversed(self._run_log):
-                    cur = self.running.get(name)
-                    if cur is not None and name not in fresh:
-                        self._unindex(cur)
-                    if prev is None:
-                        self.running.pop(name, None)
-                    else:
-                        self.running[name] = prev
-                        self._index(prev)
-            self._run_log = None
+                stmt.discard()
+            else:
+                stmt.close()
 
     def _cycle(self, pending: list[Workload]) -> Decisions:
         out = Decisions()
         by_queue: dict[str, list[Workload]] = {}
-        seen: set[str] = set()
-        self._seen = seen
+        seen = self._cs.seen
         for w in pending:
             if w.name in seen or w.name in self.running:
                 out.pending.append(Pending(w.name, w.queue, PendingCode.INVALID, "duplicate workload name"))
@@ -321,11 +248,8 @@ class Engine:
             by_queue.setdefault(w.queue, []).append(w)
         for lst in by_queue.values():
             lst.sort(key=workload_order_key)
-        self._fail_cache: dict[tuple[object, ...], tuple[PendingCode, str]] = {}
         if len(self._statics) > _STATICS_MAX:
             self._statics.clear()
-        self._reason_memo: dict[tuple[object, ...], str] = {}
-        self._preempt_failed: set[tuple[object, ...]] = set()
         if self._frag:
             from gpupool.engine.fragscore import FragContext, shares_gpus
 
@@ -337,16 +261,6 @@ class Engine:
                 self.cluster.frag = None  # identical nodes, whole GPUs: ``auto`` is binpack
         self.placer.reserved = {}
         self.placer.now = self.now
-        self._evicted: set[str] = set()
-        self._admitted_now = set()
-        self._fresh_cache: tuple[int, dict[str, list[tuple[int, float]]]] | None = None
-        # preemption candidates are workloads that were running before this cycle, by pool and queue
-        self._usage_at_start = dict(self.quota.U)
-        self._borrowing_at_start: dict[tuple[str, str, str | None], bool] = {}
-        self._leaves_of_root: dict[str, list[str]] = {}
-        for qn, is_leaf in self.leaf.items():
-            if is_leaf:
-                self._leaves_of_root.setdefault(self.quota.root[qn], []).append(qn)
         # Pass 1 admits what fits within guarantees; pass 2 lets the rest borrow. A borrower
         # admitted first would only be reclaimed (evicted) by a guaranteed workload later.
         deferred = self._pass(by_queue, out, allow_borrow=False)
@@ -404,8 +318,9 @@ class Engine:
             heapq.heapify(heaps[par])
         deferred: dict[str, list[Workload]] = {}
         one_head = self.config.one_head_per_queue
-        blocked = self._blocked
-        more = self._more if not one_head else None
+        cs = self._cs
+        blocked = cs.blocked
+        more = cs.more if not one_head else None
         while heaps.get(top):
             path: list[tuple[str, str]] = []
             n = top
@@ -448,13 +363,13 @@ class Engine:
                     if nxt is not None:
                         if (
                             nxt.queue != q
-                            or nxt.name in self._seen
+                            or nxt.name in cs.seen
                             or workload_order_key(nxt) < workload_order_key(w)
                         ):
                             raise ValueError(
                                 f"more({w.name}) returned {nxt.name}: not a later workload of queue {q}"
                             )
-                        self._seen.add(nxt.name)
+                        cs.seen.add(nxt.name)
                         insort(lst, nxt, lo=pos[q], key=workload_order_key)
                 if result is None:  # needs to borrow: wait for pass 2
                     deferred.setdefault(q, []).append(w)
@@ -557,7 +472,7 @@ class Engine:
                 if need <= 0:
                     t = self.now
                 else:
-                    busy = self._busy_ends(node.name)
+                    busy = self.runs.busy_ends(node.name)
                     t = busy[need - 1] if need <= len(busy) else inf
                 dom = node.domain(scope) if scope is not None and scope is not TopologyScope.NODE else ""
                 groups.setdefault(dom, []).append((t, -free_now, i))
@@ -577,48 +492,10 @@ class Engine:
             return ""  # capacity is there: something else (cpu, memory, topology) blocks it
         held = frozenset(c[2] for c in chosen)
         self.placer.reserved[pool] = (held, start, w.name)
-        self._fail_cache.clear()
+        self._cs.fail_cache.clear()
         names = ", ".join(st.nodes[c[2]].name for c in chosen[:4]) + (" ..." if len(chosen) > 4 else "")
         when = "when running work ends" if start == inf else f"expected from t={start:g}"
         return f"holding {len(held)} node(s) for it ({names}), {when}"
-
-    def _busy_ends(self, node: str) -> list[float]:
-        """When each busy device of ``node`` frees (the end of the last workload on it; unknown
-        duration: never), sorted; kept per node until something on it changes."""
-        got = self._node_ends.get(node)
-        if got is None:
-            per_dev = self._dev_ends.get(node)
-            got = sorted(max(e.values()) for e in per_dev.values()) if per_dev else []
-            self._node_ends[node] = got
-        if self._run_log is not None and self._admitted_now:
-            extra = self._fresh_ends().get(node)
-            if extra:  # devices taken in this cycle (never shared with earlier work: whole GPUs)
-                merged: dict[int, float] = {}
-                per_dev = self._dev_ends.get(node, {})
-                for dev, end in extra:
-                    base = max(per_dev[dev].values()) if dev in per_dev else 0.0
-                    merged[dev] = max(merged.get(dev, 0.0), end, base)
-                others = [max(e.values()) for d, e in per_dev.items() if d not in merged]
-                got = sorted(others + list(merged.values()))
-        return got
-
-    def _fresh_ends(self) -> dict[str, list[tuple[int, float]]]:
-        """Per node, (device, expected end) of the work admitted in this cycle (rebuilt when
-        more has been admitted since the last call)."""
-        n = len(self._admitted_now)
-        if self._fresh_cache is None or self._fresh_cache[0] != n:
-            out: dict[str, list[tuple[int, float]]] = {}
-            for name in self._admitted_now:
-                r = self.running.get(name)
-                if r is None:
-                    continue
-                d = r.workload.expected_duration_s
-                end = _INF if d is None else r.admission.admitted_at + d
-                for p in r.admission.pods:
-                    for dev in p.devices:
-                        out.setdefault(p.node, []).append((dev, end))
-            self._fresh_cache = (n, out)
-        return self._fresh_cache[1]
 
     def weighs_shape_mix(self, shares_gpus: bool = False) -> bool:
         """Does placement weigh the mix of pod shapes? Where only ``auto`` would, only if the GPU
@@ -672,10 +549,13 @@ class Engine:
         self, w: Workload, pool: str, vec: Vec, memo: dict[object, Any] | None = None
     ) -> bool:
         """Could any preemption rule give ``w`` a victim in ``pool`` now (a cheap superset)?"""
-        if self.config.preempt == "none" or not self.pools[pool].preemptible or not self._by_pq:
+        if self.config.preempt == "none" or not self.pools[pool].preemptible or not self.runs.by_pq:
             return False
         pol = self.quota.queues[w.queue].preemption
-        if pol.within_queue is not ReclaimPolicy.NEVER and self._lowest_priority(pool, w.queue) < w.priority:
+        if (
+            pol.within_queue is not ReclaimPolicy.NEVER
+            and self.runs.lowest_priority(pool, w.queue) < w.priority
+        ):
             return True
         if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
             return True
@@ -733,11 +613,12 @@ class Engine:
         reasons: list[tuple[str, PendingCode, tuple[object, ...] | str]] = []
         wants_borrow = False
         quota = self.quota
+        fail_cache = self._cs.fail_cache
         for pool, ckey in zip(pools, ckeys, strict=True):
             # a shape that did not fit earlier in this cycle cannot fit now: capacity only shrinks
             if pool in self.placer.reserved and self.placer.may_backfill(w, pool):
                 ckey = (*ckey, "backfill")
-            cached = self._fail_cache.get(ckey)
+            cached = fail_cache.get(ckey)
             if cached is not None:
                 reasons.append((pool, cached[0], cached[1]))
                 continue
@@ -753,8 +634,7 @@ class Engine:
             if res.pods is not None:
                 pods = tuple(res.pods)
                 quota.add(w.queue, pool, vec_of(pods))
-                self._admitted_now.add(w.name)
-                self._run_set(w.name, Running(w, Admission(pool, pods, borrowing, self.now)))
+                self.runs.admit(Running(w, Admission(pool, pods, borrowing, self.now)))
                 why = "borrowing idle quota from the cohort" if borrowing else "within guarantee"
                 out.admitted.append(
                     Admit(w.name, w.queue, pool, pods, borrowing, f"admitted to pool {pool}, {why}")
@@ -765,7 +645,7 @@ class Engine:
             held = self.placer.reserved.get(pool)
             if held is not None and held[2] != w.name and not self.placer.may_backfill(w, pool):
                 reason += f"; {len(held[0])} node(s) are held for {held[2]}"
-            self._fail_cache[ckey] = (code, reason)
+            fail_cache[ckey] = (code, reason)
             reasons.append((pool, code, reason))
         # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
         if wants_borrow:
@@ -795,9 +675,10 @@ class Engine:
     def _quota_reason(self, w: Workload, pool: str, vec: Vec, d: int, blk: str) -> str:
         q = self.quota
         memo_key = (None if blk == q.root[w.queue] else w.queue, pool, blk, d, vec[d], q.E[(blk, pool)][d])
-        got = self._reason_memo.get(memo_key)
+        memo = self._cs.reason_memo
+        got = memo.get(memo_key)
         if got is None:
-            got = self._reason_memo[memo_key] = self._format_quota_reason(w, pool, vec, d, blk)
+            got = memo[memo_key] = self._format_quota_reason(w, pool, vec, d, blk)
         return got
 
     def _format_quota_reason(self, w: Workload, pool: str, vec: Vec, d: int, blk: str) -> str:
@@ -826,16 +707,21 @@ class Engine:
         Collected here, ordered by ``preemption.candidate_order`` (one rule, as in Kueue): other
         queues' borrowed capacity first, then the lowest priority, then the most recently admitted.
         """
-        if not self._by_pq or not self.pools[pool].preemptible:
+        by_pq = self.runs.by_pq
+        if not by_pq or not self.pools[pool].preemptible:
             return []
         q = self.quota
         queue = q.queues[w.queue]
         pol = queue.preemption
         root = q.root[w.queue]
         out: list[Candidate] = []
-        evicted, now = self._evicted, self._admitted_now
-        if pol.within_queue is not ReclaimPolicy.NEVER and self._lowest_priority(pool, w.queue) < w.priority:
-            for r in self._by_pq.get((pool, w.queue), {}).values():
+        cs = self._cs
+        evicted, now = cs.evicted, cs.admitted_now
+        if (
+            pol.within_queue is not ReclaimPolicy.NEVER
+            and self.runs.lowest_priority(pool, w.queue) < w.priority
+        ):
+            for r in by_pq.get((pool, w.queue), {}).values():
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
                     continue
@@ -846,16 +732,16 @@ class Engine:
         borrow = pol.borrow_within_cohort is not ReclaimPolicy.NEVER
         if reclaim or borrow:
             for other in self._leaves_of_root.get(root, ()):
-                rs = self._by_pq.get((pool, other))
+                rs = by_pq.get((pool, other))
                 if other == w.queue or not rs:
                     continue
                 # borrowing now, and already when the cycle started (victims are pre-cycle work)
                 lca = q.common_ancestor(w.queue, other)
                 key = (other, pool, lca)
-                at_start = self._borrowing_at_start.get(key)
+                at_start = cs.borrowing_at_start.get(key)
                 if at_start is None:
-                    at_start = self._borrowing_at_start[key] = q.is_borrowing(
-                        other, pool, lca, self._usage_at_start
+                    at_start = cs.borrowing_at_start[key] = q.is_borrowing(
+                        other, pool, lca, cs.usage_at_start
                     )
                 if not at_start or not q.is_borrowing(other, pool, lca):
                     continue
@@ -876,41 +762,37 @@ class Engine:
         out.sort(key=lambda c: candidate_order(c.running, mine))
         return out[: self.config.max_preemption_candidates]
 
-    def _lowest_priority(self, pool: str, queue: str) -> float:
-        """Lowest priority of the preemptible work the queue runs in the pool (as indexed: work
-        admitted in this cycle is never a victim)."""
-        prios = self._prio_pq.get((pool, queue))
-        return min(prios) if prios else _INF
-
     def _fits_now(self, w: Workload, pool: str, vec: Vec) -> bool:
         if not self.quota.check(w.queue, pool, vec)[0]:
             return False
-        cp = self.cluster.checkpoint()
+        cp = self._stmt.checkpoint()
         res = self.placer.place(w, pool, self.config.max_domain_tries)
-        self.cluster.rollback(cp)
+        self._stmt.rollback(cp)
         return res.pods is not None
 
     def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions, sid: object) -> bool:
         # Within a cycle capacity only shrinks and candidates only leave, until a preemption
         # succeeds: a failed search for the same queue, pool, shape and priority fails again.
+        cs = self._cs
+        failed = cs.preempt_failed
         memo = (w.queue, w.priority, pool, sid)
-        if memo in self._preempt_failed:
+        if memo in failed:
             return False
         cands = self.preemption_candidates(w, pool, vec)
         if not cands:
-            self._preempt_failed.add(memo)
+            failed.add(memo)
             return False
         # cheap bound first: all candidates and all free GPUs together must cover the request
         free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
         freed = 0
         if free_gpu + sum(c.running.admission.quota_vec()[0] for c in cands) < vec[0]:
-            self._preempt_failed.add(memo)
+            failed.add(memo)
             return False
         slots = _WholeSlots.of(self.cluster, w, pool)
         if slots is not None and not slots.could_fit_without(cands):
-            self._preempt_failed.add(memo)
+            failed.add(memo)
             return False
-        cp_c, cp_q = self.cluster.checkpoint(), self.quota.checkpoint()
+        cp = self._stmt.checkpoint()
         removed: list[Candidate] = []
         found = False
         for c in cands:
@@ -924,11 +806,8 @@ class Engine:
                 found = True
                 break
         if not found:
-            self.cluster.rollback(cp_c)
-            self.quota.rollback(cp_q)
-            for c in removed:
-                self._run_set(c.running.name, c.running)
-            self._preempt_failed.add(memo)
+            self._stmt.rollback(cp)
+            failed.add(memo)
             return False
         # minimise: give back every victim that turns out not to be needed (newest choice last)
         victims: list[Candidate] = []
@@ -945,12 +824,11 @@ class Engine:
         assert res.pods is not None
         borrowing = self.quota.check(w.queue, pool, vec)[1]
         self.quota.add(w.queue, pool, vec_of(res.pods))
-        self._admitted_now.add(w.name)
-        self._run_set(w.name, Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
+        self.runs.admit(Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
         for c in victims:
-            self._evicted.add(c.running.name)
-        self._fail_cache.clear()
-        self._preempt_failed.clear()
+            cs.evicted.add(c.running.name)
+        cs.fail_cache.clear()
+        failed.clear()
         names = tuple(c.running.name for c in victims)
         out.preempted.append(
             Preempt(
