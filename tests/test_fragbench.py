@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT
 from gpupool.fragbench import (
     FragbenchError,
     PodShape,
@@ -18,7 +19,6 @@ from gpupool.fragbench import (
     node_fragmentation_batch,
     run_fragmentation,
 )
-from gpupool.fragbench.fgd import GPUPOOL_CAPACITY_WEIGHT
 from gpupool.fragbench.sim import Cluster, pick
 from gpupool.fragbench.trace import Node, Pod
 

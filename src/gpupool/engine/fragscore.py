@@ -28,25 +28,28 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from gpupool.engine.fgd import CompiledShapes, PodShape, ShapeDistribution, node_fragmentation_batch
+from gpupool.engine.scoring import BinPack, NodeFilter, pick_cpu_only
 from gpupool.engine.state import ClusterState, PoolIndex
-from gpupool.fragbench.fgd import CompiledShapes, PodShape, ShapeDistribution, node_fragmentation_batch
 from gpupool.model import Node, PodRequest, Workload
 
 Sig = tuple[int, tuple[int, ...], int]  # (model index, sorted free milli per device, free cpu)
 Key = tuple[tuple[int, ...], int]  # a node's state class within its pool index: (sorted free milli, free cpu)
-NodeFilter = Callable[[int], bool]
 _second = itemgetter(1)
 
 #: the class log is compacted (and every cached order rebuilt) once it holds this many more
 #: entries than there are live classes
 _LOG_SLACK = 512
+
+#: where no shape mix is kept (see ``AutoScore``), the fragmentation scorers pick as ``binpack``
+_BINPACK = BinPack()
 
 
 class _Classes:
@@ -432,9 +435,7 @@ class FragAware:
     ) -> int | None:
         ctx: FragContext | None = st.frag
         if ctx is None or not ctx.active:
-            from gpupool.engine.placement import SCORERS
-
-            return SCORERS["binpack"].pick_whole(st, idxs, k, req, ok)
+            return _BINPACK.pick_whole(st, idxs, k, req, ok)
         free_cpu, free_mem, free_rdma = st.free_cpu, st.free_mem, st.free_rdma
         cpu, mem, rdma = req.cpu_milli, req.memory_mib, req.rdma
         # an emptied class keeps its place (it often fills again); filter() skips it in C
@@ -449,9 +450,7 @@ class FragAware:
     ) -> tuple[int, int] | None:
         ctx: FragContext | None = st.frag
         if ctx is None or not ctx.active:
-            from gpupool.engine.placement import SCORERS
-
-            return SCORERS["binpack"].pick_fraction(st, idxs, req, ok)
+            return _BINPACK.pick_fraction(st, idxs, req, ok)
         free_cpu, free_mem, free_rdma = st.free_cpu, st.free_mem, st.free_rdma
         cpu, mem, rdma = req.cpu_milli, req.memory_mib, req.rdma
         need = req.gpu_memory_mib
@@ -468,7 +467,7 @@ class FragAware:
                     continue
                 dm = st.dev_milli[i]
                 dmem = st.dev_mem[i]
-                # as placement._mem_for: the request, else the compute share of device memory
+                # as scoring.mem_for: the request, else the compute share of device memory
                 gmem = need or req.gpu_milli * st.nodes[i].gpu_memory_mib // 1000
                 for d, f in enumerate(dm):
                     if f == v and dmem[d] >= gmem:
@@ -479,8 +478,6 @@ class FragAware:
         self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
     ) -> int | None:
         """A pod without GPUs goes where taking its CPU strands the least GPU capacity."""
-        from gpupool.engine.placement import pick_cpu_only
-
         ctx: FragContext | None = st.frag
         if ctx is None or not ctx.active:
             return pick_cpu_only(st, idxs, req, ok)

@@ -1,17 +1,28 @@
 """Gang placement: every pod of a workload on real nodes and devices at once, or none.
 
-Scoring is a plugin (the Score extension point): ``binpack`` keeps whole nodes free for big
-jobs, ``spread`` keeps headroom per node. Both walk the bucket indexes of ``ClusterState`` so a
-placement costs about the same on 50 nodes or 5,000.
+Where each pod goes is a Score plugin's choice (``engine/scoring.py``: the protocol,
+``binpack`` and ``spread``; ``engine/fragscore.py``: ``fragmentation`` and ``auto``); this module
+holds their registry by name, the Filter step (schedulable, taints, node selector, nodes held
+for a blocked head), gang placement with its rollback, topology domains, and the reason a gang
+does not fit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
 
-from gpupool.engine.state import FRAC_BUCKET, N_FRAC_BUCKETS, ClusterState, PoolIndex
+from gpupool.engine.fragscore import AutoScore, FragAware
+from gpupool.engine.scoring import (
+    BinPack,
+    NodeFilter,
+    Scorer,
+    Spread,
+    fits_node,
+    free_devices,
+    mem_for,
+    pick_cpu_only,
+)
+from gpupool.engine.state import N_FRAC_BUCKETS, ClusterState, PoolIndex
 from gpupool.model import (
     PlacementPolicy,
     PodPlacement,
@@ -21,8 +32,6 @@ from gpupool.model import (
     Workload,
 )
 
-NodeFilter = Callable[[int], bool]
-
 
 @dataclass(slots=True)  # internal and short-lived: a frozen __init__ costs 3x per pod
 class PodSpec:
@@ -31,147 +40,19 @@ class PodSpec:
     req: PodRequest
 
 
-class Scorer(Protocol):
-    """Score extension point: choose a node (and devices) for one pod among feasible ones."""
-
-    name: str
-
-    def pick_whole(
-        self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: NodeFilter
-    ) -> int | None: ...
-
-    def pick_fraction(
-        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
-    ) -> tuple[int, int] | None: ...
-
-
-def _mem_for(st: ClusterState, i: int, req: PodRequest) -> int:
-    """GPU memory a fractional pod is limited to: as requested, else its compute share of the device."""
-    if req.gpu_memory_mib:
-        return req.gpu_memory_mib
-    return req.gpu_milli * st.nodes[i].gpu_memory_mib // 1000
-
-
-def _with_device_memory(st: ClusterState, req: PodRequest, ok: NodeFilter) -> NodeFilter:
-    """A fresh device must also hold the fractional pod's GPU memory (nodes differ in GPU model)."""
-    if not req.gpu_memory_mib:
-        return ok
-    need = req.gpu_memory_mib
-    return lambda i: st.nodes[i].gpu_memory_mib >= need and ok(i)
-
-
-def _fits_node(st: ClusterState, i: int, req: PodRequest) -> bool:
-    return (
-        st.free_cpu[i] >= req.cpu_milli and st.free_mem[i] >= req.memory_mib and st.free_rdma[i] >= req.rdma
-    )
-
-
-def first_whole(
-    st: ClusterState, idxs: list[PoolIndex], buckets: Iterable[int], req: PodRequest, ok: NodeFilter
-) -> int | None:
-    """The first feasible node, walking the free-GPU buckets in the order given."""
-    for j in buckets:
-        for ix in idxs:
-            if j > ix.max_gpus:
-                continue
-            for i in ix.whole[j]:
-                if _fits_node(st, i, req) and ok(i):
-                    return i
-    return None
-
-
-def first_shared(
-    st: ClusterState, idxs: list[PoolIndex], buckets: Iterable[int], req: PodRequest, ok: NodeFilter
-) -> tuple[int, int] | None:
-    """The first partly used device that holds the fractional pod, walking free-milli buckets."""
-    m = req.gpu_milli
-    for b in buckets:
-        for ix in idxs:
-            for i, d in ix.partial[b]:
-                if (
-                    st.dev_milli[i][d] >= m
-                    and st.dev_mem[i][d] >= _mem_for(st, i, req)
-                    and _fits_node(st, i, req)
-                    and ok(i)
-                ):
-                    return i, d
-    return None
-
-
-def _top(idxs: list[PoolIndex]) -> int:
-    return max((ix.max_gpus for ix in idxs), default=0)
-
-
-class BinPack:
-    """Best fit: the node with the fewest free GPUs that still fits; the fullest shared device."""
-
-    name = "binpack"
-
-    def pick_whole(
-        self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: NodeFilter
-    ) -> int | None:
-        return first_whole(st, idxs, range(k, _top(idxs) + 1), req, ok)
-
-    def pick_fraction(
-        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
-    ) -> tuple[int, int] | None:
-        got = first_shared(st, idxs, range(req.gpu_milli // FRAC_BUCKET, N_FRAC_BUCKETS), req, ok)
-        if got is not None:
-            return got
-        node = self.pick_whole(st, idxs, 1, req, _with_device_memory(st, req, ok))
-        if node is None:
-            return None
-        return node, _free_devices(st, node, 1)[0]
-
-
-class Spread:
-    """Worst fit: the node with the most free GPUs, to keep per-node headroom (inference pools)."""
-
-    name = "spread"
-
-    def pick_whole(
-        self, st: ClusterState, idxs: list[PoolIndex], k: int, req: PodRequest, ok: NodeFilter
-    ) -> int | None:
-        return first_whole(st, idxs, range(_top(idxs), k - 1, -1), req, ok)
-
-    def pick_fraction(
-        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
-    ) -> tuple[int, int] | None:
-        i = self.pick_whole(st, idxs, 1, req, _with_device_memory(st, req, ok))
-        if i is not None:
-            return i, _free_devices(st, i, 1)[0]
-        return first_shared(
-            st, idxs, range(N_FRAC_BUCKETS - 1, req.gpu_milli // FRAC_BUCKET - 1, -1), req, ok
-        )
-
-
-SCORERS: dict[str, Scorer] = {"binpack": BinPack(), "spread": Spread()}
-
-
-def _register_builtin() -> None:
-    from gpupool.engine.fragscore import AutoScore, FragAware
-
-    SCORERS["fragmentation"] = FragAware()
-    SCORERS["auto"] = AutoScore()
+#: the Score plugins by name (pools and the engine config name one); the built-in ones, and any
+#: added with ``register_scorer`` (the simulator adds ``first-fit``)
+SCORERS: dict[str, Scorer] = {
+    "binpack": BinPack(),
+    "spread": Spread(),
+    "fragmentation": FragAware(),
+    "auto": AutoScore(),
+}
 
 
 def register_scorer(scorer: Scorer) -> None:
     """Add a Score plugin; pools and the engine config refer to it by name."""
     SCORERS[scorer.name] = scorer
-
-
-_register_builtin()
-
-
-def pick_cpu_only(st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter) -> int | None:
-    """The node with the fewest fully free GPUs that fits a pod without GPUs."""
-    return first_whole(st, idxs, range(_top(idxs) + 1), req, ok)
-
-
-def _free_devices(st: ClusterState, i: int, k: int) -> list[int]:
-    dm = st.dev_milli[i]
-    out = [d for d in range(len(dm)) if dm[d] == 1000]
-    return out[:k]
 
 
 def expand_pods(w: Workload) -> list[PodSpec]:
@@ -255,7 +136,7 @@ class Placer:
             i = scorer.pick_whole(st, idxs, r.gpus, r, ok)
             if i is None:
                 return None
-            devs = tuple(_free_devices(st, i, r.gpus))
+            devs = tuple(free_devices(st, i, r.gpus))
             mem = st.nodes[i].gpu_memory_mib
             st.allocate(i, devs, 1000, mem, r.cpu_milli, r.memory_mib, r.rdma)
             return PodPlacement(
@@ -266,7 +147,7 @@ class Placer:
             if got is None:
                 return None
             i, d = got
-            mem = _mem_for(st, i, r)
+            mem = mem_for(st, i, r)
             st.allocate(i, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma)
             return PodPlacement(
                 p.group, p.index, st.nodes[i].name, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma
@@ -286,7 +167,7 @@ class Placer:
         r = p.req
         best: tuple[int, int, int] | None = None  # (score, node, device)
         for i in nodes:
-            if not _fits_node(st, i, r) or not ok(i):
+            if not fits_node(st, i, r) or not ok(i):
                 continue
             if r.gpus:
                 fw = st.free_whole[i]
@@ -295,7 +176,7 @@ class Placer:
             elif r.gpu_milli:
                 dm = st.dev_milli[i]
                 for d, free in enumerate(dm):
-                    if free >= r.gpu_milli and st.dev_mem[i][d] >= _mem_for(st, i, r):
+                    if free >= r.gpu_milli and st.dev_mem[i][d] >= mem_for(st, i, r):
                         score = free if free < 1000 else 1000 + st.free_whole[i]
                         if best is None or score < best[0]:
                             best = (score, i, d)
@@ -306,14 +187,14 @@ class Placer:
             return None
         _, i, d = best
         if r.gpus:
-            devs = tuple(_free_devices(st, i, r.gpus))
+            devs = tuple(free_devices(st, i, r.gpus))
             mem = st.nodes[i].gpu_memory_mib
             st.allocate(i, devs, 1000, mem, r.cpu_milli, r.memory_mib, r.rdma)
             return PodPlacement(
                 p.group, p.index, st.nodes[i].name, devs, 1000, mem, r.cpu_milli, r.memory_mib, r.rdma
             )
         if r.gpu_milli:
-            mem = _mem_for(st, i, r)
+            mem = mem_for(st, i, r)
             st.allocate(i, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma)
             return PodPlacement(
                 p.group, p.index, st.nodes[i].name, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma
@@ -464,3 +345,10 @@ class Placer:
             + (f" ({len(cands)} candidate domains tried, none fits every pod)" if cands else ""),
             topology=True,
         )
+
+
+# the names these helpers had before they moved to ``engine/scoring.py``: still imported from
+# here by ``sim/simulator.py`` (``_fits_node``) and ``tests/test_fragscore.py``
+_fits_node = fits_node
+_mem_for = mem_for
+_free_devices = free_devices

@@ -2,19 +2,20 @@
 
 Public API: :func:`run_fragmentation` and :func:`format_table` (the benchmark),
 :func:`node_fragmentation` / :func:`node_fragmentation_batch` with
-:class:`ShapeDistribution` (the reusable node score), the CSV loaders and
+:class:`ShapeDistribution` (the node score; it lives in the engine, ``gpupool.engine.fgd``, and
+is re-exported here: the benchmark imports the engine, never the reverse), the CSV loaders and
 :class:`FragbenchError`.
 """
 
-from gpupool.fragbench.bench import PUBLISHED, format_table, run_fragmentation
-from gpupool.fragbench.engine_run import ENGINE_POLICIES
-from gpupool.fragbench.fgd import (
+from gpupool.engine.fgd import (
     CompiledShapes,
     PodShape,
     ShapeDistribution,
     node_fragmentation,
     node_fragmentation_batch,
 )
+from gpupool.fragbench.bench import PUBLISHED, format_table, run_fragmentation
+from gpupool.fragbench.engine_run import ENGINE_POLICIES
 from gpupool.fragbench.sim import POLICIES
 from gpupool.fragbench.trace import FragbenchError, Node, Pod, load_nodes, load_pods
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.table import Table
 
+from gpupool.engine.fgd import ShapeDistribution
 from gpupool.fragbench.engine_run import ENGINE_POLICIES, simulate_seed_engine
-from gpupool.fragbench.fgd import ShapeDistribution
 from gpupool.fragbench.sim import POLICIES, Cluster, PodTable, simulate_seed
 from gpupool.fragbench.trace import FragbenchError, load_nodes, load_pods
 

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpupool.engine import Engine
 from gpupool.fragbench.sim import MILLI, Cluster, PodTable, sample_arrivals
 from gpupool.fragbench.trace import Node as TraceNode
 from gpupool.fragbench.trace import Pod
@@ -60,8 +61,6 @@ def simulate_seed_engine(
     nodes: Sequence[TraceNode], pods: Sequence[Pod], table: PodTable, cluster: Cluster, seed: int, score: str
 ) -> tuple[float, int]:
     """Allocation ratio (percent) at 100% arrival with the engine placing, and pods skipped."""
-    from gpupool.engine import Engine  # late: the engine's score plugin imports this package
-
     rng = np.random.default_rng(seed)
     capacity = cluster.gpu_capacity_milli
     arrivals = sample_arrivals(table, capacity, rng)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from gpupool.fragbench.fgd import GPUPOOL_CAPACITY_WEIGHT, CompiledShapes
+from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT, CompiledShapes
 from gpupool.fragbench.trace import MILLI, Node, Pod
 
 __all__ = ["POLICIES", "Cluster", "PodTable", "pick", "sample_arrivals", "simulate_seed"]

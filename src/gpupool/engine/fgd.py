@@ -12,10 +12,12 @@ a node for one task shape is the free GPU milli that shape cannot use:
 
 The node fragmentation is the expectation of that quantity over the workload's
 popularity-weighted shape distribution.  FGD places each task where this
-expectation grows least.  The scheduling engine calls :func:`node_fragmentation`
-(one node) or :func:`node_fragmentation_batch` (many nodes, numpy) with the
-shape distribution of the pods it expects, before and after a candidate
-placement, and prefers the smallest growth.
+expectation grows least.  The engine's ``fragmentation`` score plugin
+(``engine/fragscore.py``) calls :func:`node_fragmentation_batch` with the shape
+distribution of the pods it expects, before and after a candidate placement, and
+prefers the smallest growth; the benchmark (``gpupool.fragbench``) imports this
+module to run the paper's policies, so the measure it validates is the one the
+engine ships (the benchmark imports the engine, never the reverse).
 
 ``measure="capacity"`` extends the idea to *repeated* pods of a shape (CPU that
 runs out after a few pods strands the remaining GPUs; per-GPU remainders are
@@ -28,18 +30,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
-
-from gpupool.fragbench.trace import Pod
 
 __all__ = [
     "GPUPOOL_CAPACITY_WEIGHT",
     "MEASURES",
     "CompiledShapes",
     "Measure",
+    "PodLike",
     "PodShape",
     "ShapeDistribution",
     "node_fragmentation",
@@ -52,6 +53,23 @@ GPUPOOL_CAPACITY_WEIGHT = 0.5
 MEASURES: tuple[str, ...] = ("fgd", "capacity", "gpupool")
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
+
+
+class PodLike(Protocol):
+    """What a shape is read from: a trace pod (``gpupool.fragbench.trace.Pod``) has these fields.
+
+    A protocol, so that the engine does not depend on the benchmark's trace types."""
+
+    @property
+    def cpu_milli(self) -> int: ...
+    @property
+    def memory_mib(self) -> int: ...
+    @property
+    def num_gpu(self) -> int: ...
+    @property
+    def gpu_milli(self) -> int: ...
+    @property
+    def gpu_spec(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +99,7 @@ class ShapeDistribution:
     @classmethod
     def from_pods(
         cls,
-        pods: Iterable[Pod],
+        pods: Iterable[PodLike],
         popularity: float = 0.95,
         include_memory: bool = False,
         weight_by: str = "count",
