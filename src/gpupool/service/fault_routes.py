@@ -1,7 +1,7 @@
 """REST verbs for node faults: drain a node, mark a device unhealthy (or healthy again).
 
 Why here and not in api.py: they are a unit (one policy, gpupool.service.failures) and api.py is
-shared by many routes; ``api._routes`` registers these with its cordon helper.
+shared by many routes; ``routes.cluster`` registers these with its cordon helper.
 
 Both are platform-admin verbs (the same check as cordon: update of the Cluster object) and are
 audited. Device health is stored like cordon, as an annotation on the Cluster object that
@@ -15,15 +15,15 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import Body, FastAPI
+from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
-from gpupool.service.api import ApiError, Caller, Service, Svc
 from gpupool.service.convert import bundle_from_manifests, object_manifest
 from gpupool.service.failures import UNHEALTHY_ANNOTATION
 from gpupool.service.openapi import BODY, doc
+from gpupool.service.routes.base import ApiError, Caller, Service, Svc
 
 
 class DeviceHealthRequest(BaseModel):
@@ -126,7 +126,7 @@ def drain(
     return {"name": name, "schedulable": False, "evicted": evicted}
 
 
-def add_routes(app: FastAPI, cordon: Callable[[str, bool, Principal, Service], dict[str, Any]]) -> None:
+def add_routes(app: APIRouter, cordon: Callable[[str, bool, Principal, Service], dict[str, Any]]) -> None:
     """Register the drain and device-health verbs (``cordon`` is api's cordon helper)."""
 
     @app.post("/v1/nodes/{name}/drain", tags=["cluster"], **doc(Drained, *BODY, 404))

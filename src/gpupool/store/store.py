@@ -1087,6 +1087,18 @@ class Store:
         with self._read() as s:
             return [_wl(r) for r in s.execute(q).scalars()]
 
+    def phase_counts(self) -> dict[str, int]:
+        """How many workloads are in each phase (phases with none are absent); for the metrics."""
+        with self.engine.connect() as c:
+            rows = c.execute(sa.select(WorkloadRow.phase, sa.func.count()).group_by(WorkloadRow.phase)).all()
+        return {p: n for p, n in rows}
+
+    def ping(self) -> None:
+        """One round trip to the database; raises what the driver raises when it is unreachable
+        (readiness reports the exception's type)."""
+        with self.engine.connect() as c:
+            c.execute(sa.text("SELECT 1"))
+
     def transition_workload(
         self,
         name: str,

@@ -1,0 +1,281 @@
+"""Configuration objects (pools, queues, priority classes, clusters): list, read, put, delete,
+and ``POST /v1/apply`` for a set of manifests, workloads included, whole or not at all."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, Field
+
+from gpupool.audit import AuditEntry, canonical_json
+from gpupool.auth import Action, Principal, Resource
+from gpupool.manifests import Document, ManifestError
+from gpupool.service import openapi as oa
+from gpupool.service.convert import (
+    bundle_from_manifests,
+    error_items,
+    object_manifest,
+    parse_manifest,
+    resource_version,
+    without_server_metadata,
+)
+from gpupool.service.openapi import BODY, READ, WRITE, doc
+from gpupool.service.routes.base import ApiError, Caller, Denied, Service, Svc
+from gpupool.service.routes.workloads import Prepared, prepare, submit_prepared
+from gpupool.service.view import ConfigView
+from gpupool.store import NotFound, ObjectRecord
+
+router = APIRouter()
+
+PLURALS = {
+    "pools": "ResourcePool",
+    "queues": "Queue",
+    "priorityclasses": "PriorityClass",
+    "clusters": "Cluster",
+}
+CONFIG_ACTIONS = {
+    "ResourcePool": "pool",
+    "Queue": "queue",
+    "PriorityClass": "priorityclass",
+    "Cluster": "cluster",
+}
+
+
+class ApplyRequest(BaseModel):
+    items: list[dict[str, Any]] = Field(
+        min_length=1, description="manifests, applied all-or-nothing after validation"
+    )
+
+
+def _config_resource(kind: str, name: str, manifest: Mapping[str, Any] | None, svc: Service) -> Resource:
+    parent = None
+    if kind == "Queue":
+        spec = (manifest or {}).get("spec") or {}
+        parent = spec.get("parent") if isinstance(spec, Mapping) else None
+        if manifest is None:
+            parent = svc.controller.parents.get(name)
+    return Resource(kind, name, queue=parent)
+
+
+def _parse_set(items: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Document]]:
+    """Every manifest of a set validated, duplicates refused: all located errors at once."""
+    docs: list[tuple[dict[str, Any], Document]] = []
+    errors: list[str] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, m in enumerate(items):
+        try:
+            d = parse_manifest(m, f"items[{i}]")
+        except ManifestError as exc:
+            errors.extend(exc.errors)
+            continue
+        first = seen.setdefault((d.kind, d.name), i)
+        if first != i:
+            errors.append(
+                f"{d.source}: metadata.name: duplicate {d.kind} {d.name!r} (first at items[{first}])"
+            )
+        docs.append(({k: v for k, v in m.items() if k != "status"}, d))
+    if errors:
+        raise ManifestError(errors)
+    return docs
+
+
+def _check_config(svc: Service, p: Principal, docs: list[tuple[dict[str, Any], Document]]) -> ConfigView:
+    """Authorize each change (a queue move where it is and where it goes) and build the
+    configuration the set would leave, which must be valid as a whole."""
+    for m, d in docs:
+        svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, m, svc))
+        if d.kind == "Queue" and d.name in svc.controller.parents:
+            # moving a queue needs authority where it is now, not only where it goes
+            svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, None, svc))
+    current = {(r.kind, r.name): object_manifest(r) for r in svc.store.list_objects()}
+    for m, d in docs:
+        current[(d.kind, d.name)] = without_server_metadata(m)
+    return ConfigView(bundle_from_manifests(current.values(), skip_invalid=True))
+
+
+def _check_workloads(
+    svc: Service, p: Principal, docs: list[tuple[dict[str, Any], Document]], view: ConfigView | None
+) -> list[Prepared]:
+    """Each workload checked against the configuration the set leaves, and against the
+    stored workloads (a name taken with another manifest); raises with every problem."""
+    preps: list[Prepared] = []
+    errors: list[str] = []
+    conflicts: list[dict[str, str]] = []
+    for m, d in docs:
+        try:
+            prep = prepare(svc, p, m, view)
+        except Denied as den:
+            svc.store.append_audit(den.entry)
+            raise
+        except ManifestError as exc:
+            errors.extend(exc.errors)
+            continue
+        except ApiError as exc:
+            errors.extend(f"{d.source}: {e['field']}: {e['problem']}" for e in exc.errors)
+            continue
+        clash = _name_clash(svc, p, prep)
+        if clash:
+            conflicts.append({"field": f"{d.source}: metadata.name", "problem": clash})
+        preps.append(prep)
+    if errors:
+        raise ManifestError(errors)
+    if conflicts:
+        raise ApiError(409, f"{len(conflicts)} workload name(s) taken; nothing was applied", conflicts)
+    return preps
+
+
+def _name_clash(svc: Service, p: Principal, prep: Prepared) -> str | None:
+    try:
+        rec = svc.store.get_workload(prep.model.name)
+    except NotFound:
+        return None
+    if rec.owner == p.name and canonical_json(rec.manifest) == canonical_json(prep.body):
+        return None
+    return (
+        f"workload {rec.name!r} already exists with a different manifest or owner; "
+        "a resubmission must repeat the original exactly, otherwise choose another name"
+    )
+
+
+def _apply_set(svc: Service, p: Principal, items: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Apply a set whole or not at all: everything is validated and authorized against the
+    configuration the set leaves before anything is written; configuration objects are then
+    written in one transaction, and the workloads submitted. Only a race lost after the
+    checks (a name taken meanwhile) can fail a workload alone; its result says so."""
+    docs = _parse_set(items)
+    config = [(m, d) for m, d in docs if d.kind != "Workload"]
+    workloads = [(m, d) for m, d in docs if d.kind == "Workload"]
+    ctl = svc.controller
+    results: list[dict[str, str]] = []
+    with ctl.lock:
+        view = _check_config(svc, p, config) if config else None
+        preps = _check_workloads(svc, p, workloads, view)
+        if config:
+            done = svc.store.apply_objects(
+                [
+                    (
+                        without_server_metadata(m),
+                        AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name),
+                        resource_version(m),  # sent back from a GET: 409 if stale
+                    )
+                    for m, d in config
+                ]
+            )
+            results = [{"kind": r.kind, "name": r.name, "result": outcome} for r, outcome in done]
+            if any(r["result"] != "unchanged" for r in results):
+                ctl.reload_config()
+    for prep in preps:
+        results.append(submit_prepared(svc, p, prep))
+    return results
+
+
+@router.post("/v1/apply", tags=["config"], **doc(oa.ApplyResults, *BODY, 404))
+def apply(body: ApplyRequest, p: Caller, svc: Svc) -> dict[str, Any]:
+    """kubectl-apply a set of manifests, whole or not at all: every object is validated and
+    authorized against the configuration the set leaves (a new Queue and a Workload in it may
+    come together) before anything is written; then configuration objects are written in one
+    transaction and the workloads submitted (idempotent by name)."""
+    return {"results": _apply_set(svc, p, body.items)}
+
+
+def _kind(plural: str) -> str:
+    kind = PLURALS.get(plural)
+    if kind is None:
+        raise ApiError(
+            404,
+            f"unknown resource type {plural!r}; one of {', '.join(PLURALS)}",
+            [{"field": "kind", "problem": "unknown"}],
+        )
+    return kind
+
+
+@router.get("/v1/config/{plural}", tags=["config"], **doc(oa.ConfigList, *READ, 422))
+def list_objects(plural: str, p: Caller, svc: Svc) -> dict[str, Any]:
+    """List pools, queues, priorityclasses or clusters (every role may read configuration)."""
+    kind = _kind(plural)
+    items = [r.to_manifest() for r in svc.store.list_objects(kind)]
+    if kind == "PriorityClass":
+        stored = {i["metadata"]["name"] for i in items}
+        for pc in svc.controller.bundle.priority_classes:
+            if pc.name not in stored:
+                items.append(
+                    {
+                        "apiVersion": "gpupool.io/v1alpha1",
+                        "kind": "PriorityClass",
+                        "metadata": {"name": pc.name, "annotations": {"gpupool.io/builtin": "true"}},
+                        "spec": {
+                            "value": pc.value,
+                            "preemptible": pc.preemptible,
+                            "description": pc.description,
+                        },
+                    }
+                )
+    return {"kind": kind, "items": items}
+
+
+@router.get("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.Manifest, *READ, 422))
+def get_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+    """One configuration object."""
+    return svc.store.get_object(_kind(plural), name).to_manifest()
+
+
+@router.put("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.ApplyResult, *BODY, 404))
+def put_object(
+    plural: str, name: str, p: Caller, svc: Svc, manifest: dict[str, Any] = Body(...)
+) -> dict[str, Any]:
+    """Create or update one object (the manifest's kind and name must match the path)."""
+    kind = _kind(plural)
+    raw_meta = manifest.get("metadata")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
+    if manifest.get("kind") != kind or meta.get("name") != name:
+        raise ApiError(
+            422,
+            f"the manifest must be a {kind} named {name!r}",
+            [{"field": "kind/metadata.name", "problem": "does not match the URL"}],
+        )
+    return _apply_set(svc, p, [manifest])[0]
+
+
+@router.delete("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.Deleted, *WRITE, 404))
+def delete_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
+    """Delete an object; refused (409) while anything refers to it."""
+    kind = _kind(plural)
+    svc.check(p, Action.DELETE, _config_resource(kind, name, None, svc))
+    ctl = svc.controller
+    with ctl.lock:
+        rec: ObjectRecord = svc.store.get_object(kind, name)
+        if kind == "Queue":
+            live = svc.store.list_workloads(
+                queues=[name],
+                phases=["Pending", "AwaitingApproval", "Admitted", "Running", "Preempted"],
+                limit=1,
+            )
+            if live:
+                raise ApiError(
+                    409,
+                    f"queue {name!r} still has workloads (e.g. {live[0].name}); cancel or finish them first",
+                    [{"field": "metadata.name", "problem": "queue in use"}],
+                )
+        if kind == "ResourcePool":
+            used = svc.read.running_in_pool(name)
+            if used:
+                raise ApiError(
+                    409,
+                    f"pool {name!r} still runs workloads (e.g. {used[0]})",
+                    [{"field": "metadata.name", "problem": "pool in use"}],
+                )
+        rest = [object_manifest(r) for r in svc.store.list_objects() if (r.kind, r.name) != (kind, name)]
+        try:
+            bundle_from_manifests(rest, skip_invalid=True)
+        except ManifestError as exc:
+            raise ApiError(
+                409, f"{kind} {name!r} is still referenced; nothing was deleted", error_items(exc)
+            ) from exc
+        svc.store.delete_object(
+            kind, name, audit=AuditEntry(p.name, f"{CONFIG_ACTIONS[kind]}.delete", kind, name)
+        )
+        ctl.reload_config()
+        svc.forget_tokens()  # tokens scoped to a deleted queue were revoked with it
+    return {"kind": kind, "name": name, "result": "deleted", "resourceVersion": rec.resource_version}
