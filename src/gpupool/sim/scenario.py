@@ -302,8 +302,33 @@ def load_scenario(path: Path) -> Scenario:
     spec = parse_scenario(text, src, base)
     raw = yaml.safe_load(text)
     name = str((raw.get("metadata") or {}).get("name", path.stem))
+    docs = _cluster_documents(spec, base, src)
     errors: list[str] = []
-    # -- cluster documents
+    trace = _trace(spec, base, src, docs, errors)
+    faults = _faults(spec.faults, f"{src}: spec.faults", errors)
+    horizon = _dur(spec.horizon, f"{src}: spec.horizon", errors) if spec.horizon is not None else None
+    interval = _dur(spec.scheduleInterval, f"{src}: spec.scheduleInterval", errors)
+    if errors:
+        raise SimInputError(errors)
+    variants = _variants(spec, docs, src, faults)
+    return Scenario(
+        name=name,
+        source=src,
+        variants=variants,
+        trace=trace,
+        faults=faults,
+        horizon=horizon,
+        seed=spec.seed,
+        policies=list(dict.fromkeys(spec.policies)),
+        samples=spec.samples,
+        check_invariants=spec.checkInvariants,
+        schedule_interval=interval,
+    )
+
+
+def _cluster_documents(spec: ScenarioSpec, base: Path, src: str) -> list[Document]:
+    """The cluster's manifests: the files named, then the documents inline."""
+    errors: list[str] = []
     docs: list[Document] = []
     try:
         files = [_resolve(base, f) for f in spec.cluster.files]
@@ -320,7 +345,11 @@ def load_scenario(path: Path) -> Scenario:
         errors.extend(exc.errors)
     if errors:
         raise SimInputError(errors)
-    # -- trace
+    return docs
+
+
+def _trace(spec: ScenarioSpec, base: Path, src: str, docs: list[Document], errors: list[str]) -> Trace:
+    """The one workload source the scenario names (Philly's auto queues are added to ``docs``)."""
     w = spec.workload
     where = f"{src}: spec.workload"
     if w.philly is not None:
@@ -334,74 +363,76 @@ def load_scenario(path: Path) -> Scenario:
         )
         if p.autoQueues is not None:
             docs.extend(_auto_queues(trace, p.autoQueues, docs, f"{where}.philly.autoQueues"))
-    elif w.openb is not None:
-        trace = load_openb(
-            _checked(base, w.openb.pods, f"{where}.openb.pods"), w.openb.queue, w.openb.maxJobs
-        )
-    elif w.csv is not None:
+        return trace
+    if w.openb is not None:
+        return load_openb(_checked(base, w.openb.pods, f"{where}.openb.pods"), w.openb.queue, w.openb.maxJobs)
+    if w.csv is not None:
         g = w.csv
-        trace = load_generic(
+        return load_generic(
             _checked(base, g.path, f"{where}.csv.path"), g.columns, g.format, g.defaultQueue, g.maxJobs
         )
-    else:
-        gen = w.generator
-        assert gen is not None
-        horizon_gen = _dur(gen.duration, f"{where}.generator.duration", errors)
-        types = []
-        for i, t in enumerate(gen.types):
-            sizes = []
-            for k, wt in t.sizes.items():
-                try:
-                    s = float(k)
-                except ValueError:
-                    errors.append(f"{where}.generator.types[{i}].sizes.{k}: not a number of GPUs")
-                    continue
-                if s <= 0 or (s >= 1 and s != int(s)):
-                    errors.append(f"{where}.generator.types[{i}].sizes.{k}: a fraction below 1 or whole GPUs")
-                    continue
-                sizes.append((s, float(wt)))
-            types.append(
-                TaskTypeGen(
-                    t.type,
-                    t.ratePerHour,
-                    tuple(t.queues),
-                    tuple(sizes),  # type: ignore[arg-type]
-                    _dur(t.meanDuration, f"{where}.generator.types[{i}].meanDuration", errors),
-                    t.durationSigma,
-                    t.priorityClass,
-                    t.diurnal.amplitude if t.diurnal else 0.0,
-                    t.diurnal.peakHour if t.diurnal else 14.0,
-                    tuple(t.gpuModels),
-                )
-            )
-        bursts = [
-            BurstGen(
-                _dur(b.at, f"{where}.generator.bursts[{i}].at", errors),
-                b.count,
-                b.type,
-                b.queue,
-                b.gpus,
-                _dur(b.meanDuration, f"{where}.generator.bursts[{i}].meanDuration", errors),
-                b.priorityClass,
-            )
-            for i, b in enumerate(gen.bursts)
-        ]
-        if errors:
-            raise SimInputError(errors)
-        trace = generate(
-            types,
-            bursts,
-            horizon_gen,
-            spec.seed,
-            gen.gpusPerNode,
-            _cpu(gen.cpuPerGPU, f"{where}.generator.cpuPerGPU"),
-            _mem(gen.memoryPerGPU, f"{where}.generator.memoryPerGPU"),
+    assert w.generator is not None
+    return _generated(w.generator, spec.seed, f"{where}.generator", errors)
+
+
+def _generated(gen: GeneratorSpec, seed: int, where: str, errors: list[str]) -> Trace:
+    """A synthetic trace: Poisson arrivals per task type, and bursts."""
+    horizon_gen = _dur(gen.duration, f"{where}.duration", errors)
+    types = [_task_type(t, f"{where}.types[{i}]", errors) for i, t in enumerate(gen.types)]
+    bursts = [
+        BurstGen(
+            at_s=_dur(b.at, f"{where}.bursts[{i}].at", errors),
+            count=b.count,
+            type=b.type,
+            queue=b.queue,
+            gpus=b.gpus,
+            duration_mean_s=_dur(b.meanDuration, f"{where}.bursts[{i}].meanDuration", errors),
+            priority_class=b.priorityClass,
         )
-    # -- faults
-    fs = spec.faults
-    fw = f"{src}: spec.faults"
-    faults = Faults(
-        tuple(
+        for i, b in enumerate(gen.bursts)
+    ]
+    if errors:
+        raise SimInputError(errors)
+    return generate(
+        types,
+        bursts,
+        horizon_gen,
+        seed,
+        gen.gpusPerNode,
+        _cpu(gen.cpuPerGPU, f"{where}.cpuPerGPU"),
+        _mem(gen.memoryPerGPU, f"{where}.memoryPerGPU"),
+    )
+
+
+def _task_type(t: TaskTypeSpec, where: str, errors: list[str]) -> TaskTypeGen:
+    sizes = []
+    for k, wt in t.sizes.items():
+        try:
+            s = float(k)
+        except ValueError:
+            errors.append(f"{where}.sizes.{k}: not a number of GPUs")
+            continue
+        if s <= 0 or (s >= 1 and s != int(s)):
+            errors.append(f"{where}.sizes.{k}: a fraction below 1 or whole GPUs")
+            continue
+        sizes.append((s, float(wt)))
+    return TaskTypeGen(
+        type=t.type,
+        rate_per_hour=t.ratePerHour,
+        queues=tuple(t.queues),
+        sizes=tuple(sizes),  # type: ignore[arg-type]
+        duration_mean_s=_dur(t.meanDuration, f"{where}.meanDuration", errors),
+        duration_sigma=t.durationSigma,
+        priority_class=t.priorityClass,
+        diurnal_amplitude=t.diurnal.amplitude if t.diurnal else 0.0,
+        peak_hour=t.diurnal.peakHour if t.diurnal else 14.0,
+        gpu_models=tuple(t.gpuModels),
+    )
+
+
+def _faults(fs: FaultsSpec, fw: str, errors: list[str]) -> Faults:
+    return Faults(
+        node_failures=tuple(
             (
                 nf.node,
                 _dur(nf.at, f"{fw}.nodeFailures[{i}].at", errors),
@@ -409,43 +440,33 @@ def load_scenario(path: Path) -> Scenario:
             )
             for i, nf in enumerate(fs.nodeFailures)
         ),
-        fs.mtbf.hours * 3600.0 if fs.mtbf else None,
-        _dur(fs.mtbf.repairAfter, f"{fw}.mtbf.repairAfter", errors) if fs.mtbf else 7200.0,
-        fs.jobFailuresPerHour / 3600.0,
-        fs.retry.maxRetries,
-        _dur(fs.retry.backoff, f"{fw}.retry.backoff", errors),
-        fs.retry.backoffFactor,
-        _dur(fs.retry.maxBackoff, f"{fw}.retry.maxBackoff", errors),
+        mtbf_s=fs.mtbf.hours * 3600.0 if fs.mtbf else None,
+        mtbf_repair_s=_dur(fs.mtbf.repairAfter, f"{fw}.mtbf.repairAfter", errors) if fs.mtbf else 7200.0,
+        job_failures_per_s=fs.jobFailuresPerHour / 3600.0,
+        max_retries=fs.retry.maxRetries,
+        backoff_s=_dur(fs.retry.backoff, f"{fw}.retry.backoff", errors),
+        backoff_factor=fs.retry.backoffFactor,
+        max_backoff_s=_dur(fs.retry.maxBackoff, f"{fw}.retry.maxBackoff", errors),
     )
-    horizon = _dur(spec.horizon, f"{src}: spec.horizon", errors) if spec.horizon is not None else None
-    interval = _dur(spec.scheduleInterval, f"{src}: spec.scheduleInterval", errors)
-    if errors:
-        raise SimInputError(errors)
-    # -- variants
+
+
+def _variants(spec: ScenarioSpec, docs: list[Document], src: str, faults: Faults) -> list[Variant]:
+    """The baseline cluster and each what-if; failures must name nodes of the baseline."""
+    errors: list[str] = []
     variants = [_variant("baseline", docs, src)]
     for i, wi in enumerate(spec.whatIf):
         variants.append(_variant(wi.name, _what_if(docs, wi, f"{src}: spec.whatIf[{i}]"), src))
     node_names = {n.name for n in variants[0].nodes}
     for i, (node, _, _) in enumerate(faults.node_failures):
         if node not in node_names:
-            errors.append(f"{fw}.nodeFailures[{i}].node: node {node!r} does not exist in the cluster")
+            errors.append(
+                f"{src}: spec.faults.nodeFailures[{i}].node: node {node!r} does not exist in the cluster"
+            )
     if not variants[0].nodes:
         errors.append(f"{src}: spec.cluster: the cluster has no nodes")
     if errors:
         raise SimInputError(errors)
-    return Scenario(
-        name,
-        src,
-        variants,
-        trace,
-        faults,
-        horizon,
-        spec.seed,
-        list(dict.fromkeys(spec.policies)),
-        spec.samples,
-        spec.checkInvariants,
-        interval,
-    )
+    return variants
 
 
 def _checked(base: Path, p: str, where: str) -> Path:

@@ -10,7 +10,7 @@ import csv
 import json
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -150,19 +150,16 @@ def load_philly(
         q = f"{queue_prefix}{cl}"
         tr.jobs.append(
             JobSpec(
-                f"j{i:06d}",
-                q,
-                ts - t0,
-                max(dur, 1.0),
-                per,
-                reps,
-                0,
-                cpu_per_gpu * per,
-                memory_per_gpu_mib * per,
-                WorkloadType.TRAINING,
-                "",
-                (),
-                where,
+                name=f"j{i:06d}",
+                queue=q,
+                submit=ts - t0,
+                duration=max(dur, 1.0),
+                gpus=per,
+                replicas=reps,
+                cpu_milli=cpu_per_gpu * per,
+                memory_mib=memory_per_gpu_mib * per,
+                type=WorkloadType.TRAINING,
+                source=where,
             )
         )
         tr.gpu_time_by_queue[q] = tr.gpu_time_by_queue.get(q, 0.0) + dur * n
@@ -198,22 +195,80 @@ def load_openb(path: Path, queue: str = "default", max_jobs: int | None = None) 
         frac = n == 1 and 0 < m < 1000
         tr.jobs.append(
             JobSpec(
-                name,
-                queue,
-                c - t0,
-                dur,
-                0 if frac else n,
-                1,
-                m if frac else 0,
-                cpu,
-                mem // 1 if mem else 0,
-                WorkloadType.INFERENCE if frac else WorkloadType.BATCH,
-                "",
-                spec,
-                where,
+                name=name,
+                queue=queue,
+                submit=c - t0,
+                duration=dur,
+                gpus=0 if frac else n,
+                replicas=1,
+                gpu_milli=m if frac else 0,
+                cpu_milli=cpu,
+                memory_mib=mem // 1 if mem else 0,
+                type=WorkloadType.INFERENCE if frac else WorkloadType.BATCH,
+                gpu_models=spec,
+                source=where,
             )
         )
     return tr
+
+
+def _generic_job(
+    n: int,
+    where: str,
+    row: dict[str, str],
+    columns: Mapping[str, str],
+    fmt: str,
+    default_queue: str,
+    types: set[str],
+    errors: list[str],
+) -> JobSpec | None:
+    """One row of a CSV/JSONL trace as a job; problems go to ``errors`` (the job is then unused),
+    and ``None`` once there are 20 of them."""
+
+    def get(key: str, default: str = "") -> str:
+        col = columns.get(key)
+        if col is None:
+            return default
+        if col not in row:
+            if key in ("submit", "duration") or fmt == "csv":
+                errors.append(f"{where}: column {col!r} (for {key}) is missing")
+            return default  # a JSON object may leave optional fields out
+        return row[col]
+
+    def whole(key: str, default: str) -> int:
+        return int(_num(get(key, default), where, columns.get(key, key), errors, integer=True))
+
+    submit = _num(get("submit"), where, columns["submit"], errors)
+    dur = _num(get("duration"), where, columns["duration"], errors)
+    gpus = whole("gpus", "1")
+    reps = whole("replicas", "1")
+    milli = whole("gpuMilli", "0")
+    cpu = whole("cpuMilli", "0")
+    mem = whole("memoryMiB", "0")
+    typ = get("type", "training") or "training"
+    if typ not in types:
+        errors.append(f"{where}: column {columns.get('type')!r}: unknown task type {typ!r}")
+        typ = "training"
+    model = get("gpuModel")
+    if len(errors) >= 20:
+        return None
+    if milli and 0 < milli < 1000:
+        gpus = 0
+    return JobSpec(
+        name=get("name") or f"j{n:06d}",
+        queue=get("queue") or default_queue,
+        submit=submit,
+        duration=max(dur, 1.0),
+        gpus=gpus,
+        replicas=max(reps, 1),
+        gpu_milli=milli if gpus == 0 else 0,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        type=WorkloadType(typ),
+        priority_class=get("priorityClass"),
+        gpu_models=tuple(x for x in model.split("|") if x),
+        source=where,
+    )
 
 
 _COLUMN_KEYS = (
@@ -267,58 +322,10 @@ def load_generic(
     tr = Trace()
     types = {t.value for t in WorkloadType}
     for n, (where, row) in enumerate(rows()):
-
-        def get(key: str, default: str = "", row: dict[str, str] = row, where: str = where) -> str:
-            col = columns.get(key)
-            if col is None:
-                return default
-            if col not in row:
-                if key in ("submit", "duration") or fmt == "csv":
-                    errors.append(f"{where}: column {col!r} (for {key}) is missing")
-                return default  # a JSON object may leave optional fields out
-            return row[col]
-
-        submit = _num(get("submit"), where, columns["submit"], errors)
-        dur = _num(get("duration"), where, columns["duration"], errors)
-        gpus = int(_num(get("gpus", "1"), where, columns.get("gpus", "gpus"), errors, integer=True))
-        reps = int(
-            _num(get("replicas", "1"), where, columns.get("replicas", "replicas"), errors, integer=True)
-        )
-        milli = int(
-            _num(get("gpuMilli", "0"), where, columns.get("gpuMilli", "gpuMilli"), errors, integer=True)
-        )
-        cpu = int(
-            _num(get("cpuMilli", "0"), where, columns.get("cpuMilli", "cpuMilli"), errors, integer=True)
-        )
-        mem = int(
-            _num(get("memoryMiB", "0"), where, columns.get("memoryMiB", "memoryMiB"), errors, integer=True)
-        )
-        typ = get("type", "training") or "training"
-        if typ not in types:
-            errors.append(f"{where}: column {columns.get('type')!r}: unknown task type {typ!r}")
-            typ = "training"
-        model = get("gpuModel")
-        if len(errors) >= 20:
+        job = _generic_job(n, where, row, columns, fmt, default_queue, types, errors)
+        if job is None:  # enough problems to report
             break
-        if milli and 0 < milli < 1000:
-            gpus = 0
-        tr.jobs.append(
-            JobSpec(
-                get("name") or f"j{n:06d}",
-                get("queue") or default_queue,
-                submit,
-                max(dur, 1.0),
-                gpus,
-                max(reps, 1),
-                milli if gpus == 0 else 0,
-                cpu,
-                mem,
-                WorkloadType(typ),
-                get("priorityClass"),
-                tuple(x for x in model.split("|") if x),
-                where,
-            )
-        )
+        tr.jobs.append(job)
         if max_jobs is not None and len(tr.jobs) >= max_jobs:
             break
     if errors:
@@ -366,86 +373,66 @@ def generate(
 ) -> Trace:
     """Synthetic jobs: thinning of a Poisson process gives the diurnal peak exactly."""
     rng = np.random.default_rng(seed)
-    tr = Trace()
+    node = _NodeShape(gpus_per_node, cpu_per_gpu, memory_per_gpu_mib)
     raw: list[tuple[float, str, JobSpec]] = []
-    for ti, t in enumerate(types):
-        if t.rate_per_hour <= 0:
-            continue
-        peak = t.rate_per_hour * (1 + abs(t.diurnal_amplitude)) / 3600.0
-        n = int(rng.poisson(peak * horizon_s))
-        times = np.sort(rng.uniform(0, horizon_s, n))
-        phase = 2 * np.pi * (times / 3600.0 - t.peak_hour + 6.0) / 24.0
-        keep = rng.uniform(0, 1, n) < (1 + t.diurnal_amplitude * np.sin(phase)) / (
-            1 + abs(t.diurnal_amplitude)
-        )
-        times = times[keep]
-        w = np.array([s[1] for s in t.sizes], dtype=float)
-        idx = rng.choice(len(t.sizes), size=len(times), p=w / w.sum())
-        qs = rng.choice(len(t.queues), size=len(times))
-        mu = math.log(max(t.duration_mean_s, 1.0)) - t.duration_sigma**2 / 2
-        durs = rng.lognormal(mu, t.duration_sigma, len(times))
-        for k in range(len(times)):
-            raw.append(
-                (
-                    float(times[k]),
-                    f"{t.type.value}",
-                    _gen_job(
-                        t.type,
-                        t.queues[int(qs[k])],
-                        float(times[k]),
-                        float(durs[k]),
-                        t.sizes[int(idx[k])][0],
-                        t.priority_class,
-                        t.gpu_models,
-                        gpus_per_node,
-                        cpu_per_gpu,
-                        memory_per_gpu_mib,
-                        f"generator.types[{ti}]",
-                    ),
-                )
-            )
+    for ti, t in enumerate(types):  # the draws' order makes the trace: types first, then bursts
+        raw.extend(_type_arrivals(rng, t, horizon_s, node, f"generator.types[{ti}]"))
     for bi, b in enumerate(bursts):
-        mu = math.log(max(b.duration_mean_s, 1.0)) - 0.5
-        durs = rng.lognormal(mu, 1.0, b.count)
-        for k in range(b.count):
-            raw.append(
-                (
-                    b.at_s,
-                    b.type.value,
-                    _gen_job(
-                        b.type,
-                        b.queue,
-                        b.at_s,
-                        float(durs[k]),
-                        b.gpus,
-                        b.priority_class,
-                        (),
-                        gpus_per_node,
-                        cpu_per_gpu,
-                        memory_per_gpu_mib,
-                        f"generator.bursts[{bi}]",
-                    ),
-                )
-            )
+        raw.extend(_burst_arrivals(rng, b, node, f"generator.bursts[{bi}]"))
     raw.sort(key=lambda r: (r[0], r[1]))
+    tr = Trace()
     for i, (_, _, j) in enumerate(raw):
-        job = JobSpec(
-            f"{j.type.value[:3]}-{i:06d}",
-            j.queue,
-            round(j.submit, 3),
-            round(j.duration, 3),
-            j.gpus,
-            j.replicas,
-            j.gpu_milli,
-            j.cpu_milli,
-            j.memory_mib,
-            j.type,
-            j.priority_class,
-            j.gpu_models,
-            j.source,
-        )
-        tr.jobs.append(job)
+        name = f"{j.type.value[:3]}-{i:06d}"
+        tr.jobs.append(replace(j, name=name, submit=round(j.submit, 3), duration=round(j.duration, 3)))
     return tr
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeShape:
+    """How generated GPU counts become pods, and their CPU and memory requests."""
+
+    gpus_per_node: int
+    cpu_per_gpu: int
+    memory_per_gpu_mib: int
+
+
+def _type_arrivals(
+    rng: np.random.Generator, t: TaskTypeGen, horizon_s: float, node: _NodeShape, src: str
+) -> list[tuple[float, str, JobSpec]]:
+    if t.rate_per_hour <= 0:
+        return []
+    peak = t.rate_per_hour * (1 + abs(t.diurnal_amplitude)) / 3600.0
+    n = int(rng.poisson(peak * horizon_s))
+    times = np.sort(rng.uniform(0, horizon_s, n))
+    phase = 2 * np.pi * (times / 3600.0 - t.peak_hour + 6.0) / 24.0
+    keep = rng.uniform(0, 1, n) < (1 + t.diurnal_amplitude * np.sin(phase)) / (1 + abs(t.diurnal_amplitude))
+    times = times[keep]
+    w = np.array([s[1] for s in t.sizes], dtype=float)
+    idx = rng.choice(len(t.sizes), size=len(times), p=w / w.sum())
+    qs = rng.choice(len(t.queues), size=len(times))
+    mu = math.log(max(t.duration_mean_s, 1.0)) - t.duration_sigma**2 / 2
+    durs = rng.lognormal(mu, t.duration_sigma, len(times))
+    out = []
+    for k in range(len(times)):
+        at, queue, size = float(times[k]), t.queues[int(qs[k])], t.sizes[int(idx[k])][0]
+        job = _gen_job(t.type, queue, at, float(durs[k]), size, t.priority_class, t.gpu_models, node, src)
+        out.append((at, f"{t.type.value}", job))
+    return out
+
+
+def _burst_arrivals(
+    rng: np.random.Generator, b: BurstGen, node: _NodeShape, src: str
+) -> list[tuple[float, str, JobSpec]]:
+    mu = math.log(max(b.duration_mean_s, 1.0)) - 0.5
+    durs = rng.lognormal(mu, 1.0, b.count)
+    return [
+        (
+            b.at_s,
+            b.type.value,
+            _gen_job(b.type, b.queue, b.at_s, float(d), b.gpus, b.priority_class, (), node, src),
+        )
+        for d in durs
+    ]
 
 
 def _gen_job(
@@ -456,29 +443,29 @@ def _gen_job(
     size: float,
     pc: str,
     models: tuple[str, ...],
-    per_node: int,
-    cpu_per_gpu: int,
-    mem_per_gpu: int,
+    node: _NodeShape,
     src: str,
 ) -> JobSpec:
-    if 0 < size < 1:
+    if 0 < size < 1:  # one pod on a share of one GPU, with that share of a GPU's CPU and memory
         milli = round(size * 1000)
-        return JobSpec(
-            "",
-            queue,
-            t,
-            max(dur, 1.0),
-            0,
-            1,
-            milli,
-            cpu_per_gpu * milli // 1000,
-            mem_per_gpu * milli // 1000,
-            typ,
-            pc,
-            models,
-            src,
-        )
-    per, reps = split_gpus(int(size), per_node)
+        per, reps = 0, 1
+        cpu, mem = node.cpu_per_gpu * milli // 1000, node.memory_per_gpu_mib * milli // 1000
+    else:
+        milli = 0
+        per, reps = split_gpus(int(size), node.gpus_per_node)
+        cpu, mem = node.cpu_per_gpu * per, node.memory_per_gpu_mib * per
     return JobSpec(
-        "", queue, t, max(dur, 1.0), per, reps, 0, cpu_per_gpu * per, mem_per_gpu * per, typ, pc, models, src
+        name="",
+        queue=queue,
+        submit=t,
+        duration=max(dur, 1.0),
+        gpus=per,
+        replicas=reps,
+        gpu_milli=milli,
+        cpu_milli=cpu,
+        memory_mib=mem,
+        type=typ,
+        priority_class=pc,
+        gpu_models=models,
+        source=src,
     )
