@@ -8,11 +8,10 @@ exactly the state it was given; callers then ``apply()`` the decisions they acce
 from __future__ import annotations
 
 import gc
-import heapq
 from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Literal
 
 from gpupool.engine.cycle_state import CycleState
 from gpupool.engine.decisions import (
@@ -24,34 +23,29 @@ from gpupool.engine.decisions import (
     PreemptRule,
     Victim,
 )
+from gpupool.engine.holds import plan_hold
+from gpupool.engine.ordering import FairShareOrder
+from gpupool.engine.ordering import workload_order_key as workload_order_key
 from gpupool.engine.placement import Placer
 from gpupool.engine.preemption import Candidate, WholeSlots, candidate_order
+from gpupool.engine.reasons import no_pool_reason, quota_reason
 from gpupool.engine.running import RunningSet
 from gpupool.engine.state import ClusterState, QuotaState
 from gpupool.engine.statement import Statement
 from gpupool.model import (
-    UNLIMITED,
     Admission,
     EngineConfig,
+    PodPlacement,
     QueueingStrategy,
     ReclaimPolicy,
     Running,
     Snapshot,
-    TopologyMode,
-    TopologyScope,
     Vec,
     Workload,
 )
-from gpupool.quantity import format_cpu, format_gpu, format_mib
 
-_DIM_NAMES = ("GPU", "CPU", "memory")
 _STATICS_MAX = 200_000  # cached workload facts before the cache starts afresh
-_DIM_FMT = (format_gpu, format_cpu, format_mib)
 _WholeSlots = WholeSlots  # the name the property tests patch
-
-
-def _fmt(d: int, v: int) -> str:
-    return "unlimited" if v >= UNLIMITED else _DIM_FMT[d](v)
 
 
 ORDER_POLICIES = ("fair-share", "fifo")
@@ -71,11 +65,6 @@ def validate_config(config: EngineConfig) -> None:
             raise ValueError(
                 f"engine config {field_name}: unknown policy {value!r}; choose one of {', '.join(known)}"
             )
-
-
-def workload_order_key(w: Workload) -> tuple[int, float, str]:
-    """Order extension point within a queue: priority first, then arrival, then name."""
-    return (-w.priority, w.arrival, w.name)
 
 
 class Engine:
@@ -223,6 +212,19 @@ class Engine:
 
     def _cycle(self, pending: list[Workload]) -> Decisions:
         out = Decisions()
+        by_queue = self._by_queue(pending, out)
+        if len(self._statics) > _STATICS_MAX:
+            self._statics.clear()
+        self._prepare_placement(by_queue)
+        # Pass 1 admits what fits within guarantees; pass 2 lets the rest borrow. A borrower
+        # admitted first would only be reclaimed (evicted) by a guaranteed workload later.
+        deferred = self._pass(by_queue, out, allow_borrow=False)
+        self._pass(deferred, out, allow_borrow=True)
+        return out
+
+    def _by_queue(self, pending: list[Workload], out: Decisions) -> dict[str, list[Workload]]:
+        """The valid pending work by leaf queue, each in queue order; the rest pending with why
+        (a duplicate name, an unknown queue, a queue with child queues)."""
         by_queue: dict[str, list[Workload]] = {}
         seen = self._cs.seen
         for w in pending:
@@ -248,8 +250,11 @@ class Engine:
             by_queue.setdefault(w.queue, []).append(w)
         for lst in by_queue.values():
             lst.sort(key=workload_order_key)
-        if len(self._statics) > _STATICS_MAX:
-            self._statics.clear()
+        return by_queue
+
+    def _prepare_placement(self, by_queue: dict[str, list[Workload]]) -> None:
+        """Per-cycle placement inputs: the shape mix the fragmentation score weighs (what runs
+        and what waits), no holds yet, and the time backfill is judged against."""
         if self._frag:
             from gpupool.engine.fragscore import FragContext, shares_gpus
 
@@ -261,164 +266,103 @@ class Engine:
                 self.cluster.frag = None  # identical nodes, whole GPUs: ``auto`` is binpack
         self.placer.reserved = {}
         self.placer.now = self.now
-        # Pass 1 admits what fits within guarantees; pass 2 lets the rest borrow. A borrower
-        # admitted first would only be reclaimed (evicted) by a guaranteed workload later.
-        deferred = self._pass(by_queue, out, allow_borrow=False)
-        self._pass(deferred, out, allow_borrow=True)
-        return out
 
     def _pass(
         self, by_queue: dict[str, list[Workload]], out: Decisions, allow_borrow: bool
     ) -> dict[str, list[Workload]]:
-        """Hierarchical fair-share selection: at every level of the queue tree pick the child with
-        the best (head priority, weighted share, head arrival); only the chosen path changes, so
-        the heaps never go stale."""
-        quota = self.quota
-        pos = dict.fromkeys(by_queue, 0)
-        heaps: dict[str, list[tuple[tuple[object, ...], str]]] = {}
-        top = ""  # a virtual parent of all cohort roots
-
-        def parent_of(n: str) -> str:
-            p = quota.queues[n].parent
-            return p if p is not None and p in quota.queues and quota.root[n] != n else top
-
-        fifo = self.config.order == "fifo"
-        weight = {n: max(qu.weight, 1e-9) for n, qu in quota.queues.items()}
-
-        def key(n: str) -> tuple[object, ...]:
-            # Order extension point. "fair-share": head priority, weighted dominant share, head
-            # arrival. "fifo": arrival only, across all queues (a cluster without a scheduler).
-            if fifo:
-                if n in by_queue:
-                    return (0, 0.0, by_queue[n][pos[n]].arrival, n)
-                return (0, 0.0, heaps[n][0][0][2], n)
-            share = quota.share(n) / weight[n]
-            if n in by_queue:
-                head = by_queue[n][pos[n]]
-                return (-head.priority, share, head.arrival, n)
-            best = heaps[n][0][0]
-            return (best[0], share, best[2], n)
-
-        for q in sorted(by_queue):
-            if not by_queue[q]:
-                continue
-            child = q
-            while True:
-                par = parent_of(child)
-                fresh = par not in heaps
-                heaps.setdefault(par, []).append((((), 0.0, 0.0, ""), child))  # key filled below
-                if par == top or not fresh:
-                    break
-                child = par
-        # compute keys bottom-up (children before parents), then heapify
-        order = sorted(heaps, key=lambda n: -len(quota.path[n]) if n else 1)
-        for par in order:
-            entries = heaps[par]
-            heaps[par] = [(key(c), c) for _, c in entries]
-            heapq.heapify(heaps[par])
+        """Take the pending work in fair-share order (``ordering.FairShareOrder``): the chosen
+        queue's heads are taken in turn until one changes usage, the queue is done, or another
+        queue's head goes first. Returns the work pass 1 leaves to the borrowing pass."""
+        order = FairShareOrder(self.quota, by_queue, self.config.order == "fifo")
+        pos = order.pos
         deferred: dict[str, list[Workload]] = {}
-        one_head = self.config.one_head_per_queue
         cs = self._cs
-        blocked = cs.blocked
+        one_head = self.config.one_head_per_queue
         more = cs.more if not one_head else None
-        while heaps.get(top):
-            path: list[tuple[str, str]] = []
-            n = top
-            while n not in by_queue:
-                _, child = heapq.heappop(heaps[n])
-                path.append((n, child))
-                n = child
-            q = n
+        while (q := order.next_queue()) is not None:
             lst = by_queue[q]
-            strict = quota.queues[q].strategy is QueueingStrategy.STRICT_FIFO
-            # while a workload changes no usage (deferred, failed, skipped), the queue keeps its
-            # share: if its next head is still the smallest key, take it without the heaps
-            solo = True
-            for i in range(len(path) - 1):  # a plain loop: this runs for every pick
-                if heaps[path[i][0]]:
-                    solo = False
-                    break
+            strict = self.quota.queues[q].strategy is QueueingStrategy.STRICT_FIFO
+            hinted = bool(cs.blocked) and not strict and not one_head  # the hint may skip work
             while True:
                 w = lst[pos[q]]
                 pos[q] += 1
-                if (
-                    blocked
-                    and w.name in blocked
-                    and not out.preempted
-                    and not strict
-                    and not one_head
-                    and self._held_everywhere(w)
-                ):
-                    out.skipped += 1  # it would fail again and can no longer move a hold
-                    result: bool | None = False
-                elif not allow_borrow and self._must_borrow(w):
-                    result = None  # cheap deferral: the queue is already at its guarantee
-                else:
-                    result = self._try(w, out, allow_borrow)
-                    if result is not None:
-                        out.considered += 1
-                stop = False
+                result = self._take(w, out, allow_borrow, hinted)
                 if result and more is not None and not out.preempted:
-                    nxt = more(w)
-                    if nxt is not None:
-                        if (
-                            nxt.queue != q
-                            or nxt.name in cs.seen
-                            or workload_order_key(nxt) < workload_order_key(w)
-                        ):
-                            raise ValueError(
-                                f"more({w.name}) returned {nxt.name}: not a later workload of queue {q}"
-                            )
-                        cs.seen.add(nxt.name)
-                        insort(lst, nxt, lo=pos[q], key=workload_order_key)
-                if result is None:  # needs to borrow: wait for pass 2
-                    deferred.setdefault(q, []).append(w)
-                    if strict or one_head:  # keep the queue's order; one head stays one head
-                        deferred[q].extend(lst[pos[q] :])
-                        stop = True
-                else:
-                    if result is False and strict:
-                        for rest in lst[pos[q] :]:
-                            out.pending.append(
-                                Pending(
-                                    rest.name,
-                                    q,
-                                    PendingCode.BLOCKED,
-                                    f"queue {q} is StrictFIFO and its head {w.name} cannot be admitted yet",
-                                )
-                            )
-                        stop = True
-                    elif one_head:
-                        for rest in lst[pos[q] :]:
-                            out.pending.append(
-                                Pending(
-                                    rest.name,
-                                    q,
-                                    PendingCode.SKIPPED,
-                                    "one head per queue per cycle; not considered yet",
-                                )
-                            )
-                        stop = True
+                    self._extend_window(more, w, lst, pos[q])
+                stop = self._queue_stops(w, result, lst, pos[q], strict, deferred, out)
                 if stop:
                     pos[q] = len(lst)
-                elif blocked and not out.preempted and not strict and not one_head:
-                    # skip a run of hinted workloads at the queue's head in one go: each would only
-                    # be popped and skipped in its turn (this is what makes the hint cheap)
-                    p, n_lst = pos[q], len(lst)
-                    while p < n_lst and lst[p].name in blocked and self._held_everywhere(lst[p]):
-                        p += 1
-                    out.skipped += p - pos[q]
-                    pos[q] = p
-                if stop or result or pos[q] >= len(lst) or not solo:
+                elif hinted and not out.preempted:
+                    pos[q] = self._skip_hinted(lst, pos[q], out)
+                if stop or result or pos[q] >= len(lst) or not order.still_first(q):
                     break
-                sib = heaps[path[-1][0]]
-                if sib and key(q) > sib[0][0]:
-                    break
-            for par, child in reversed(path):
-                alive = pos[child] < len(by_queue[child]) if child in by_queue else bool(heaps.get(child))
-                if alive:
-                    heapq.heappush(heaps[par], (key(child), child))
+            order.put_back()
         return deferred
+
+    def _take(self, w: Workload, out: Decisions, allow_borrow: bool, hinted: bool) -> bool | None:
+        """``w``'s turn: admitted (True), pending or skipped (False), or deferred to pass 2 (None)."""
+        if hinted and w.name in self._cs.blocked and not out.preempted and self._held_everywhere(w):
+            out.skipped += 1  # it would fail again and can no longer move a hold
+            return False
+        if not allow_borrow and self._must_borrow(w):
+            return None  # cheap deferral: the queue is already at its guarantee
+        result = self._try(w, out, allow_borrow)
+        if result is not None:
+            out.considered += 1
+        return result
+
+    def _extend_window(
+        self, more: Callable[[Workload], Workload | None], w: Workload, lst: list[Workload], lo: int
+    ) -> None:
+        """The caller's window grows by one workload of ``w``'s queue, queued in its place."""
+        nxt = more(w)
+        if nxt is None:
+            return
+        seen = self._cs.seen
+        if nxt.queue != w.queue or nxt.name in seen or workload_order_key(nxt) < workload_order_key(w):
+            raise ValueError(f"more({w.name}) returned {nxt.name}: not a later workload of queue {w.queue}")
+        seen.add(nxt.name)
+        insort(lst, nxt, lo=lo, key=workload_order_key)
+
+    def _queue_stops(
+        self,
+        w: Workload,
+        result: bool | None,
+        lst: list[Workload],
+        rest: int,
+        strict: bool,
+        deferred: dict[str, list[Workload]],
+        out: Decisions,
+    ) -> bool:
+        """Does ``w``'s queue stop here for this pass? A deferred ``w`` waits for pass 2 (with
+        the rest of a StrictFIFO or one-head queue, to keep its order); a failed StrictFIFO head
+        blocks the rest; with one head per queue the rest is not considered."""
+        q = w.queue
+        if result is None:
+            deferred.setdefault(q, []).append(w)
+            if strict or self.config.one_head_per_queue:
+                deferred[q].extend(lst[rest:])
+                return True
+            return False
+        if result is False and strict:
+            why = f"queue {q} is StrictFIFO and its head {w.name} cannot be admitted yet"
+            out.pending.extend(Pending(r.name, q, PendingCode.BLOCKED, why) for r in lst[rest:])
+            return True
+        if self.config.one_head_per_queue:
+            why = "one head per queue per cycle; not considered yet"
+            out.pending.extend(Pending(r.name, q, PendingCode.SKIPPED, why) for r in lst[rest:])
+            return True
+        return False
+
+    def _skip_hinted(self, lst: list[Workload], p: int, out: Decisions) -> int:
+        """Skip the run of hinted workloads at the queue's head in one go: each would only be
+        popped and skipped in its turn (this is what makes the hint cheap)."""
+        blocked, n = self._cs.blocked, len(lst)
+        start = p
+        while p < n and lst[p].name in blocked and self._held_everywhere(lst[p]):
+            p += 1
+        out.skipped += p - start
+        return p
 
     def candidate_pools(self, w: Workload) -> list[str]:
         """Pools a workload may use: its own choice, else its queue's pools in the order they are listed."""
@@ -442,60 +386,15 @@ class Engine:
         return [p for p in order if p in ok]
 
     def _reserve(self, w: Workload, pool: str) -> str:
-        """Hold the nodes that will soonest be able to host ``w`` (a blocked whole-GPU workload),
-        so that later, smaller work cannot keep fragmenting them; work that declares it will end
-        before ``w`` can start may still backfill there. One hold per pool per cycle, for the
-        best-ranked blocked workload; recomputed every cycle (the engine keeps no state)."""
-        pods = [pg for pg in w.pod_groups for _ in range(pg.replicas)]
-        if not pods or any(pg.request.gpus == 0 for pg in pods):
+        """Hold nodes in ``pool`` for ``w`` (``holds.plan_hold``) and say so in its reason.
+        One hold per pool per cycle, for the best-ranked blocked workload."""
+        plan = plan_hold(w, pool, self.cluster, self.placer.node_filter, self.runs, self.now)
+        if plan is None:
             return ""
-        st = self.cluster
-        idxs = st.pool_indexes(pool, w.gpu_models)
-        ok = self.placer.node_filter(w)
-        inf = float("inf")
-        topo = w.topology
-        scope = topo.scope if topo is not None and topo.mode is TopologyMode.REQUIRED else None
-        n_pods = len(pods)
-        k = max(pg.request.gpus for pg in pods)
-        if scope is TopologyScope.NODE:  # every pod on one node: one big pod
-            k, n_pods = sum(pg.request.gpus for pg in pods), 1
-        groups: dict[str, list[tuple[float, int, int]]] = {}
-        for ix in idxs:
-            for i in ix.nodes:
-                node = st.nodes[i]
-                if node.gpu_count < k or not ok(i):
-                    continue
-                free_now = st.free_whole[i]
-                # time when k devices are free: the (k - free_now)-th release (an estimate: a
-                # device shared by fractional pods frees when its last sharer ends)
-                need = k - free_now
-                if need <= 0:
-                    t = self.now
-                else:
-                    busy = self.runs.busy_ends(node.name)
-                    t = busy[need - 1] if need <= len(busy) else inf
-                dom = node.domain(scope) if scope is not None and scope is not TopologyScope.NODE else ""
-                groups.setdefault(dom, []).append((t, -free_now, i))
-        best: tuple[float, str, list[tuple[float, int, int]]] | None = None
-        for dom, cands in sorted(groups.items()):
-            if len(cands) < n_pods:
-                continue
-            cands.sort()
-            chosen = cands[:n_pods]
-            t_dom = max(c[0] for c in chosen)
-            if best is None or t_dom < best[0]:
-                best = (t_dom, dom, chosen)
-        if best is None:
-            return ""
-        start, _, chosen = best
-        if start <= self.now:
-            return ""  # capacity is there: something else (cpu, memory, topology) blocks it
-        held = frozenset(c[2] for c in chosen)
+        held, start, note = plan
         self.placer.reserved[pool] = (held, start, w.name)
-        self._cs.fail_cache.clear()
-        names = ", ".join(st.nodes[c[2]].name for c in chosen[:4]) + (" ..." if len(chosen) > 4 else "")
-        when = "when running work ends" if start == inf else f"expected from t={start:g}"
-        return f"holding {len(held)} node(s) for it ({names}), {when}"
+        self._cs.fail_cache.clear()  # held nodes are capacity taken away: cached fits may not hold
+        return note
 
     def weighs_shape_mix(self, shares_gpus: bool = False) -> bool:
         """Does placement weigh the mix of pod shapes? Where only ``auto`` would, only if the GPU
@@ -598,16 +497,7 @@ class Engine:
             out.pending.append(Pending(w.name, w.queue, PendingCode.INVALID, "workload has no pods"))
             return False
         if not pools:
-            if w.pool is not None:
-                msg = (
-                    f"queue {w.queue} has no quota in pool {w.pool}"
-                    if w.pool in self.pools
-                    else f"pool {w.pool} does not exist"
-                )
-            else:
-                models = ", ".join(w.gpu_models) or "any GPU model"
-                msg = f"queue {w.queue} has no quota in any pool offering {models}"
-            out.pending.append(Pending(w.name, w.queue, PendingCode.NO_POOL, msg))
+            out.pending.append(Pending(w.name, w.queue, PendingCode.NO_POOL, no_pool_reason(w, self.pools)))
             return False
         # reasons are formatted only if the workload ends up pending (most attempts never need them)
         reasons: list[tuple[str, PendingCode, tuple[object, ...] | str]] = []
@@ -678,27 +568,8 @@ class Engine:
         memo = self._cs.reason_memo
         got = memo.get(memo_key)
         if got is None:
-            got = memo[memo_key] = self._format_quota_reason(w, pool, vec, d, blk)
+            got = memo[memo_key] = quota_reason(q, w, pool, vec, d, blk)
         return got
-
-    def _format_quota_reason(self, w: Workload, pool: str, vec: Vec, d: int, blk: str) -> str:
-        q = self.quota
-        key = (blk, pool)
-        root = q.root[w.queue]
-        rk = (root, pool)
-        idle = max(0, q.G[rk][d] - q.E[rk][d])
-        name = _DIM_NAMES[d]
-        if blk == root:
-            return (
-                f"cohort {root}: pool {pool} {name} capacity {_fmt(d, q.G[key][d])}, in use {_fmt(d, q.E[key][d])}, "
-                f"requested {_fmt(d, vec[d])}; {_fmt(d, idle)} idle"
-            )
-        lim = q.limit[key][d]
-        borrow = "unlimited" if lim >= UNLIMITED else _fmt(d, lim - q.G[key][d])
-        return (
-            f"queue {blk}: pool {pool} {name} guarantee {_fmt(d, q.G[key][d])}, borrowing limit {borrow}, "
-            f"in use {_fmt(d, q.E[key][d])}, requested {_fmt(d, vec[d])}; cohort {root} has {_fmt(d, idle)} idle"
-        )
 
     # -- preemption ---------------------------------------------------------------------------
     def preemption_candidates(self, w: Workload, pool: str, vec: Vec) -> list[Candidate]:
@@ -771,6 +642,9 @@ class Engine:
         return res.pods is not None
 
     def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions, sid: object) -> bool:
+        """Make room for ``w`` in ``pool`` by evicting candidates (Kueue's steps: remove until
+        it fits, give back what is not needed, admit); False, with nothing changed, if no set
+        of candidates makes it fit."""
         # Within a cycle capacity only shrinks and candidates only leave, until a preemption
         # succeeds: a failed search for the same queue, pool, shape and priority fails again.
         cs = self._cs
@@ -779,22 +653,49 @@ class Engine:
         if memo in failed:
             return False
         cands = self.preemption_candidates(w, pool, vec)
-        if not cands:
+        slots = self._bounded_slots(w, pool, vec, cands)
+        removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots)
+        if removed is None:
             failed.add(memo)
             return False
-        # cheap bound first: all candidates and all free GPUs together must cover the request
+        assert slots is not False
+        victims = self._give_back(w, pool, vec, removed, slots)
+        res = self.placer.place(w, pool, self.config.max_domain_tries)
+        assert res.pods is not None
+        borrowing = self.quota.check(w.queue, pool, vec)[1]
+        self.quota.add(w.queue, pool, vec_of(res.pods))
+        self.runs.admit(Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
+        for c in victims:
+            cs.evicted.add(c.running.name)
+        cs.fail_cache.clear()
+        failed.clear()
+        _decide_preemption(w, pool, tuple(res.pods), borrowing, victims, out)
+        return True
+
+    def _bounded_slots(
+        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate]
+    ) -> WholeSlots | Literal[False] | None:
+        """The cheap bounds before any trial: False when even evicting every candidate could
+        not make room (by free GPU milli, then by whole free devices); else the device count to
+        keep during the search (None where it does not apply)."""
+        if not cands:
+            return False
         free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
-        freed = 0
         if free_gpu + sum(c.running.admission.quota_vec()[0] for c in cands) < vec[0]:
-            failed.add(memo)
             return False
         slots = _WholeSlots.of(self.cluster, w, pool)
         if slots is not None and not slots.could_fit_without(cands):
-            failed.add(memo)
             return False
+        return slots
+
+    def _remove_until_fits(
+        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate], slots: WholeSlots | None
+    ) -> list[Candidate] | None:
+        """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back)."""
         cp = self._stmt.checkpoint()
+        free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
+        freed = 0
         removed: list[Candidate] = []
-        found = False
         for c in cands:
             self._discharge(c.running)
             removed.append(c)
@@ -803,13 +704,15 @@ class Engine:
             if not room or free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
                 continue  # a placement trial cannot succeed yet
             if self._fits_now(w, pool, vec):
-                found = True
-                break
-        if not found:
-            self._stmt.rollback(cp)
-            failed.add(memo)
-            return False
-        # minimise: give back every victim that turns out not to be needed (newest choice last)
+                return removed
+        self._stmt.rollback(cp)
+        return None
+
+    def _give_back(
+        self, w: Workload, pool: str, vec: Vec, removed: list[Candidate], slots: WholeSlots | None
+    ) -> list[Candidate]:
+        """Minimise: give back every victim that turns out not to be needed, newest choice
+        first (the last one removed is needed: without it ``w`` did not fit)."""
         victims: list[Candidate] = []
         for c in reversed(removed[:-1]):
             self._charge(c.running)
@@ -820,45 +723,34 @@ class Engine:
                 victims.append(c)
         victims.append(removed[-1])
         victims.reverse()
-        res = self.placer.place(w, pool, self.config.max_domain_tries)
-        assert res.pods is not None
-        borrowing = self.quota.check(w.queue, pool, vec)[1]
-        self.quota.add(w.queue, pool, vec_of(res.pods))
-        self.runs.admit(Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
-        for c in victims:
-            cs.evicted.add(c.running.name)
-        cs.fail_cache.clear()
-        failed.clear()
-        names = tuple(c.running.name for c in victims)
-        out.preempted.append(
-            Preempt(
-                w.name,
-                w.queue,
-                tuple(
-                    Victim(
-                        c.running.name,
-                        c.running.workload.queue,
-                        c.running.workload.priority,
-                        c.rule,
-                        c.reason,
-                    )
-                    for c in victims
-                ),
-            )
+        return victims
+
+
+def _decide_preemption(
+    w: Workload,
+    pool: str,
+    pods: tuple[PodPlacement, ...],
+    borrowing: bool,
+    victims: list[Candidate],
+    out: Decisions,
+) -> None:
+    """Record a preemption: the victims with their rules and reasons, and the admission."""
+    names = tuple(c.running.name for c in victims)
+    out.preempted.append(
+        Preempt(
+            w.name,
+            w.queue,
+            tuple(
+                Victim(
+                    c.running.name, c.running.workload.queue, c.running.workload.priority, c.rule, c.reason
+                )
+                for c in victims
+            ),
         )
-        out.admitted.append(
-            Admit(
-                w.name,
-                w.queue,
-                pool,
-                tuple(res.pods),
-                borrowing,
-                f"admitted to pool {pool} after preempting {len(names)} workload(s): {', '.join(names)}",
-                after_evicting=names,
-            )
-        )
-        out.pending_after_preemption = len(out.pending)
-        return True
+    )
+    why = f"admitted to pool {pool} after preempting {len(names)} workload(s): {', '.join(names)}"
+    out.admitted.append(Admit(w.name, w.queue, pool, pods, borrowing, why, after_evicting=names))
+    out.pending_after_preemption = len(out.pending)
 
 
 def vec_of(pods: Iterable[object]) -> Vec:

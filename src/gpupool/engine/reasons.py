@@ -1,0 +1,53 @@
+"""The texts of pending reasons that name a quota or pool constraint.
+
+Reasons are formatted only for workloads that end up pending (most attempts never need one),
+and quota reasons are memoised per cycle by what they depend on (``Engine._quota_reason``).
+Placement reasons come from the placer, victims' reasons from ``preemption.Candidate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+from gpupool.engine.state import QuotaState
+from gpupool.model import UNLIMITED, Vec, Workload
+from gpupool.quantity import format_cpu, format_gpu, format_mib
+
+_DIM_NAMES = ("GPU", "CPU", "memory")
+_DIM_FMT = (format_gpu, format_cpu, format_mib)
+
+
+def _fmt(d: int, v: int) -> str:
+    return "unlimited" if v >= UNLIMITED else _DIM_FMT[d](v)
+
+
+def quota_reason(q: QuotaState, w: Workload, pool: str, vec: Vec, d: int, blk: str) -> str:
+    """Why ``w`` does not fit the quota of ``blk`` (its queue, an ancestor, or the cohort root)
+    in dimension ``d``: the limit, the use, the request and what the cohort has idle."""
+    key = (blk, pool)
+    root = q.root[w.queue]
+    rk = (root, pool)
+    idle = max(0, q.G[rk][d] - q.E[rk][d])
+    name = _DIM_NAMES[d]
+    if blk == root:
+        return (
+            f"cohort {root}: pool {pool} {name} capacity {_fmt(d, q.G[key][d])}, in use {_fmt(d, q.E[key][d])}, "
+            f"requested {_fmt(d, vec[d])}; {_fmt(d, idle)} idle"
+        )
+    lim = q.limit[key][d]
+    borrow = "unlimited" if lim >= UNLIMITED else _fmt(d, lim - q.G[key][d])
+    return (
+        f"queue {blk}: pool {pool} {name} guarantee {_fmt(d, q.G[key][d])}, borrowing limit {borrow}, "
+        f"in use {_fmt(d, q.E[key][d])}, requested {_fmt(d, vec[d])}; cohort {root} has {_fmt(d, idle)} idle"
+    )
+
+
+def no_pool_reason(w: Workload, pools: Container[str]) -> str:
+    """Why ``w`` has no pool to try: the one it names is unknown or not in its queue's quota,
+    or no pool its queue may use offers the GPU models it asks for."""
+    if w.pool is not None:
+        if w.pool in pools:
+            return f"queue {w.queue} has no quota in pool {w.pool}"
+        return f"pool {w.pool} does not exist"
+    models = ", ".join(w.gpu_models) or "any GPU model"
+    return f"queue {w.queue} has no quota in any pool offering {models}"
