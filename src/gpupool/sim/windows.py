@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from gpupool.engine import Decisions, PendingCode
@@ -194,9 +195,9 @@ class WindowPlanner:
                 if at.dirty or q in touched_q:
                     self._queue_window(pend, win, q, classes)
                 continue
-            for c in classes:
-                if at.dirty or c in touched:
-                    self._class_window(eng, pend, win, at, c)
+            self._class_windows(
+                eng, pend, win, at, classes if at.dirty else [c for c in classes if c in touched]
+            )
         win.passed.extend(pend.w[n] for n in sorted(at.extra - win.seen))
         win.seen.update(at.extra)
         return win
@@ -210,24 +211,31 @@ class WindowPlanner:
             win.q_trunc[q] = names
         win.give(names)
 
-    def _class_window(self, eng: MixEngine, pend: PendingSet, win: _Windows, at: _Attempts, c: int) -> None:
-        lst = pend.by_class[c]
-        if at.use_blocked and c not in at.full_classes:
-            head = pend.w[lst[0][1]]
-            if eng.blocked_at_start(head, at.memo):
-                win.blocked.add(head.name)
-                win.seen.add(head.name)
-                win.passed.append(head)
-                return
-        k = len(lst) if c in at.full_classes else self.k_class.get(c, 1)
-        names = [n for _, n in lst[:k]]
-        if len(lst) > k:
-            win.c_trunc[c] = names
-            # under a hold, a short member may backfill where the window could not: give the
-            # first that could (by the last hold) up front, as the check after the cycle would
-            if pend.by_dur[c][0][0] <= at.bf_horizon:
-                at.extra.update(pend.eligible(c, at.bf_horizon, set(names), 1))
-        win.give(names)
+    def _class_windows(
+        self, eng: MixEngine, pend: PendingSet, win: _Windows, at: _Attempts, classes: Iterable[int]
+    ) -> None:
+        """The windows of one queue's classes (one call per queue: this loop is the hot one)."""
+        by_class, ws, k_class, full = pend.by_class, pend.w, self.k_class, at.full_classes
+        passed, seen = win.passed, win.seen
+        for c in classes:
+            lst = by_class[c]
+            if at.use_blocked and c not in full:
+                head = ws[lst[0][1]]
+                if eng.blocked_at_start(head, at.memo):
+                    win.blocked.add(head.name)
+                    seen.add(head.name)
+                    passed.append(head)
+                    continue
+            k = len(lst) if c in full else k_class.get(c, 1)
+            names = [n for _, n in lst[:k]]
+            if len(lst) > k:
+                win.c_trunc[c] = names
+                # under a hold, a short member may backfill where the window could not: give the
+                # first that could (by the last hold) up front, as the check after the cycle would
+                if pend.by_dur[c][0][0] <= at.bf_horizon:
+                    at.extra.update(pend.eligible(c, at.bf_horizon, set(names), 1))
+            seen.update(names)
+            passed.extend(ws[n] for n in names)
 
     def _cycle(self, eng: MixEngine, pend: PendingSet, win: _Windows, at: _Attempts, now: float) -> Decisions:
         if pend.shapes is not None:
