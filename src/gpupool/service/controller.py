@@ -706,12 +706,31 @@ class Controller(ConfigLookups):
         return d
 
     def _commit(self, d: Decisions, models: Iterable[Workload], now: float, stats: CycleStats) -> None:
+        """Carry a cycle's decisions out, write-ahead: (1) the decisions are durable before
+        anything changes in the backend, (2) victims are stopped before the admitted start, so
+        they never overlap, (3) the victims are requeued as pending work."""
         by_name = {w.name: w for w in models}
         for p in d.pending:
             self.reasons[p.workload] = p
         if not d.admitted and not d.preempted:
             return
-        at = _dt(now)
+        changes, audits, victims = self._preemption_records(d)
+        placements = self._admission_records(d, now, changes, audits)
+        self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        self.engine.apply(d, by_name.values(), now)
+        if victims:
+            self.backend.stop(list(victims))
+            stats.preempted += len(victims)
+            for r in victims.values():
+                self.hooks.on_preempt(r.workload.queue, "")
+        self._start_admitted(d, by_name, placements, now)
+        stats.admitted += len(d.admitted)
+        if victims:
+            self._requeue_victims(victims, now)
+
+    def _preemption_records(
+        self, d: Decisions
+    ) -> tuple[list[PhaseChange], list[AuditEntry], dict[str, Running]]:
         changes: list[PhaseChange] = []
         audits: list[AuditEntry] = []
         victims: dict[str, Running] = {}
@@ -721,51 +740,43 @@ class Controller(ConfigLookups):
                 if r is not None:
                     victims[v.workload] = r
                 changes.append(PhaseChange(v.workload, "Preempted", f"{v.rule}: {v.reason}"))
-                audits.append(
-                    AuditEntry(
-                        SCHEDULER,
-                        "workload.preempt",
-                        "Workload",
-                        v.workload,
-                        {
-                            "rule": str(v.rule),
-                            "reason": v.reason,
-                            "preemptor": pre.preemptor,
-                            "queue": v.queue,
-                            "priority": v.priority,
-                        },
-                    )
-                )
+                detail = {
+                    "rule": str(v.rule),
+                    "reason": v.reason,
+                    "preemptor": pre.preemptor,
+                    "queue": v.queue,
+                    "priority": v.priority,
+                }
+                audits.append(AuditEntry(SCHEDULER, "workload.preempt", "Workload", v.workload, detail))
+        return changes, audits, victims
+
+    @staticmethod
+    def _admission_records(
+        d: Decisions, now: float, changes: list[PhaseChange], audits: list[AuditEntry]
+    ) -> dict[str, dict[str, Any]]:
         placements: dict[str, dict[str, Any]] = {}
         for a in d.admitted:
             placements[a.workload] = placement_json(a, now)
             changes.append(PhaseChange(a.workload, "Admitted", a.reason, placements[a.workload]))
-            audits.append(
-                AuditEntry(
-                    SCHEDULER,
-                    "workload.admit",
-                    "Workload",
-                    a.workload,
-                    {
-                        "queue": a.queue,
-                        "pool": a.pool,
-                        "borrowing": a.borrowing,
-                        "reason": a.reason,
-                        "afterEvicting": list(a.after_evicting),
-                        "nodes": sorted({p.node for p in a.pods}),
-                        "gpuMilli": sum(p.gpu_milli * len(p.devices) for p in a.pods),
-                    },
-                )
-            )
-        # 1. write-ahead: the decisions are durable before anything changes in the backend
-        self.store.apply_transitions(changes, audit=audits, at=at)
-        self.engine.apply(d, by_name.values(), now)
-        # 2. carry them out: evict first so the admitted never overlap their victims
-        if victims:
-            self.backend.stop(list(victims))
-            stats.preempted += len(victims)
-            for r in victims.values():
-                self.hooks.on_preempt(r.workload.queue, "")
+            detail = {
+                "queue": a.queue,
+                "pool": a.pool,
+                "borrowing": a.borrowing,
+                "reason": a.reason,
+                "afterEvicting": list(a.after_evicting),
+                "nodes": sorted({p.node for p in a.pods}),
+                "gpuMilli": sum(p.gpu_milli * len(p.devices) for p in a.pods),
+            }
+            audits.append(AuditEntry(SCHEDULER, "workload.admit", "Workload", a.workload, detail))
+        return placements
+
+    def _start_admitted(
+        self,
+        d: Decisions,
+        by_name: Mapping[str, Workload],
+        placements: Mapping[str, dict[str, Any]],
+        now: float,
+    ) -> None:
         admitted_recs = []
         for a in d.admitted:
             q = self.pending.pop(a.workload, None)
@@ -775,22 +786,21 @@ class Controller(ConfigLookups):
                 self.hooks.on_admit(q.queue, max(0.0, now - q.submitted_at))
             admitted_recs.append((a.workload, by_name[a.workload], placements[a.workload]))
         self._start_specs(admitted_recs, now)
-        stats.admitted += len(d.admitted)
-        # 3. requeue the victims as pending work
-        if victims:
-            self._requeue(list(victims), "requeued after preemption", now)
-            for name, r in victims.items():
-                rec = self.store.get_workload(name)
-                self.pending[name] = _Queued(
-                    name,
-                    rec.seq,
-                    rec.queue,
-                    rec.owner,
-                    rec.submitted_at.timestamp(),
-                    r.workload,
-                    is_exception(rec.manifest),
-                )
-                self._stored_reasons[name] = rec.reason
+
+    def _requeue_victims(self, victims: Mapping[str, Running], now: float) -> None:
+        self._requeue(list(victims), "requeued after preemption", now)
+        for name, r in victims.items():
+            rec = self.store.get_workload(name)
+            self.pending[name] = _Queued(
+                name,
+                rec.seq,
+                rec.queue,
+                rec.owner,
+                rec.submitted_at.timestamp(),
+                r.workload,
+                is_exception(rec.manifest),
+            )
+            self._stored_reasons[name] = rec.reason
 
     def _start_in_backend(self, recs: Sequence[WorkloadRecord], now: float) -> None:
         for w in recs:
