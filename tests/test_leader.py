@@ -23,8 +23,6 @@ from alembic.config import Config
 
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES, seed_config
-from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.service.leader import GuardedBackend, LeaderElector, LeaseSettings, dead_here, holder_id
 from gpupool.store import NotLeader, PhaseChange, Store
 from gpupool.store.store import MIGRATIONS_DIR, _create_engine
@@ -33,7 +31,9 @@ from tests.test_service_support import (
     backend_state,
     db_url,
     device_overcommit,
+    in_process_controller,
     running_app,
+    submit_to,
     wait_for,
     wl,
 )
@@ -156,18 +156,8 @@ def test_dead_here_only_for_gone_processes_of_this_host() -> None:
 
 
 # ---------------------------------------------------------------------- a deposed controller
-def _controller(url: str, state: Path) -> tuple[Store, Controller, VirtualBackend]:
-    """A controller on ``url`` driving the virtual cluster kept in ``state``."""
-    store = Store.open(url)
-    seed_config(store, EXAMPLES / "cluster")
-    be = VirtualBackend(state / "vc.json", time_scale=1.0)
-    return store, Controller(store, be, tick_s=0.05, min_interval_s=0.0), be
-
-
-def _submit(store: Store, ctl: Controller, name: str, **kw: Any) -> None:
-    m = wl(name, **kw)
-    rec, _ = store.submit_workload(m, owner="t")
-    ctl.submitted(rec, workload_model(m, ctl.bundle.priority_classes, 0.0))
+_controller = in_process_controller
+_submit = submit_to
 
 
 def test_deposed_controller_cannot_commit_a_decision(tmp_path: Path, db_url: str) -> None:

@@ -17,11 +17,16 @@ import httpx
 import pytest
 
 from gpupool.service.backends import RunSpec
-from gpupool.service.backends.virtual import VirtualBackend
-from gpupool.service.config import EXAMPLES, seed_config
-from gpupool.service.controller import Controller
-from gpupool.store import Store
-from tests.test_service_support import Server, backend_state, db_url, device_overcommit, wait_for, wl
+from tests.test_service_support import (
+    Server,
+    backend_state,
+    db_url,
+    device_overcommit,
+    in_process_controller,
+    submit_to,
+    wait_for,
+    wl,
+)
 
 __all__ = ["db_url"]
 
@@ -117,19 +122,8 @@ class Crash(BaseException):
     is not)."""
 
 
-def _controller(url: str, state: Path) -> tuple[Store, Controller, VirtualBackend]:
-    store = Store.open(url)
-    seed_config(store, EXAMPLES / "cluster")
-    be = VirtualBackend(state / "vc.json", time_scale=1.0)
-    return store, Controller(store, be, tick_s=0.05, min_interval_s=0.0), be
-
-
-def _submit(store: Store, ctl: Controller, name: str, **kw: Any) -> None:
-    from gpupool.service.convert import workload_model
-
-    m = wl(name, **kw)
-    rec, _ = store.submit_workload(m, owner="t")
-    ctl.submitted(rec, workload_model(m, ctl.bundle.priority_classes, 0.0))
+_controller = in_process_controller
+_submit = submit_to
 
 
 @pytest.mark.parametrize("crash_at", ["after-admit-commit", "after-backend-start"])

@@ -24,7 +24,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from gpupool.service.api import create_app
-from gpupool.service.config import EXAMPLES, ServiceConfig
+from gpupool.service.backends.virtual import VirtualBackend
+from gpupool.service.config import EXAMPLES, ServiceConfig, seed_config
+from gpupool.service.controller import Controller
+from gpupool.service.convert import workload_model
+from gpupool.store import Store
 from tests import pg
 
 API = "gpupool.io/v1alpha1"
@@ -56,6 +60,22 @@ def wait_for(fn: Callable[[], Any], timeout: float = 10.0, what: str = "conditio
         if time.monotonic() > end:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def in_process_controller(url: str, state: Path) -> tuple[Store, Controller, VirtualBackend]:
+    """A store on ``url`` seeded with the example cluster, and a controller driving the virtual
+    cluster kept in ``state`` (not started: tests call ``recover`` and ``cycle`` themselves)."""
+    store = Store.open(url)
+    seed_config(store, EXAMPLES / "cluster")
+    be = VirtualBackend(state / "vc.json", time_scale=1.0)
+    return store, Controller(store, be, tick_s=0.05, min_interval_s=0.0), be
+
+
+def submit_to(store: Store, ctl: Controller, name: str, **kw: Any) -> None:
+    """Commit a workload and hand it to the controller, as the API's submit does."""
+    m = wl(name, **kw)
+    rec, _ = store.submit_workload(m, owner="t")
+    ctl.submitted(rec, workload_model(m, ctl.bundle.priority_classes, 0.0))
 
 
 class Api:
