@@ -220,6 +220,16 @@ def history_view(events: Sequence[EventRecord]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- recording failures
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What one failure becomes: the phase change, its audit record, the event, a backoff hold."""
+
+    change: PhaseChange
+    audit: AuditEntry
+    event: tuple[str, str, str, str]
+    hold: float | None = None
+
+
 def record_failures(ctl: Controller, failed: Sequence[tuple[WorkloadRecord, Fault]], now: float) -> None:
     """Requeue each failed workload after its backoff, or end it Failed; one transaction for all.
 
@@ -227,80 +237,115 @@ def record_failures(ctl: Controller, failed: Sequence[tuple[WorkloadRecord, Faul
     """
     if not failed:
         return
-    changes: list[PhaseChange] = []
-    audits: list[AuditEntry] = []
-    events: list[tuple[str, str, str, str]] = []
-    holds: dict[str, float] = {}
-    for rec, fault in failed:
-        pol = policy_for(rec.manifest, ctl.faults)
-        past = failures(ctl.store.list_events(rec.name))
-        infra = fault.code in PLATFORM_FAULTS
-        retry = sum(f.code not in PLATFORM_FAULTS for f in past) + (0 if infra else 1)
-        platform_n = sum(f.code in PLATFORM_FAULTS for f in past) + 1
-        at = _iso(now)
-        tail = "none" if fault.exit_code is None else str(fault.exit_code)
-        detail: dict[str, Any] = {
-            "code": fault.code,
-            "reason": fault.reason,
-            "exitCode": fault.exit_code,
-            "attempt": retry,
-            "maxRetries": pol.max_retries,
-        }
-        if infra and platform_n <= MAX_PLATFORM_REQUEUES:
-            changes.append(
-                PhaseChange(
-                    rec.name,
-                    "Pending",
-                    f"Requeued: {fault.what} at {at}: {fault.reason}; a platform fault, not counted "
-                    f"against maxRetries ({platform_n} of {MAX_PLATFORM_REQUEUES} such requeues)",
-                )
-            )
-            msg = f"{fault.code}: {fault.reason}; retry at once, not counted against maxRetries "
-            msg += f"[exit-code={tail} retry-at={now:.3f}]"
-            detail["counted"] = False
-            audits.append(AuditEntry(SCHEDULER, "workload.failure", "Workload", rec.name, detail))
-        elif not infra and retry <= pol.max_retries:
-            not_before = now + pol.delay(retry)
-            holds[rec.name] = not_before
-            changes.append(
-                PhaseChange(
-                    rec.name,
-                    "Pending",
-                    f"{BACKOFF_CODE}: retry {retry} of {pol.max_retries} after {fault.what} at {at}; "
-                    f"not before {_iso(not_before)}",
-                )
-            )
-            msg = f"{fault.code}: {fault.reason}; retry {retry} of {pol.max_retries} not before "
-            msg += f"{_iso(not_before)} [exit-code={tail} retry-at={not_before:.3f}]"
-            detail["retryAt"] = _iso(not_before)
-            audits.append(AuditEntry(SCHEDULER, "workload.failure", "Workload", rec.name, detail))
-        else:
-            attempts = [{"at": f.at.isoformat(), "exitCode": f.exit_code, "reason": f.code} for f in past]
-            attempts.append({"at": at, "exitCode": fault.exit_code, "reason": fault.code})
-            changes.append(
-                PhaseChange(
-                    rec.name,
-                    "Failed",
-                    f"RetriesExhausted: {fault.code} ({fault.what}): {fault.reason}; gave up after "
-                    f"{retry} failed attempts (maxRetries {pol.max_retries})",
-                )
-            )
-            msg = f"{fault.code}: {fault.reason}; no retries left after {retry} failed attempts "
-            msg += f"[exit-code={tail} final]"
-            detail["final"] = True
-            detail["attempts"] = attempts
-            audits.append(AuditEntry(SCHEDULER, "workload.fail", "Workload", rec.name, detail))
-        events.append((rec.name, "Warning", FAILED_EVENT, msg))
-    done = ctl.store.apply_transitions(changes, audit=audits, at=_dt(now), events=events)
+    outcomes = [
+        _outcome(
+            rec, fault, policy_for(rec.manifest, ctl.faults), failures(ctl.store.list_events(rec.name)), now
+        )
+        for rec, fault in failed
+    ]
+    done = ctl.store.apply_transitions(
+        [o.change for o in outcomes],
+        audit=[o.audit for o in outcomes],
+        at=_dt(now),
+        events=[o.event for o in outcomes],
+    )
     for rec, fault in failed:
         ctl.hooks.on_failure(rec.queue, fault.code)
-    ctl.faults.holds.update(holds)
+    ctl.faults.holds.update({o.change.name: o.hold for o in outcomes if o.hold is not None})
     for new in done:
         if new.phase == "Pending":
             ctl.queue_again(new)
         else:
             ctl.faults.hints.pop(new.name, None)
             ctl.hooks.on_finish(new.queue, new.phase)
+
+
+def _outcome(
+    rec: WorkloadRecord, fault: Fault, pol: RetryPolicy, past: Sequence[FailureRecord], now: float
+) -> _Outcome:
+    """A platform fault is requeued at once (up to MAX_PLATFORM_REQUEUES), the job's own failure
+    after its backoff while retries remain; otherwise the workload ends Failed."""
+    infra = fault.code in PLATFORM_FAULTS
+    retry = sum(f.code not in PLATFORM_FAULTS for f in past) + (0 if infra else 1)
+    platform_n = sum(f.code in PLATFORM_FAULTS for f in past) + 1
+    detail: dict[str, Any] = {
+        "code": fault.code,
+        "reason": fault.reason,
+        "exitCode": fault.exit_code,
+        "attempt": retry,
+        "maxRetries": pol.max_retries,
+    }
+    if infra and platform_n <= MAX_PLATFORM_REQUEUES:
+        return _requeued_at_once(rec, fault, platform_n, detail, now)
+    if not infra and retry <= pol.max_retries:
+        return _backed_off(rec, fault, pol, retry, detail, now)
+    return _final(rec, fault, pol, retry, past, detail, now)
+
+
+def _tail(fault: Fault) -> str:
+    return "none" if fault.exit_code is None else str(fault.exit_code)
+
+
+def _requeued_at_once(
+    rec: WorkloadRecord, fault: Fault, platform_n: int, detail: dict[str, Any], now: float
+) -> _Outcome:
+    why = (
+        f"Requeued: {fault.what} at {_iso(now)}: {fault.reason}; a platform fault, not counted "
+        f"against maxRetries ({platform_n} of {MAX_PLATFORM_REQUEUES} such requeues)"
+    )
+    msg = f"{fault.code}: {fault.reason}; retry at once, not counted against maxRetries "
+    msg += f"[exit-code={_tail(fault)} retry-at={now:.3f}]"
+    detail["counted"] = False
+    return _Outcome(
+        PhaseChange(rec.name, "Pending", why),
+        AuditEntry(SCHEDULER, "workload.failure", "Workload", rec.name, detail),
+        (rec.name, "Warning", FAILED_EVENT, msg),
+    )
+
+
+def _backed_off(
+    rec: WorkloadRecord, fault: Fault, pol: RetryPolicy, retry: int, detail: dict[str, Any], now: float
+) -> _Outcome:
+    not_before = now + pol.delay(retry)
+    why = (
+        f"{BACKOFF_CODE}: retry {retry} of {pol.max_retries} after {fault.what} at {_iso(now)}; "
+        f"not before {_iso(not_before)}"
+    )
+    msg = f"{fault.code}: {fault.reason}; retry {retry} of {pol.max_retries} not before "
+    msg += f"{_iso(not_before)} [exit-code={_tail(fault)} retry-at={not_before:.3f}]"
+    detail["retryAt"] = _iso(not_before)
+    return _Outcome(
+        PhaseChange(rec.name, "Pending", why),
+        AuditEntry(SCHEDULER, "workload.failure", "Workload", rec.name, detail),
+        (rec.name, "Warning", FAILED_EVENT, msg),
+        not_before,
+    )
+
+
+def _final(
+    rec: WorkloadRecord,
+    fault: Fault,
+    pol: RetryPolicy,
+    retry: int,
+    past: Sequence[FailureRecord],
+    detail: dict[str, Any],
+    now: float,
+) -> _Outcome:
+    attempts = [{"at": f.at.isoformat(), "exitCode": f.exit_code, "reason": f.code} for f in past]
+    attempts.append({"at": _iso(now), "exitCode": fault.exit_code, "reason": fault.code})
+    why = (
+        f"RetriesExhausted: {fault.code} ({fault.what}): {fault.reason}; gave up after "
+        f"{retry} failed attempts (maxRetries {pol.max_retries})"
+    )
+    msg = f"{fault.code}: {fault.reason}; no retries left after {retry} failed attempts "
+    msg += f"[exit-code={_tail(fault)} final]"
+    detail["final"] = True
+    detail["attempts"] = attempts
+    return _Outcome(
+        PhaseChange(rec.name, "Failed", why),
+        AuditEntry(SCHEDULER, "workload.fail", "Workload", rec.name, detail),
+        (rec.name, "Warning", FAILED_EVENT, msg),
+    )
 
 
 def _dt(ts: float) -> datetime:
