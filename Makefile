@@ -12,10 +12,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# `make run` needs the runtime dependencies only; the dev tools are installed by `make test`.
+RUN_STAMP := $(VENV)/.installed-run
+PORT ?= 8080
+
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $(RUN_STAMP)
+
 # The platform on its embedded defaults: SQLite under .gpupool/, the virtual cluster from
-# examples/cluster, the API and dashboard on http://127.0.0.1:8080 (it prints the admin token).
-run: $(STAMP)
-	$(BIN)/gpupool serve
+# examples/cluster, the API and dashboard on http://127.0.0.1:$(PORT) (it prints the admin token).
+run: $(RUN_STAMP)
+	$(BIN)/gpupool serve --port $(PORT)
 
 demo: $(STAMP)
 	$(BIN)/gpupool demo

@@ -126,7 +126,9 @@ def serve(
         _fail(f"unknown backend {backend!r}; available: virtual")
     if time_scale <= 0:
         _fail("--time-scale must be > 0")
-    cfg_dir = config if config is not None else EXAMPLES / "cluster"
+    from gpupool.defaults import default_config_dir
+
+    cfg_dir = config if config is not None else default_config_dir(EXAMPLES)
     if not cfg_dir.is_dir():
         _fail(f"--config {cfg_dir}: not a directory")
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):

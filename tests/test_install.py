@@ -1,0 +1,115 @@
+"""gpupool as a user installs it: a wheel built from this tree, installed into a fresh virtualenv.
+
+Why a fresh virtualenv: the development venv has the source checkout on its path (``examples/``
+beside it), which hides a wheel that forgot its packaged defaults. The fresh venv sees the dev
+venv's third-party packages through a ``.pth`` line (no downloads) but its own ``gpupool`` first.
+The same steps are the Dockerfile's (see test_deploy.py), since images cannot be built here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import venv
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(
+    *args: str | Path, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def build_wheel(dest: Path) -> Path:
+    """Build gpupool's wheel from a copy of the tree (a build in place would leave build/ behind)."""
+    src = dest / "src-copy"
+    shutil.copytree(REPO / "src", src / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, src / name)
+    out = _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w", dest / "dist")
+    assert out.returncode == 0, out.stderr
+    (wheel,) = (dest / "dist").glob("gpupool-*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A fresh venv with only the built wheel installed; yields its bin directory."""
+    root = tmp_path_factory.mktemp("install")
+    wheel = build_wheel(root)
+    env_dir = root / "venv"
+    venv.create(env_dir, with_pip=False)
+    py = env_dir / "bin" / "python"
+    purelib = Path(_run(py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").stdout.strip())
+    # third-party packages from the dev venv, after the fresh venv's own site-packages
+    (purelib / "zz-dev-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    out = _run(sys.executable, "-m", "pip", "--python", py, "install", "-q", "--no-deps", wheel)
+    assert out.returncode == 0, out.stderr
+    yield env_dir / "bin"
+
+
+def test_the_wheel_is_what_runs(installed: Path) -> None:
+    out = _run(installed / "python", "-c", "import gpupool; print(gpupool.__file__)", cwd=installed)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()).is_relative_to(installed.parent), out.stdout
+
+
+def test_serve_help_and_packaged_defaults_validate(installed: Path) -> None:
+    out = _run(installed / "gpupool", "serve", "--help", cwd=installed)
+    assert out.returncode == 0 and "--config" in out.stdout, out.stdout + out.stderr
+    where = _run(
+        installed / "python", "-c", "from gpupool.defaults import DEFAULTS_DIR; print(DEFAULTS_DIR)"
+    ).stdout.strip()
+    assert Path(where).is_relative_to(installed.parent)
+    out = _run(installed / "gpupool", "validate", "-f", where, cwd=installed)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "3 pools, 4 queues, 5 priority classes" in out.stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_serve_starts_on_its_packaged_defaults(installed: Path, tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "GPUPOOL_DATABASE_URL"}  # SQLite in state-dir
+    proc = subprocess.Popen(
+        [installed / "gpupool", "serve", "--port", str(port), "--state-dir", tmp_path / "state"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        ready = None
+        for _ in range(300):  # a readiness wait, not a speed claim
+            if proc.poll() is not None:
+                break
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1.0)
+                if ready.status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        assert ready is not None and ready.status_code == 200, proc.stdout.read() if proc.stdout else ""
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=20)
+    assert "defaults" in out and "objects from" in out, out
