@@ -194,6 +194,11 @@ class PodGroupSpec(_Strict):
     name: str = Field(default="main", min_length=1)
     replicas: int = Field(default=1, ge=1, le=100_000)
     resources: dict[str, str | int | float] = Field(default_factory=dict)
+    #: what each pod runs (the local backend; on Kubernetes the pod template says it)
+    command: list[str] | None = Field(default=None, max_length=4096)
+    args: list[str] = Field(default_factory=list, max_length=4096)
+    env: dict[str, str] = Field(default_factory=dict)
+    workingDir: str | None = None
 
 
 class GangSpec(_Strict):
