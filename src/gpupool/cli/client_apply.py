@@ -1,0 +1,97 @@
+"""``gpupool apply`` and ``gpupool submit``: send a whole set of manifests, all applied or none.
+
+Why the set is checked here first: nothing is sent unless every document is good, so a bad
+document or a duplicate name cannot leave the rest of the set applied.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client_output import Out, OutOpt, console, emit, fail
+from gpupool.cli.files import FileProblem, load_documents
+from gpupool.manifests import Document, ManifestError
+
+
+def load_set(files: list[Path]) -> list[Document]:
+    """Every document of the files, validated locally as the server would; exit 2 on any problem.
+
+    Why: nothing is sent unless the whole set is good, so a bad document or a duplicate name
+    cannot leave the rest of the set applied.
+    """
+    try:
+        return load_documents(files)
+    except FileProblem as exc:
+        fail(str(exc), 2)
+    except ManifestError as exc:
+        fail(
+            f"{len(exc.errors)} problem(s) in the manifests; nothing was sent:\n  " + "\n  ".join(exc.errors),
+            2,
+        )
+
+
+def json_value(v: Any) -> Any:
+    """YAML loads unquoted timestamps as dates; send them as ISO 8601 text."""
+    if isinstance(v, date | datetime):
+        return v.isoformat()
+    raise TypeError(f"cannot send {type(v).__name__} as JSON")
+
+
+def apply_set(api: Api, docs: list[Document]) -> list[dict[str, Any]]:
+    """Send the whole set in one ``POST /v1/apply`` (all applied or none); the per-object results."""
+    body = json.dumps({"items": [d.raw for d in docs]}, default=json_value)
+    data = api.call(
+        "POST",
+        "/v1/apply",
+        content=body,
+        headers={"Content-Type": "application/json"},
+        refused="nothing was applied",
+    )
+    return list(data["results"])
+
+
+def print_results(results: list[dict[str, Any]], data: Any, output: Out) -> None:
+    """One ``Kind/name: result`` line per object, or ``data`` as JSON/YAML."""
+    if output is not Out.table:
+        emit(data, output)
+        return
+    for r in results:
+        console.print(f"{r['kind']}/{r['name']}: {r['result']}", highlight=False, soft_wrap=True)
+
+
+def apply(
+    files: list[Path] = typer.Option(
+        ..., "-f", "--filename", help="YAML files or directories ('-' for stdin)"
+    ),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Create or update pools, queues, priority classes and clusters (and submit workloads)."""
+    docs = load_set(files)
+    results = apply_set(Api(server, token), docs)
+    print_results(results, {"results": results}, output)
+
+
+def submit(
+    files: list[Path] = typer.Option(..., "-f", "--filename", help="Workload manifests ('-' for stdin)"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Submit workloads, all or none (idempotent by name: the same manifest again changes nothing)."""
+    docs = load_set(files)
+    bad = [d for d in docs if d.kind != "Workload"]
+    if bad:
+        fail(
+            f"{bad[0].source}: submit takes Workload manifests only; use `gpupool apply -f` for configuration",
+            2,
+        )
+    results = apply_set(Api(server, token), docs)
+    print_results(results, results, output)

@@ -1,0 +1,82 @@
+"""Commands on one workload: ``cancel``, ``explain``, ``approve`` and ``reject``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client_output import Out, OutOpt, console, emit, table
+
+
+def cancel(
+    name: str = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Cancel a workload (stops it if it runs)."""
+    w = Api(server, token).call("POST", f"/v1/workloads/{name}/cancel")
+    emit(w, output, table(["workload", "phase", "reason"], [(w["name"], w["phase"], w["reason"])]))
+
+
+def explain(
+    name: str = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Why a workload waits, and where it stands in its queue."""
+    ex = Api(server, token).call("GET", f"/v1/workloads/{name}/explain")
+    if output is not Out.table:
+        emit(ex, output)
+        return
+    line = f"{ex['name']} ({ex['phase']}, queue {ex['queue']})"
+    if ex.get("position"):
+        line += f": position {ex['position']} of {ex['queueLength']}"
+    console.print(line, highlight=False)
+    if ex.get("code") or ex.get("reason"):
+        console.print(f"  {ex.get('code', '')}: {ex.get('reason', '')}", highlight=False, soft_wrap=True)
+
+
+def approve(
+    name: str = typer.Argument(...),
+    reason: str = typer.Option("", "--reason"),
+    until: str | None = typer.Option(None, "--until", help="end of an exception window (ISO 8601)"),
+    for_: str | None = typer.Option(None, "--for", help="exception window length, e.g. 2h"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Approve a workload waiting for approval (an exception: optionally until a time)."""
+    body: dict[str, Any] = {"reason": reason}
+    if until:
+        body["until"] = until
+    if for_:
+        body["duration"] = for_
+    w = Api(server, token).call("POST", f"/v1/workloads/{name}/approve", json=body)
+    emit(
+        w,
+        output,
+        table(
+            ["workload", "phase", "approval", "until"],
+            [(w["name"], w["phase"], w["approval"]["state"], w["approval"].get("until") or "")],
+        ),
+    )
+
+
+def reject(
+    name: str = typer.Argument(...),
+    reason: str = typer.Option(..., "--reason", help="why (required)"),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Out = OutOpt,
+) -> None:
+    """Reject a workload waiting for approval, with a reason."""
+    w = Api(server, token).call("POST", f"/v1/workloads/{name}/reject", json={"reason": reason})
+    emit(
+        w,
+        output,
+        table(["workload", "phase", "approval"], [(w["name"], w["phase"], w["approval"]["state"])]),
+    )
