@@ -173,6 +173,9 @@ class LeaderElector:
         self.on_change = on_change or (lambda leading: None)
         self.holder = holder_id()
         self.backend = controller.backend
+        #: a second lease the backend requires (the Kubernetes Lease, gpupool.kube.lease): this
+        #: replica leads only while it holds both; optional backend attribute ``leader_gate``
+        self.gate: Callable[[], bool] | None = getattr(self.backend, "leader_gate", None)
         controller.backend = GuardedBackend(self.backend, self.may_act)
         self._mu = threading.Lock()
         self._leading = False
@@ -191,7 +194,7 @@ class LeaderElector:
     # ------------------------------------------------------------------ state
     def may_act(self) -> bool:
         """Leading, and the lease cannot have expired in the store yet (by the local clock)."""
-        return self._leading and time.monotonic() < self._deadline
+        return self._leading and time.monotonic() < self._deadline and (self.gate is None or self.gate())
 
     @property
     def is_leader(self) -> bool:
@@ -247,7 +250,11 @@ class LeaderElector:
     def tick(self) -> None:
         """One step of the keeper: renew (leader) or try to take over (standby)."""
         if self._leading:
-            if self._running and not self.controller.alive:
+            if self.gate is not None and not self.gate():
+                epoch = self.epoch
+                self._deactivate("the backend's own lease (the Kubernetes Lease) is not held")
+                self._release(epoch)
+            elif self._running and not self.controller.alive:
                 self._deactivate("the controller stopped (a fenced write was refused)")
             elif time.monotonic() >= self._next_renew:
                 self._renew()
@@ -261,6 +268,8 @@ class LeaderElector:
     # ------------------------------------------------------------------ the lease
     def _try_acquire(self) -> bool:
         s = self.settings
+        if self.gate is not None and not self.gate():
+            return False  # take the store lease only while holding the backend's lease too
         current = self.store.get_lease()
         dead = None
         if s.reclaim_local and current.holder and current.holder != self.holder and dead_here(current.holder):
