@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpupool.kube.client import RESOURCES, ApiError, KubeApi
 from gpupool.service.leader import dead_here, holder_id
 
 log = logging.getLogger("gpupool.kube.lease")
@@ -56,44 +57,37 @@ class LeaseApi(Protocol):
         """Update it (``metadata.resourceVersion`` is the precondition); raises LeaseConflict."""
 
 
-class LightkubeLeaseApi:
-    """``LeaseApi`` over a lightkube client."""
+class KubeApiLeases:
+    """``LeaseApi`` over ``gpupool.kube.client.KubeApi`` (plain dicts, one shared connection pool)."""
 
-    def __init__(self, client: Any) -> None:
-        self.client = client
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from lightkube import ApiError
-        from lightkube.resources.coordination_v1 import Lease
-
         try:
-            obj = self.client.get(Lease, name, namespace=namespace)
+            return self.api.get(RESOURCES["leases"], namespace, name)
         except ApiError as exc:
-            if exc.status.code == 404:
+            if exc.code == 404:
                 return None
             raise
-        out: dict[str, Any] = obj.to_dict()
-        return out
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._write(obj, create=True)
-
-    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
-        return self._write(obj, create=False)
-
-    def _write(self, obj: dict[str, Any], *, create: bool) -> dict[str, Any]:
-        from lightkube import ApiError
-        from lightkube.resources.coordination_v1 import Lease
-
-        lease = Lease.from_dict(obj)
         try:
-            got = self.client.create(lease) if create else self.client.replace(lease)
+            return self.api.create(RESOURCES["leases"], obj["metadata"]["namespace"], obj)
         except ApiError as exc:
-            if exc.status.code == 409:
+            if exc.code == 409:
                 raise LeaseConflict(str(exc)) from exc
             raise
-        out: dict[str, Any] = got.to_dict()
-        return out
+
+    def replace(self, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj["metadata"]
+        path = RESOURCES["leases"].path(meta["namespace"], meta["name"])
+        try:
+            return self.api.request("PUT", path, body=obj)
+        except ApiError as exc:
+            if exc.code == 409:
+                raise LeaseConflict(str(exc)) from exc
+            raise
 
 
 @dataclass(frozen=True, slots=True)
