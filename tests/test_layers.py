@@ -39,9 +39,6 @@ PRIVATE_ALLOWED: frozenset[tuple[str, str, str]] = frozenset(
         # module, hence two entries)
         ("gpupool.sim.simulator", "gpupool.engine.placement", "_fits_node"),
         ("gpupool.sim.baselines", "gpupool.engine.placement", "_fits_node"),
-        # the service converts manifests with the manifest module's error collector, which
-        # manifests keeps private; making it public belongs to the manifests and service owners
-        ("gpupool.service.convert", "gpupool.manifests", "_Errors"),
     }
 )
 

@@ -17,7 +17,7 @@ from gpupool.manifests import (
     Bundle,
     Document,
     ManifestError,
-    _Errors,
+    ManifestErrors,
     build,
     build_workload,
     default_priority_classes,
@@ -164,7 +164,7 @@ def workload_model(
     try:
         if doc is None:
             doc = parse_manifest(manifest, "workload")
-        err = _Errors()
+        err = ManifestErrors()
         w = build_workload(doc, {c.name: c for c in classes}, err, arrival=arrival)
         if err.items:
             raise ManifestError(err.items)

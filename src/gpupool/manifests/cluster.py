@@ -1,0 +1,197 @@
+"""Cluster and resource pool manifests: their specs and their conversion to nodes and pools.
+
+Why nodes are generated here: a node group is a count and a shape; the names, racks and
+NVLink domains of its nodes follow from it the same way on every load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import Field
+
+from gpupool import quantity as qty
+from gpupool.manifests.base import GFD_MEMORY, GFD_PRODUCT, Document, ManifestErrors, StrictModel
+from gpupool.model import Node, PlacementPolicy, ResourcePool, Taint
+
+
+class TaintSpec(StrictModel):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "NoExecute", "PreferNoSchedule"] = "NoSchedule"
+
+
+class GPUSpec(StrictModel):
+    model: str = Field(min_length=1)
+    count: int = Field(ge=0, le=64)
+    memory: str | int
+
+
+class TopologySpec(StrictModel):
+    racks: int = Field(default=1, ge=1, le=100_000)
+    rackPrefix: str = "r"
+    nodesPerNVLinkDomain: int = Field(default=1, ge=1, le=100_000)
+
+
+class NodeGroupSpec(StrictModel):
+    name: str = Field(min_length=1)
+    count: int = Field(ge=1, le=100_000)
+    namePrefix: str | None = None
+    gpu: GPUSpec
+    cpu: str | int | float
+    memory: str | int
+    rdma: int = Field(default=0, ge=0, le=1024)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    topology: TopologySpec = Field(default_factory=TopologySpec)
+
+
+class NodeSpec(StrictModel):
+    name: str = Field(min_length=1)
+    gpu: GPUSpec
+    cpu: str | int | float
+    memory: str | int
+    rdma: int = Field(default=0, ge=0, le=1024)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+    rack: str = ""
+    nvlinkDomain: str = ""
+    schedulable: bool = True
+
+
+class ClusterSpec(StrictModel):
+    nodeGroups: list[NodeGroupSpec] = Field(default_factory=list)
+    nodes: list[NodeSpec] = Field(default_factory=list)
+
+
+class PoolSpec(StrictModel):
+    description: str = ""
+    nodeSelector: dict[str, str] = Field(default_factory=dict)
+    gpuModels: list[str] = Field(default_factory=list)
+    preemptible: bool = True
+    requiresApproval: bool = False
+    pricePerGPUHour: float = Field(default=0.0, ge=0, le=1e6)
+    placement: PlacementPolicy = PlacementPolicy.DEFAULT
+    slaTier: str = ""
+    environment: str = ""
+
+
+def _taints(ts: list[TaintSpec]) -> tuple[Taint, ...]:
+    return tuple(Taint(t.key, t.value, t.effect) for t in ts)
+
+
+def _gpu_mem(v: str | int, where: str, err: ManifestErrors) -> int:
+    try:
+        return qty.mib_value(v) if isinstance(v, int) else qty.memory_mib(v)
+    except qty.QuantityError as exc:
+        err.add(where, str(exc))
+        return 0
+
+
+def _node_labels(
+    base: Mapping[str, str], model: str, mem: int, rack: str, nvl: str
+) -> tuple[tuple[str, str], ...]:
+    labels = {GFD_PRODUCT: model, GFD_MEMORY: str(mem)}
+    if rack:
+        labels["gpupool.io/rack"] = rack
+    if nvl:
+        labels["gpupool.io/nvlink-domain"] = nvl
+    labels.update(base)
+    return tuple(sorted(labels.items()))
+
+
+def build_nodes(doc: Document, err: ManifestErrors) -> list[Node]:
+    """The nodes of a Cluster document: every node group's generated nodes, then the listed ones."""
+    spec: ClusterSpec = doc.spec
+    out: list[Node] = []
+    for gi, g in enumerate(spec.nodeGroups):
+        out.extend(_group_nodes(g, f"{doc.source}: spec.nodeGroups[{gi}]", err))
+    for ni, n in enumerate(spec.nodes):
+        out.append(_listed_node(n, f"{doc.source}: spec.nodes[{ni}]", err))
+    return out
+
+
+def _group_nodes(g: NodeGroupSpec, where: str, err: ManifestErrors) -> list[Node]:
+    """A node group's ``count`` nodes: numbered names, spread over its racks and NVLink domains."""
+    mem = _gpu_mem(g.gpu.memory, f"{where}.gpu.memory", err)
+    try:
+        cpu = qty.cpu_milli(g.cpu)
+    except qty.QuantityError as exc:
+        err.add(f"{where}.cpu", str(exc))
+        cpu = 0
+    try:
+        nmem = qty.memory_mib(g.memory)
+    except qty.QuantityError as exc:
+        err.add(f"{where}.memory", str(exc))
+        nmem = 0
+    prefix = g.namePrefix if g.namePrefix is not None else f"{g.name}-"
+    width = max(3, len(str(g.count)))
+    per_rack = -(-g.count // g.topology.racks)
+    out: list[Node] = []
+    for i in range(g.count):
+        name = f"{prefix}{i + 1:0{width}d}"
+        rack = f"{g.topology.rackPrefix}{i // per_rack + 1}" if g.topology.racks > 1 else f"{g.name}-rack"
+        nvl = (
+            name
+            if g.topology.nodesPerNVLinkDomain == 1
+            else f"{g.name}-nvl{i // g.topology.nodesPerNVLinkDomain + 1}"
+        )
+        out.append(
+            Node(
+                name,
+                g.gpu.model,
+                g.gpu.count,
+                mem,
+                cpu,
+                nmem,
+                g.rdma,
+                _node_labels(g.labels, g.gpu.model, mem, rack, nvl),
+                _taints(g.taints),
+                nvl,
+                rack,
+            )
+        )
+    return out
+
+
+def _listed_node(n: NodeSpec, where: str, err: ManifestErrors) -> Node:
+    """One node the Cluster lists by name (its own NVLink domain unless it names one)."""
+    mem = _gpu_mem(n.gpu.memory, f"{where}.gpu.memory", err)
+    try:
+        cpu = qty.cpu_milli(n.cpu)
+        nmem = qty.memory_mib(n.memory)
+    except qty.QuantityError as exc:
+        err.add(where, str(exc))
+        cpu = nmem = 0
+    return Node(
+        n.name,
+        n.gpu.model,
+        n.gpu.count,
+        mem,
+        cpu,
+        nmem,
+        n.rdma,
+        _node_labels(n.labels, n.gpu.model, mem, n.rack, n.nvlinkDomain),
+        _taints(n.taints),
+        n.nvlinkDomain or n.name,
+        n.rack,
+        n.schedulable,
+    )
+
+
+def build_pool(doc: Document) -> ResourcePool:
+    """The model pool of a ResourcePool document (a pool spec has nothing to convert that can fail)."""
+    s: PoolSpec = doc.spec
+    return ResourcePool(
+        doc.name,
+        tuple(sorted(s.nodeSelector.items())),
+        tuple(s.gpuModels),
+        s.description,
+        s.preemptible,
+        s.requiresApproval,
+        s.pricePerGPUHour,
+        s.placement,
+        s.slaTier,
+        s.environment,
+    )
