@@ -1,0 +1,89 @@
+"""What the real server fills in on create, for the kinds whose clients read those defaults.
+
+Why only these: a scheduler reads a pod's phase, schedulerName and grace period, and the Job
+controller its parallelism/completions/backoffLimit; anything else is stored as sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpupool.kube.fake import errors
+
+Obj = dict[str, Any]
+
+
+def _pod(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    name = obj["metadata"].get("name", "")
+    if not spec.get("containers"):
+        raise errors.invalid("Pod", name, "spec.containers", "Required value")
+    for i, c in enumerate(spec["containers"]):
+        if not isinstance(c, dict) or not c.get("name"):
+            raise errors.invalid("Pod", name, f"spec.containers[{i}].name", "Required value")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("priority", 0)
+    status = obj.setdefault("status", {})
+    status.setdefault("phase", "Pending")
+    status.setdefault("qosClass", "BestEffort")
+
+
+def _job(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    name = obj["metadata"].get("name", "")
+    if not isinstance(spec.get("template"), dict):
+        raise errors.invalid("Job", name, "spec.template", "Required value")
+    if spec.get("parallelism") is None:
+        spec["parallelism"] = 1
+    if spec.get("completions") is None and spec.get("completionMode") != "Indexed":
+        spec["completions"] = spec["parallelism"] if "completions" in spec else 1
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    uid = obj["metadata"]["uid"]
+    labels = {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+    }
+    spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    tmd = spec["template"].setdefault("metadata", {})
+    tmd["labels"] = {**(tmd.get("labels") or {}), **labels}
+    spec["template"].setdefault("spec", {}).setdefault("restartPolicy", "Never")
+    obj.setdefault("status", {})
+
+
+def _replicated(obj: Obj) -> None:
+    spec = obj.setdefault("spec", {})
+    if spec.get("replicas") is None:
+        spec["replicas"] = 1
+    if not isinstance(spec.get("template"), dict):
+        raise errors.invalid(
+            obj.get("kind", "object"), obj["metadata"].get("name", ""), "spec.template", "Required value"
+        )
+    obj.setdefault("status", {})
+
+
+def _namespace(obj: Obj) -> None:
+    obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+    obj.setdefault("status", {"phase": "Active"})
+    obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
+
+
+DEFAULTERS = {
+    "pods": _pod,
+    "jobs.batch": _job,
+    "deployments.apps": _replicated,
+    "replicasets.apps": _replicated,
+    "statefulsets.apps": _replicated,
+    "namespaces": _namespace,
+}
+
+
+def apply_defaults(key: str, obj: Obj) -> None:
+    fn = DEFAULTERS.get(key)
+    if fn is not None:
+        fn(obj)

@@ -1,0 +1,175 @@
+"""Node objects as GPU nodes look on a real cluster: GPU feature discovery labels, allocatable
+``nvidia.com/gpu``, a Ready condition and HAMi's device register annotation.
+
+Why HAMi's JSON register format (not the colon-separated one its protocol doc still shows): it is
+what HAMi's device plugin writes today (``pkg/device/devices.go`` ``DeviceInfo``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpupool.kube.fake.storage import now_rfc3339
+from gpupool.quantity import memory_mib as parse_memory_mib
+
+HAMI_REGISTER = "hami.io/node-nvidia-register"
+HAMI_SPLIT = 10
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable GPU-<uuid> for a node's device (same name and index -> same id on every run)."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{node}/gpu{index}"))
+
+
+def hami_register(node: str, gpus: int, product: str, memory_mib: int) -> str:
+    devs = [
+        {
+            "id": gpu_uuid(node, i),
+            "index": i,
+            "count": HAMI_SPLIT,
+            "devmem": memory_mib,
+            "devcore": 100,
+            "type": f"NVIDIA-{product}",
+            "numa": 0 if i < max(1, gpus // 2) else 1,
+            "mode": "hami-core",
+            "health": True,
+        }
+        for i in range(gpus)
+    ]
+    return json.dumps(devs, separators=(",", ":"))
+
+
+def ready_condition(ready: bool) -> dict[str, Any]:
+    now = now_rfc3339()
+    return {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "kubelet is posting ready status" if ready else "fake: node set NotReady",
+    }
+
+
+def gpu_node(
+    name: str,
+    gpus: int = 8,
+    product: str = "NVIDIA-H100-80GB-HBM3",
+    memory_mib: int = 81559,
+    cpu: str = "192",
+    memory: str = "2Ti",
+    labels: Mapping[str, str] | None = None,
+    hami: bool = True,
+    clique: str = "",
+    zone: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """One GPU Node object."""
+    lab = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "nvidia.com/gpu.present": "true",
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.memory": str(memory_mib),
+        "nvidia.com/gpu.count": str(gpus),
+    }
+    if clique:
+        lab["nvidia.com/gpu.clique"] = clique
+    if zone:
+        lab[zone[0]] = zone[1]
+    lab.update(labels or {})
+    ann = {HAMI_REGISTER: hami_register(name, gpus, product, memory_mib)} if hami and gpus else {}
+    res = {
+        "cpu": cpu,
+        "memory": memory,
+        "pods": "110",
+        "nvidia.com/gpu": str(gpus),
+        "ephemeral-storage": "1Ti",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": lab, "annotations": ann},
+        "spec": {},
+        "status": {
+            "capacity": dict(res),
+            "allocatable": dict(res),
+            "conditions": [ready_condition(True)],
+            "nodeInfo": {
+                "kubeletVersion": "v1.32.0-fake",
+                "architecture": "amd64",
+                "operatingSystem": "linux",
+            },
+        },
+    }
+
+
+def gpu_nodes(
+    count: int,
+    prefix: str = "gpu-node",
+    gpus: int = 8,
+    product: str = "NVIDIA-H100-80GB-HBM3",
+    memory_mib: int = 81559,
+    cpu: str = "192",
+    memory: str = "2Ti",
+    labels: Mapping[str, str] | None = None,
+    hami: bool = True,
+    nvlink_domain_size: int = 8,
+    rack_label: str = "topology.kubernetes.io/zone",
+    nodes_per_rack: int = 16,
+) -> list[dict[str, Any]]:
+    """``count`` nodes ``<prefix>-0000``...; cliques group ``nvlink_domain_size`` nodes, racks ``nodes_per_rack``."""
+    if count < 0 or gpus < 0:
+        raise ValueError("add_gpu_nodes: count and gpus must be >= 0")
+    width = max(4, len(str(count - 1)))
+    out = []
+    for i in range(count):
+        clique = f"{prefix}-clique-{i // max(1, nvlink_domain_size)}" if nvlink_domain_size else ""
+        zone = (rack_label, f"{prefix}-rack-{i // max(1, nodes_per_rack)}") if rack_label else None
+        out.append(
+            gpu_node(
+                f"{prefix}-{i:0{width}d}", gpus, product, memory_mib, cpu, memory, labels, hami, clique, zone
+            )
+        )
+    return out
+
+
+def _product(model: str) -> str:
+    return "NVIDIA-" + re.sub(r"[^A-Za-z0-9-]", "-", model)
+
+
+def nodes_from_cluster(
+    docs: Iterable[Mapping[str, Any]], rack_label: str = "topology.kubernetes.io/zone"
+) -> list[dict[str, Any]]:
+    """Nodes of gpupool ``Cluster`` manifests (``spec.nodeGroups``), their labels carried over."""
+    out: list[dict[str, Any]] = []
+    for doc in docs:
+        if not isinstance(doc, Mapping) or doc.get("kind") != "Cluster":
+            continue
+        for gi, group in enumerate((doc.get("spec") or {}).get("nodeGroups") or []):
+            name = group.get("name")
+            if not name:
+                raise ValueError(f"Cluster: spec.nodeGroups[{gi}].name is required")
+            gpu = group.get("gpu") or {}
+            count = int(group.get("count", 1))
+            topo = group.get("topology") or {}
+            racks = max(1, int(topo.get("racks", 1)))
+            mem_mib = parse_memory_mib(gpu.get("memory", "80Gi")) if gpu else 0
+            out += gpu_nodes(
+                count,
+                prefix=name,
+                gpus=int(gpu.get("count", 0)),
+                product=_product(str(gpu.get("model", "GPU"))),
+                memory_mib=mem_mib,
+                cpu=str(group.get("cpu", "64")),
+                memory=str(group.get("memory", "256Gi")),
+                labels={str(k): str(v) for k, v in (group.get("labels") or {}).items()},
+                nvlink_domain_size=int(topo.get("nodesPerNVLinkDomain", gpu.get("count", 8) or 8)),
+                rack_label=rack_label,
+                nodes_per_rack=max(1, -(-count // racks)),
+            )
+    return out

@@ -1,0 +1,268 @@
+"""The verbs: create, update, patch, delete (finalizers, grace, cascading) with the real server's
+rules, shared by the HTTP layer and the in-process API.
+
+Why one place: a test that writes in-process and a client that writes over HTTP must see the
+same resourceVersions, conflicts and watch events.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpupool.kube.fake import errors
+from gpupool.kube.fake.defaults import apply_defaults
+from gpupool.kube.fake.patch import apply_patch
+from gpupool.kube.fake.resources import ResourceType, from_crd
+from gpupool.kube.fake.storage import Obj, Store, new_metadata, now_rfc3339
+
+#: metadata fields clients cannot change by update
+_SERVER_OWNED = (
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "namespace",
+    "name",
+)
+_STALE = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+class Ops:
+    """The write verbs over one ``Store``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._policy: dict[str, str] = {}  # uid -> propagation policy of a pending delete
+
+    # -- create --------------------------------------------------------------------------
+    def create(self, rt: ResourceType, ns: str, obj: Obj) -> Obj:
+        """Create ``obj`` (taken over, not copied) in ``ns``; 404 when the namespace is missing."""
+        if not isinstance(obj, dict):
+            raise errors.bad_request("the request body must be a JSON object")
+        md = obj.get("metadata")
+        if not isinstance(md, dict):
+            md = obj["metadata"] = {}
+        if rt.namespaced:
+            if md.get("namespace") and ns and md["namespace"] != ns:
+                raise errors.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
+            ns = ns or md.get("namespace") or "default"
+        if obj.get("kind") not in (None, rt.kind):
+            raise errors.bad_request(f"the kind {obj.get('kind')!r} does not match resource {rt.key!r}")
+        obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
+        with self.store.lock:
+            if rt.namespaced and self.store.find(self.store.types["namespaces"], "", ns) is None:
+                raise errors.not_found("namespaces", ns)
+            new_metadata(md, ns, rt.namespaced)
+            if self.store.find(rt, ns, md["name"]) is not None:
+                raise errors.already_exists(rt.plural, md["name"], rt.group)
+            apply_defaults(rt.key, obj)
+            if rt.key == "customresourcedefinitions.apiextensions.k8s.io":
+                self._register_crd(obj)
+            return self.store.commit(rt, "ADDED", obj)
+
+    def _register_crd(self, crd: Obj) -> None:
+        try:
+            types = from_crd(crd)
+        except ValueError as exc:
+            raise errors.invalid(
+                "CustomResourceDefinition", crd["metadata"]["name"], "spec", str(exc)
+            ) from exc
+        expect = f"{types[0].plural}.{types[0].group}"
+        if crd["metadata"]["name"] != expect:
+            raise errors.invalid(
+                "CustomResourceDefinition",
+                crd["metadata"]["name"],
+                "metadata.name",
+                f"must be spec.names.plural+'.'+spec.group ({expect!r})",
+            )
+        for rt in types:
+            self.store.register(rt)
+        names = crd["spec"]["names"]
+        crd["status"] = {
+            "acceptedNames": dict(names),
+            "storedVersions": [types[0].version],
+            "conditions": [
+                {"type": t, "status": "True", "reason": r, "lastTransitionTime": now_rfc3339(), "message": ""}
+                for t, r in (("NamesAccepted", "NoConflicts"), ("Established", "InitialNamesAccepted"))
+            ],
+        }
+
+    # -- update / patch ------------------------------------------------------------------
+    def update(self, rt: ResourceType, ns: str, name: str, obj: Obj, sub: str = "") -> Obj:
+        """PUT: 409 on a stale resourceVersion; ``sub='status'`` changes only the status."""
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise errors.bad_request("the request body must be an object with metadata")
+        if obj["metadata"].get("name") not in (None, name):
+            raise errors.bad_request("the name of the object does not match the name on the URL")
+        with self.store.lock:
+            cur = self.store.get(rt, ns, name)
+            rv = obj["metadata"].get("resourceVersion")
+            if rv and rv != cur["metadata"]["resourceVersion"]:
+                raise errors.conflict(rt.plural, name, _STALE, rt.group)
+            return self._write(rt, cur, obj, sub)
+
+    def patch(self, rt: ResourceType, ns: str, name: str, content_type: str, body: Any, sub: str = "") -> Obj:
+        """PATCH of the three kinds; a resourceVersion in the patch is a precondition."""
+        with self.store.lock:
+            cur = self.store.get(rt, ns, name)
+            new = apply_patch(content_type, cur, body)
+            if not isinstance(new, dict) or not isinstance(new.get("metadata"), dict):
+                raise errors.invalid(rt.kind, name, "metadata", "the patch removed the object's metadata")
+            if new["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
+                raise errors.conflict(rt.plural, name, _STALE, rt.group)
+            return self._write(rt, cur, new, sub)
+
+    def _write(self, rt: ResourceType, cur: Obj, new: Obj, sub: str) -> Obj:
+        if sub == "status":
+            new = {**cur, "status": new.get("status", {})}
+        else:
+            md = dict(new["metadata"])
+            for f in _SERVER_OWNED:
+                if f in cur["metadata"]:
+                    md[f] = cur["metadata"][f]
+                else:
+                    md.pop(f, None)
+            new = {**new, "metadata": md, "kind": rt.kind, "apiVersion": rt.api_version}
+            if "status" in rt.subresources:
+                new["status"] = cur.get("status", {})
+            self._check_immutable(rt, cur, new)
+            if new.get("spec") != cur.get("spec"):
+                md["generation"] = int(cur["metadata"].get("generation", 1)) + 1
+        if new == cur:
+            return cur
+        nmd = new["metadata"]
+        if (
+            nmd.get("deletionTimestamp")
+            and not nmd.get("finalizers")
+            and not nmd.get("deletionGracePeriodSeconds")
+        ):
+            return self._remove(rt, new, cur)
+        return self.store.commit(rt, "MODIFIED", new, cur)
+
+    @staticmethod
+    def _check_immutable(rt: ResourceType, cur: Obj, new: Obj) -> None:
+        if rt.key != "pods":
+            return
+        old_node = (cur.get("spec") or {}).get("nodeName")
+        if (new.get("spec") or {}).get("nodeName") != old_node:
+            raise errors.invalid(
+                "Pod",
+                cur["metadata"]["name"],
+                "spec.nodeName",
+                "Forbidden: pod updates may not change spec.nodeName (use pods/binding)",
+            )
+
+    # -- delete --------------------------------------------------------------------------
+    def delete(
+        self,
+        rt: ResourceType,
+        ns: str,
+        name: str,
+        grace: int | None = None,
+        propagation: str | None = None,
+        preconditions: dict[str, Any] | None = None,
+    ) -> Obj:
+        """DELETE: graceful for bound pods, held by finalizers, then cascades to owned objects."""
+        with self.store.lock:
+            cur = self.store.get(rt, ns, name)
+            pre = preconditions or {}
+            if pre.get("uid") and pre["uid"] != cur["metadata"]["uid"]:
+                raise errors.conflict(
+                    rt.plural,
+                    name,
+                    f"Precondition failed: UID in precondition: {pre['uid']}, "
+                    f"UID in object meta: {cur['metadata']['uid']}",
+                    rt.group,
+                )
+            if pre.get("resourceVersion") and pre["resourceVersion"] != cur["metadata"]["resourceVersion"]:
+                raise errors.conflict(rt.plural, name, _STALE, rt.group)
+            policy = propagation or ("Orphan" if rt.key == "jobs.batch" else "Background")
+            if policy not in ("Orphan", "Background", "Foreground"):
+                raise errors.bad_request(
+                    f"propagationPolicy {policy!r} must be Orphan, Background or Foreground"
+                )
+            self._policy[cur["metadata"]["uid"]] = policy
+            grace = self._pod_grace(cur, grace) if rt.key == "pods" else 0
+            md = dict(cur["metadata"])
+            finalizers = list(md.get("finalizers") or [])
+            if (
+                policy == "Foreground"
+                and self.store.owned_by(md["uid"])
+                and "foregroundDeletion" not in finalizers
+            ):
+                finalizers.append("foregroundDeletion")
+            if grace > 0 or finalizers:
+                return self._mark_deleting(rt, cur, md, finalizers, grace)
+            return self._remove(rt, cur, cur)
+
+    @staticmethod
+    def _pod_grace(pod: Obj, grace: int | None) -> int:
+        spec, status = pod.get("spec") or {}, pod.get("status") or {}
+        if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+            return 0
+        if grace is None:
+            grace = int(spec.get("terminationGracePeriodSeconds", 30))
+        current = pod["metadata"].get("deletionGracePeriodSeconds")
+        return min(grace, int(current)) if current is not None else grace
+
+    def _mark_deleting(self, rt: ResourceType, cur: Obj, md: Obj, finalizers: list[str], grace: int) -> Obj:
+        if not md.get("deletionTimestamp") or md.get("deletionGracePeriodSeconds", 0) != grace:
+            md["deletionTimestamp"] = now_rfc3339(time.time() + grace)
+            md["deletionGracePeriodSeconds"] = grace
+        md["finalizers"] = finalizers
+        if not finalizers:
+            md.pop("finalizers")
+        new = {**cur, "metadata": md}
+        if "foregroundDeletion" in finalizers:
+            self._cascade(md["uid"], "Foreground")
+        return new if new == cur else self.store.commit(rt, "MODIFIED", new, cur)
+
+    def _remove(self, rt: ResourceType, obj: Obj, old: Obj) -> Obj:
+        out = self.store.commit(rt, "DELETED", obj, old)
+        uid = obj["metadata"]["uid"]
+        self._cascade(uid, self._policy.pop(uid, "Background"))
+        if rt.key == "customresourcedefinitions.apiextensions.k8s.io":
+            spec = obj.get("spec") or {}
+            self.store.unregister(spec.get("group", ""), (spec.get("names") or {}).get("plural", ""))
+        elif rt.key == "namespaces":
+            self._empty_namespace(obj["metadata"]["name"])
+        self._release_foreground_owners(obj)
+        return out
+
+    def _cascade(self, uid: str, policy: str) -> None:
+        for key, (ns, name) in self.store.owned_by(uid):
+            dep_rt = self.store.types.get(key)
+            dep = self.store.find(dep_rt, ns, name) if dep_rt else None
+            if dep_rt is None or dep is None or dep["metadata"].get("deletionTimestamp"):
+                continue
+            if policy == "Orphan":
+                refs = [r for r in dep["metadata"].get("ownerReferences", []) if r.get("uid") != uid]
+                self._write(
+                    dep_rt, dep, {**dep, "metadata": {**dep["metadata"], "ownerReferences": refs}}, ""
+                )
+            else:
+                self.delete(dep_rt, ns, name, None, "Foreground" if policy == "Foreground" else "Background")
+
+    def _release_foreground_owners(self, obj: Obj) -> None:
+        """A dependent went away: an owner waiting in foreground deletion may now go too."""
+        for ref in obj["metadata"].get("ownerReferences") or ():
+            if self.store.owned_by(ref.get("uid", "")):
+                continue
+            for rt in list(self.store.types.values()):
+                if rt.kind != ref.get("kind") or rt.api_version != ref.get("apiVersion"):
+                    continue
+                owner = self.store.find(rt, obj["metadata"].get("namespace", ""), ref.get("name", ""))
+                fins = (owner or {}).get("metadata", {}).get("finalizers") or []
+                if owner is not None and "foregroundDeletion" in fins:
+                    md = {**owner["metadata"], "finalizers": [f for f in fins if f != "foregroundDeletion"]}
+                    self._write(rt, owner, {**owner, "metadata": md}, "")
+
+    def _empty_namespace(self, ns: str) -> None:
+        for rt in list(self.store.types.values()):
+            if rt.namespaced:
+                for ons, name in [k for k in self.store.objects.get(rt.key, {}) if k[0] == ns]:
+                    self.delete(rt, ons, name, 0)
