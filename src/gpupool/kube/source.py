@@ -1,0 +1,498 @@
+"""Workloads created with kubectl become gpupool submissions; deleted ones are cancelled.
+
+Why through the API's own submission path (``routes.workloads.prepare`` and the batcher): a Job
+created with kubectl must meet exactly the validation, admission policy and approval rules a
+``gpupool submit`` meets, and land in the same store with the same audit record. The source
+submits as one system principal (``system:kubernetes``, a platform admin: it may submit to any
+queue); which namespace may use which queue is the source's own policy (``SourcePolicy``).
+
+How it stays cheap and safe under a watch storm:
+
+* informer listeners only mark the object's key dirty; one worker thread translates and
+  submits what is dirty, in batches (one group commit for many objects);
+* an object is submitted once per distinct manifest: a Job's status updates (MODIFIED events
+  that do not change what it asks for) cost one translation and no store write;
+* a refused object (unknown queue, does not fit, validation error) gets a Warning Event with
+  the located error and is remembered, so it is not refused again until it changes; an
+  exception never escapes the worker and never blocks the other objects;
+* bare pods (``schedulerName: gpupool``, no controller owner) are grouped by their gang marker
+  (``workloads.pod_group_key``) and submitted once the group has been quiet for ``settle_s``,
+  so a group created pod by pod is one workload, not one per pod.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gpupool.auth import Principal, Role
+from gpupool.kube import workloads as kw
+from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError, WorkloadDefaults
+from gpupool.service.routes.base import ApiError
+from gpupool.service.routes.workloads import Prepared, after, prepare
+from gpupool.store import TERMINAL_PHASES, NotFound, StoreError
+from gpupool.store.schema import PHASES
+
+if TYPE_CHECKING:
+    from gpupool.service.routes.base import Service
+
+log = logging.getLogger("gpupool.kube.source")
+
+#: the principal every Kubernetes-created workload is submitted as (its owner in the store)
+SYSTEM_NAME = "system:kubernetes"
+#: informer kinds whose objects are top owners (one workload each)
+TOP_KINDS = ("jobs", "pytorchjobs", "jobsets", "deployments", "statefulsets")
+#: the reason of the Warning Event on a refused object
+REFUSED = "GpupoolRefused"
+#: the reason of the Warning Event on an object gpupool should manage but cannot read
+INVALID = "GpupoolInvalid"
+
+Key = tuple[str, str, str]  # (informer kind, namespace, name or pod group)
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePolicy:
+    """Which queue a namespace's objects go to, and (optionally) which queues it may use.
+
+    ``allowed``: namespace -> the queues its objects may name; None lets every namespace use
+    every queue (the queue's own access rules still apply). With an allow-list, a namespace not
+    in it may use no queue at all: the operator maps each tenant namespace explicitly."""
+
+    defaults: WorkloadDefaults = field(default_factory=WorkloadDefaults)
+    allowed: Mapping[str, frozenset[str]] | None = None
+
+    def refusal(self, namespace: str, queue: str) -> str | None:
+        """Why ``namespace`` may not submit to ``queue``, or None."""
+        if self.allowed is None:
+            return None
+        ok = self.allowed.get(namespace, frozenset())
+        if queue in ok:
+            return None
+        names = ", ".join(sorted(ok)) or "none"
+        return f"queue {queue!r} is not mapped to namespace {namespace!r} (allowed: {names})"
+
+
+def parse_namespace_queues(items: Iterable[str]) -> dict[str, list[str]]:
+    """``NS=QUEUE`` options (repeatable; a namespace's first queue is its default).
+    Raises ValueError naming the bad item."""
+    out: dict[str, list[str]] = {}
+    for item in items:
+        ns, sep, queue = item.partition("=")
+        ns, queue = ns.strip(), queue.strip()
+        if not sep or not ns or not queue:
+            raise ValueError(f"--namespace-queue {item!r}: expected NAMESPACE=QUEUE")
+        out.setdefault(ns, [])
+        if queue not in out[ns]:
+            out[ns].append(queue)
+    return out
+
+
+def policy_from_options(
+    items: Iterable[str], restrict: bool, scheduler_name: str = "gpupool"
+) -> SourcePolicy:
+    """The policy of ``--namespace-queue NS=QUEUE ...`` and ``--restrict-namespace-queues``."""
+    mapping = parse_namespace_queues(items)
+    defaults = WorkloadDefaults({ns: qs[0] for ns, qs in mapping.items()}, scheduler_name)
+    allowed = {ns: frozenset(qs) for ns, qs in mapping.items()} if restrict else None
+    return SourcePolicy(defaults, allowed)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one submission: created, unchanged, or refused with the located errors."""
+
+    name: str
+    result: str
+    message: str = ""
+    errors: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def refused(self) -> bool:
+        return self.result not in ("created", "unchanged")
+
+    def text(self) -> str:
+        where = "; ".join(f"{f}: {p}" for f, p in self.errors)
+        return f"{self.message} ({where})" if where and where not in self.message else self.message
+
+
+class Submitter(Protocol):
+    """Where the source sends work (the service in production, a fake in tests)."""
+
+    def submit_many(self, manifests: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+        """Submit each manifest; one Outcome per manifest, in order; never raises for one."""
+
+    def cancel(self, name: str) -> bool:
+        """Cancel a workload if it exists and has not finished; True when it was cancelled."""
+
+    def active(self) -> set[str]:
+        """Names of the unfinished workloads this source submitted (to reconcile after a restart)."""
+
+
+class EventSink(Protocol):
+    """Events on the Kubernetes object (``gpupool.kube.status.EventRecorder``)."""
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
+
+
+class InformerLike(Protocol):
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None: ...
+    def items(self) -> list[dict[str, Any]]: ...
+    def add_listener(self, fn: Callable[[str, dict[str, Any]], None]) -> None: ...
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def is_bare_managed(pod: Mapping[str, Any], scheduler_name: str = "gpupool") -> bool:
+    """A pod gpupool schedules that no controller owns (it is its own workload or gang member)."""
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, Mapping) or spec.get("schedulerName") != scheduler_name:
+        return False
+    owners = _meta(pod).get("ownerReferences") or []
+    return not any(isinstance(o, Mapping) and o.get("controller") for o in owners)
+
+
+def digest(manifest: Mapping[str, Any]) -> str:
+    """A manifest's identity for 'unchanged' (key order does not matter)."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True, default=str).encode()).hexdigest()[:24]
+
+
+class _Unready(Exception):
+    """The translation layer is not implemented yet (its functions are stubs)."""
+
+
+class KubeSource:
+    """Watches the top-owner kinds and bare pods; submits, refuses with an Event, cancels."""
+
+    def __init__(
+        self,
+        informers: Mapping[str, InformerLike],
+        submitter: Submitter,
+        events: EventSink,
+        policy: SourcePolicy | None = None,
+        *,
+        settle_s: float = 0.2,
+        batch: int = 500,
+    ) -> None:
+        self.informers = informers
+        self.submitter = submitter
+        self.events = events
+        self.policy = policy or SourcePolicy()
+        self.settle_s = settle_s
+        self.batch = batch
+        self._mu = threading.Lock()
+        self._dirty: dict[Key, float] = {}  # key -> when it last changed (monotonic)
+        self._gone: dict[Key, dict[str, Any]] = {}  # the last object seen before DELETED
+        self._groups: dict[tuple[str, str], set[str]] = {}  # (ns, group) -> pod names
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: per key: the digest of the manifest last submitted or refused, and the workload name
+        self._seen: dict[Key, str] = {}
+        self.names: dict[Key, str] = {}
+        self.stats: dict[str, int] = dict.fromkeys(
+            ("submitted", "unchanged", "refused", "invalid", "cancelled", "skipped", "errors"), 0
+        )
+        self.last_error = ""
+
+    # ------------------------------------------------------------------ listening
+    def attach(self) -> None:
+        """Listen to the informers (before they start, so no event is missed)."""
+        for kind in TOP_KINDS:
+            inf = self.informers.get(kind)
+            if inf is not None:
+                inf.add_listener(self._listener(kind))
+        pods = self.informers.get("pods")
+        if pods is not None:
+            pods.add_listener(self._on_pod)
+
+    def _listener(self, kind: str) -> Callable[[str, dict[str, Any]], None]:
+        def on_event(type_: str, obj: dict[str, Any]) -> None:
+            m = _meta(obj)
+            key = (kind, str(m.get("namespace") or ""), str(m.get("name") or ""))
+            self._mark(key, obj if type_ == "DELETED" else None)
+
+        return on_event
+
+    def _on_pod(self, type_: str, pod: dict[str, Any]) -> None:
+        if not is_bare_managed(pod, self.policy.defaults.scheduler_name):
+            return
+        m = _meta(pod)
+        ns, name = str(m.get("namespace") or ""), str(m.get("name") or "")
+        group = self.group_of(pod)
+        with self._mu:
+            members = self._groups.setdefault((ns, group), set())
+            if type_ == "DELETED":
+                members.discard(name)
+            else:
+                members.add(name)
+        self._mark(("pods", ns, group), pod if type_ == "DELETED" else None)
+
+    @staticmethod
+    def group_of(pod: Mapping[str, Any]) -> str:
+        """The bare pod's group: its gang marker, else the pod alone (its own name)."""
+        name = str(_meta(pod).get("name") or "")
+        try:
+            return kw.pod_group_key(pod) or name
+        except NotImplementedError:
+            return name
+
+    def members(self, namespace: str, group: str) -> list[str]:
+        """Names of the bare pods of one group, as the source last saw them."""
+        with self._mu:
+            return sorted(self._groups.get((namespace, group), ()))
+
+    def _mark(self, key: Key, deleted: dict[str, Any] | None) -> None:
+        with self._mu:
+            self._dirty[key] = time.monotonic()
+            if deleted is not None:
+                self._gone[key] = deleted
+            else:
+                self._gone.pop(key, None)
+        self._wake.set()
+
+    # ------------------------------------------------------------------ the worker
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gpupool-kube-source", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(10)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            try:
+                while self.process() and not self._stop.is_set():
+                    pass
+            except Exception as exc:  # the worker must survive anything one pass throws
+                self.stats["errors"] += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.exception("kubernetes source pass failed")
+
+    def process(self, now: float | None = None) -> int:
+        """One pass over what is dirty (and settled): returns how many keys it handled."""
+        keys = self._take(time.monotonic() if now is None else now)
+        if not keys:
+            return 0
+        todo: list[tuple[Key, KubeWorkload, dict[str, Any], str]] = []
+        for key, gone in keys:
+            if self._absent(key):
+                self._deleted(key, gone)
+                continue
+            objs = self._objects(key)
+            ident = self._identity(objs)
+            if not objs or self._seen.get(key) == f"ok:{ident}":
+                continue  # accepted already: workloads are immutable, status updates change nothing
+            try:
+                got = self._translate(key, objs)
+            except _Unready as exc:
+                self._unready(key, exc)
+                continue
+            if got is not None:
+                todo.append((key, got, objs[0], ident))
+        for i in range(0, len(todo), self.batch):
+            self._submit(todo[i : i + self.batch])
+        return len(keys)
+
+    def _unready(self, key: Key, exc: _Unready) -> None:
+        self.stats["errors"] += 1
+        if self.last_error != str(exc):
+            log.error("kubernetes source: %s; %s/%s/%s not submitted", exc, *key)
+        self.last_error = str(exc)
+
+    def _take(self, now: float) -> list[tuple[Key, dict[str, Any] | None]]:
+        """Dirty keys ready to handle: top owners at once, pod groups once quiet for settle_s."""
+        out: list[tuple[Key, dict[str, Any] | None]] = []
+        with self._mu:
+            for key, at in list(self._dirty.items()):
+                if key[0] == "pods" and now - at < self.settle_s:
+                    continue
+                del self._dirty[key]
+                out.append((key, self._gone.pop(key, None)))
+            waiting = bool(self._dirty)
+        if waiting and not out:
+            time.sleep(min(self.settle_s, 0.05))  # a pod group settling: look again shortly
+            self._wake.set()
+        return out
+
+    def reconcile(self) -> int:
+        """After a restart (caches synced, one pass done): cancel the workloads this source
+        submitted whose object was deleted while gpupool was down. Skipped while any object
+        could not be translated (its workload must not be cancelled for gpupool's own fault)."""
+        if self.stats["errors"] or self._dirty:
+            return 0
+        present = set(self.names.values())
+        gone = sorted(self.submitter.active() - present)
+        n = sum(1 for name in gone if self.submitter.cancel(name))
+        self.stats["cancelled"] += n
+        return n
+
+    # ------------------------------------------------------------------ one key
+    def _absent(self, key: Key) -> bool:
+        kind, ns, name = key
+        if kind == "pods":
+            with self._mu:
+                return not self._groups.get((ns, name))
+        inf = self.informers.get(kind)
+        return inf is None or inf.get(ns, name) is None
+
+    def _objects(self, key: Key) -> list[dict[str, Any]]:
+        kind, ns, name = key
+        inf = self.informers[kind]
+        if kind != "pods":
+            obj = inf.get(ns, name)
+            return [obj] if obj is not None else []
+        with self._mu:
+            members = sorted(self._groups.get((ns, name), ()))
+        return [p for p in (inf.get(ns, n) for n in members) if p is not None]
+
+    def _identity(self, objs: Sequence[Mapping[str, Any]]) -> str:
+        """Which incarnation of the object (its uid; a pod group's member uids)."""
+        return ",".join(str(_meta(o).get("uid") or _meta(o).get("name") or "") for o in objs)
+
+    def _translate(self, key: Key, objs: list[dict[str, Any]]) -> KubeWorkload | None:
+        """The workload of an object, or None (not managed, or refused here with an Event)."""
+        try:
+            if key[0] == "pods":
+                got = kw.workload_from_pods(objs, self.policy.defaults)
+            else:
+                got = kw.workload_from_object(objs[0], self.policy.defaults)
+        except NotImplementedError as exc:
+            raise _Unready(
+                "the Kubernetes translation layer (gpupool.kube.workloads) is not implemented"
+            ) from exc
+        except KubeWorkloadError as exc:
+            self._refuse(key, objs[0], INVALID, f"gpupool cannot read this object: {exc}", f"invalid:{exc}")
+            self.stats["invalid"] += 1
+            return None
+        if got is None:
+            self.stats["skipped"] += 1
+            return None
+        queue = _queue_of(got.manifest)
+        why = self.policy.refusal(key[1], queue)
+        if why is not None:
+            self._refuse(
+                key, objs[0], REFUSED, f"gpupool refused workload {_name_of(got)}: {why}", f"policy:{why}"
+            )
+            self.stats["refused"] += 1
+            return None
+        return got
+
+    def _refuse(self, key: Key, obj: Mapping[str, Any], reason: str, message: str, mark: str) -> None:
+        """A Warning Event on the object, once per distinct problem (not on every status update)."""
+        if self._seen.get(key) == mark:
+            return
+        self._seen[key] = mark
+        self.events.event(obj, "Warning", reason, message)
+
+    def _deleted(self, key: Key, gone: Mapping[str, Any] | None) -> None:
+        """The object is gone: cancel its workload (a name known from this run, else derived)."""
+        self._seen.pop(key, None)
+        name = self.names.pop(key, None)
+        if name is None and gone is not None and key[0] != "pods":
+            try:
+                got = kw.workload_from_object(gone, self.policy.defaults)
+            except (NotImplementedError, KubeWorkloadError):
+                got = None
+            name = _name_of(got) if got is not None else None
+        if name is not None and self.submitter.cancel(name):
+            self.stats["cancelled"] += 1
+
+    def _submit(self, todo: Sequence[tuple[Key, KubeWorkload, dict[str, Any], str]]) -> None:
+        outcomes = self.submitter.submit_many([w.manifest for _, w, _, _ in todo])
+        for (key, w, obj, ident), out in zip(todo, outcomes, strict=True):
+            if out.refused:
+                self._refuse(
+                    key,
+                    obj,
+                    REFUSED,
+                    f"gpupool refused workload {out.name}: {out.text()}",
+                    f"refused:{digest(w.manifest)}",
+                )
+                self.stats["refused"] += 1
+                continue
+            self._seen[key] = f"ok:{ident}"
+            self.names[key] = out.name or _name_of(w)
+            self.stats["submitted" if out.result == "created" else "unchanged"] += 1
+
+
+def _queue_of(manifest: Mapping[str, Any]) -> str:
+    spec = manifest.get("spec") or {}
+    labels = _meta(manifest).get("labels") or {}
+    queue = spec.get("queue") if isinstance(spec, Mapping) else None
+    if not queue and isinstance(labels, Mapping):
+        queue = next((labels[k] for k in kw.QUEUE_LABELS if labels.get(k)), "")
+    return str(queue or "")
+
+
+def _name_of(w: KubeWorkload) -> str:
+    return str(_meta(w.manifest).get("name") or "")
+
+
+class ServiceSubmitter:
+    """``Submitter`` over a running service: ``prepare`` (validation, authorization, admission
+    policy, approval) and the batcher (group commit), then the controller, as the API does."""
+
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.principal = Principal(SYSTEM_NAME, Role.PLATFORM_ADMIN)
+
+    def submit_many(self, manifests: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+        out: list[Outcome | None] = [None] * len(manifests)
+        waiting: list[tuple[int, Prepared, Future[Any]]] = []
+        for i, m in enumerate(manifests):
+            name = str(_meta(m).get("name") or "")
+            try:
+                prep = prepare(self.svc, self.principal, m)
+                phase = "AwaitingApproval" if prep.approval else "Pending"
+                fut = self.svc.batcher.submit(prep.body, owner=SYSTEM_NAME, phase=phase, audit=prep.audit)
+            except ApiError as exc:
+                out[i] = Outcome(
+                    name, "refused", exc.message, tuple((e["field"], e["problem"]) for e in exc.errors)
+                )
+                continue
+            except StoreError as exc:
+                out[i] = Outcome(name, "refused", str(exc))
+                continue
+            waiting.append((i, prep, fut))
+        for i, prep, fut in waiting:  # one group commit for the whole batch
+            out[i] = self._committed(prep, fut)
+        return [o if o is not None else Outcome("", "refused", "not submitted") for o in out]
+
+    def _committed(self, prep: Prepared, fut: Future[Any]) -> Outcome:
+        try:
+            rec, created = fut.result()
+            after(self.svc, prep, rec, created)
+        except StoreError as exc:
+            return Outcome(prep.model.name, "refused", str(exc))
+        return Outcome(rec.name, "created" if created else "unchanged")
+
+    def cancel(self, name: str) -> bool:
+        try:
+            rec = self.svc.store.get_workload(name)
+        except NotFound:
+            return False
+        if rec.phase in TERMINAL_PHASES:
+            return False
+        self.svc.controller.cancel(name, SYSTEM_NAME)
+        return True
+
+    def active(self) -> set[str]:
+        phases = [p for p in PHASES if p not in TERMINAL_PHASES]
+        return {r.name for r in self.svc.store.list_workloads(owner=SYSTEM_NAME, phases=phases)}
