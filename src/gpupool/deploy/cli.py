@@ -45,3 +45,27 @@ def crds_command(
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add ``gpupool deploy`` to the gpupool command."""
     app.add_typer(deploy_app, name="deploy")
+
+
+@deploy_app.command("webhook-server")
+def webhook_server_command(
+    port: int = typer.Option(9443, "--port"),
+    host: str = typer.Option("0.0.0.0", "--host"),  # in a pod: the Service reaches it on the pod IP
+    cert_file: Path | None = typer.Option(None, "--tls-cert-file", envvar="GPUPOOL_TLS_CERT_FILE"),
+    key_file: Path | None = typer.Option(None, "--tls-key-file", envvar="GPUPOOL_TLS_KEY_FILE"),
+    log_level: str = typer.Option("warning", "--log-level"),
+) -> None:
+    """Serve the admission webhooks (and /healthz) over TLS, as the chart's webhook container does."""
+    import uvicorn
+
+    from gpupool.service.routes.webhooks import webhook_app
+
+    if (cert_file is None) != (key_file is None):
+        typer.echo("error: --tls-cert-file and --tls-key-file go together", err=True)
+        raise typer.Exit(2)
+    for opt, f in (("--tls-cert-file", cert_file), ("--tls-key-file", key_file)):
+        if f is not None and not f.is_file():
+            typer.echo(f"error: {opt} {f}: not a file", err=True)
+            raise typer.Exit(2)
+    ssl = {"ssl_certfile": str(cert_file), "ssl_keyfile": str(key_file)} if cert_file and key_file else {}
+    uvicorn.run(webhook_app(), host=host, port=port, log_level=log_level, **ssl)  # type: ignore[arg-type]
