@@ -1,9 +1,282 @@
-"""Simulated kubelet (filled in below)."""
+"""A simulated kubelet for every node: admits bound pods (through the HAMi stand-in), runs them,
+ends them after ``fake.gpupool.io/run-seconds`` and removes deleted pods after their grace period.
+
+Why it writes straight to the store: it is part of the server process, and going through HTTP
+would double the benchmark's request count with traffic no real scheduler would cause.
+A NotReady node's pods are parked and resume when it is Ready again.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from gpupool.kube.fake import hami
+from gpupool.kube.fake.resources import ResourceType
+from gpupool.kube.fake.storage import Obj, now_rfc3339
+
+if TYPE_CHECKING:
+    from gpupool.kube.fake.runtime import Runtime
+
+RUN_SECONDS = "fake.gpupool.io/run-seconds"
+EXIT_CODE = "fake.gpupool.io/exit-code"
 
 
-def install(runtime: Any, hami: bool) -> None:
+class Kubelet:
+    """All nodes' kubelets at once (they share nothing but the store)."""
+
+    def __init__(self, runtime: Runtime, use_hami: bool) -> None:
+        self.rt, self.srv = runtime, runtime.srv
+        self.store, self.ops = runtime.srv.store, runtime.srv.ops
+        self.use_hami = use_hami
+        self.ledger = hami.Ledger()
+        self.seen: set[str] = set()  # pod uids admitted or being admitted
+        self.terminating: set[str] = set()
+        self.parked: dict[str, set[tuple[str, str]]] = {}
+
+    # -- events --------------------------------------------------------------------------
+    def on_pod(self, _rt: ResourceType, etype: str, pod: Obj, _old: Obj | None) -> None:
+        md, spec = pod["metadata"], pod.get("spec") or {}
+        uid, node = md["uid"], spec.get("nodeName")
+        if etype == "DELETED":
+            self.ledger.release(uid)
+            self.seen.discard(uid)
+            self.terminating.discard(uid)
+            return
+        if not node:
+            return
+        if md.get("deletionTimestamp"):
+            if uid not in self.terminating:
+                self.terminating.add(uid)
+                self._when_ready(node, md["namespace"], md["name"])
+            return
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and uid not in self.seen:
+            self.seen.add(uid)
+            self._when_ready(node, md["namespace"], md["name"])
+
+    def on_node(self, _rt: ResourceType, etype: str, node: Obj, _old: Obj | None) -> None:
+        if etype != "DELETED" and _ready(node):
+            for ns, name in self.parked.pop(node["metadata"]["name"], set()):
+                self.step(ns, name)
+
+    def _when_ready(self, node_name: str, ns: str, name: str) -> None:
+        node = self.store.find(self.store.types["nodes"], "", node_name)
+        if node is not None and _ready(node):
+            self.step(ns, name)
+        else:
+            self.parked.setdefault(node_name, set()).add((ns, name))
+
+    # -- the pod's life ------------------------------------------------------------------
+    def step(self, ns: str, name: str) -> None:
+        """Move the pod one step along: admit, finish or remove, whichever it is due for."""
+        pods = self.store.types["pods"]
+        pod = self.store.find(pods, ns, name)
+        if pod is None:
+            return
+        node_name = pod["spec"].get("nodeName", "")
+        node = self.store.find(self.store.types["nodes"], "", node_name)
+        if node is None or not _ready(node):
+            self.parked.setdefault(node_name, set()).add((ns, name))
+            return
+        md, phase = pod["metadata"], (pod.get("status") or {}).get("phase", "Pending")
+        if md.get("deletionTimestamp"):
+            grace = float(md.get("deletionGracePeriodSeconds") or 0) * self.srv.time_scale
+            self.rt.after(grace, lambda: self._remove(ns, name, md["uid"]))
+        elif phase == "Pending":
+            self._admit(pod, node)
+        elif phase == "Running":
+            self._finish(pod)
+
+    def _remove(self, ns: str, name: str, uid: str) -> None:
+        pod = self.store.find(self.store.types["pods"], ns, name)
+        if pod is not None and pod["metadata"]["uid"] == uid:
+            node = self.store.find(self.store.types["nodes"], "", pod["spec"].get("nodeName", ""))
+            if node is None or not _ready(node):
+                self.parked.setdefault(pod["spec"].get("nodeName", ""), set()).add((ns, name))
+                return
+            self.ops.delete(self.store.types["pods"], ns, name, 0)
+
+    def _admit(self, pod: Obj, node: Obj) -> None:
+        ann = dict(pod["metadata"].get("annotations") or {})
+        devices = hami.node_devices(node) if self.use_hami else None
+        if devices is not None and _wants_gpu(pod):
+            try:
+                grants = hami.parse_allocation(ann.get(hami.TO_ALLOCATE, "") or _missing(), pod, devices)
+            except hami.AdmissionError as exc:
+                ann[hami.BIND_PHASE] = "failed"
+                self._write(pod, ann, _failed_status(pod, str(exc)))
+                self._event(pod, "Warning", "UnexpectedAdmissionError", f"Allocate failed due to {exc}")
+                return
+            for problem in self.ledger.take(pod["metadata"]["uid"], _ref(pod), grants, devices):
+                self.store.stats.violations.append(problem)
+            self._release_lock(pod, node)
+            ann[hami.BIND_PHASE] = "success"
+        if self._write(pod, ann, _running_status(pod)):
+            secs = ann.get(RUN_SECONDS)
+            if secs is not None:
+                ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+                self.rt.after(float(secs) * self.srv.time_scale, lambda: self.step(ns, name))
+
+    def _finish(self, pod: Obj) -> None:
+        ann = pod["metadata"].get("annotations") or {}
+        code = int(ann.get(EXIT_CODE, "0") or 0)
+        self._write(pod, dict(ann), _terminated_status(pod, code))
+        self.ledger.release(pod["metadata"]["uid"])
+
+    def _write(self, pod: Obj, ann: dict[str, str], status: Obj) -> bool:
+        """Commit annotations + status if the pod is still the one we looked at."""
+        pods = self.store.types["pods"]
+        with self.store.lock:
+            cur = self.store.find(pods, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            if (
+                cur is None
+                or cur["metadata"]["uid"] != pod["metadata"]["uid"]
+                or cur["metadata"].get("deletionTimestamp")
+            ):
+                return False
+            new = {**cur, "metadata": {**cur["metadata"], "annotations": ann}, "status": status}
+            self.store.commit(pods, "MODIFIED", new, cur)
+            return True
+
+    def _release_lock(self, pod: Obj, node: Obj) -> None:
+        holder = hami.lock_holder(node)
+        me = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+        if holder is None:
+            return
+        if holder != me:
+            self.store.stats.violations.append(
+                f"node {node['metadata']['name']} lock held by {holder[0]}/"
+                f"{holder[1]} while {me[0]}/{me[1]} was allocated"
+            )
+            return
+        nodes = self.store.types["nodes"]
+        with self.store.lock:
+            cur = self.store.find(nodes, "", node["metadata"]["name"])
+            if cur is not None and hami.lock_holder(cur) == me:
+                ann = {
+                    k: v for k, v in (cur["metadata"].get("annotations") or {}).items() if k != hami.NODE_LOCK
+                }
+                self.store.commit(
+                    nodes, "MODIFIED", {**cur, "metadata": {**cur["metadata"], "annotations": ann}}, cur
+                )
+
+    def _event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
+        md = pod["metadata"]
+        now = now_rfc3339()
+        self.ops.create(
+            self.store.types["events"],
+            md["namespace"],
+            {
+                "metadata": {"generateName": md["name"] + "."},
+                "involvedObject": {
+                    "kind": "Pod",
+                    "apiVersion": "v1",
+                    "namespace": md["namespace"],
+                    "name": md["name"],
+                    "uid": md["uid"],
+                },
+                "reason": reason,
+                "message": message,
+                "type": etype,
+                "count": 1,
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
+            },
+        )
+
+
+def _missing() -> str:
+    raise hami.AdmissionError(f"pod requests {hami.GPU} but has no {hami.TO_ALLOCATE} annotation")
+
+
+def _ref(pod: Obj) -> str:
+    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+
+
+def _ready(node: Obj) -> bool:
+    conds = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
+
+
+def _wants_gpu(pod: Obj) -> bool:
+    spec = pod.get("spec") or {}
+    return any(
+        hami.gpu_request(c) > 0 for c in list(spec.get("initContainers") or []) + spec.get("containers", [])
+    )
+
+
+def _conditions(pod: Obj, ready: bool) -> list[dict[str, Any]]:
+    now = now_rfc3339()
+    s = "True" if ready else "False"
+    kept = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"]
+    return kept + [
+        {"type": t, "status": v, "lastProbeTime": None, "lastTransitionTime": now}
+        for t, v in (("Initialized", "True"), ("Ready", s), ("ContainersReady", s))
+    ]
+
+
+def _running_status(pod: Obj) -> Obj:
+    now = now_rfc3339()
+    cs = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "ready": True,
+            "restartCount": 0,
+            "started": True,
+            "state": {"running": {"startedAt": now}},
+        }
+        for c in pod["spec"].get("containers", [])
+    ]
+    return {
+        **(pod.get("status") or {}),
+        "phase": "Running",
+        "startTime": now,
+        "hostIP": "10.0.0.1",
+        "podIP": "10.1.0.1",
+        "conditions": _conditions(pod, True),
+        "containerStatuses": cs,
+    }
+
+
+def _terminated_status(pod: Obj, code: int) -> Obj:
+    now = now_rfc3339()
+    reason = "Completed" if code == 0 else "Error"
+    started = (pod.get("status") or {}).get("startTime", now)
+    cs = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {
+                "terminated": {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now}
+            },
+        }
+        for c in pod["spec"].get("containers", [])
+    ]
+    return {
+        **(pod.get("status") or {}),
+        "phase": "Succeeded" if code == 0 else "Failed",
+        "conditions": _conditions(pod, False),
+        "containerStatuses": cs,
+    }
+
+
+def _failed_status(pod: Obj, message: str) -> Obj:
+    return {
+        **(pod.get("status") or {}),
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "message": f"Pod was rejected: Allocate failed due to {message}, which is unexpected",
+        "startTime": now_rfc3339(),
+    }
+
+
+def install(runtime: Runtime, use_hami: bool) -> None:
     """Register the kubelet's handlers on the runtime."""
+    k = Kubelet(runtime, use_hami)
+    runtime.sims.append(k)
+    runtime.on("pods", k.on_pod)
+    runtime.on("nodes", k.on_node)
