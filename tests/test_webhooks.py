@@ -142,9 +142,7 @@ def test_objects_for_no_queue_are_left_alone(client: TestClient) -> None:
 
 
 def test_a_namespace_bound_to_a_queue_mutates_unlabelled_pods(client: TestClient) -> None:
-    out = mutated(
-        client, pod(tolerations=[{"key": "x", "operator": "Exists"}]), "", "Pod", "?namespaceQueue=true"
-    )
+    out = mutated(client, pod(tolerations=[{"key": "x", "operator": "Exists"}]), "", "Pod", "/namespace")
     assert out["spec"]["schedulerName"] == "gpupool"
     assert out["spec"]["tolerations"] == [{"key": "x", "operator": "Exists"}, TOLERATION]
 
@@ -320,7 +318,7 @@ def test_garbage_inside_a_review_is_never_a_500(client: TestClient) -> None:
         {"metadata": {"labels": {"gpupool.io/queue": "q"}}, "spec": {"template": {"spec": []}}},
     ):
         for kind in (("", "Pod"), ("batch", "Job"), ("kubeflow.org", "PyTorchJob")):
-            for path in ("/webhooks/mutate?namespaceQueue=true", "/webhooks/validate"):
+            for path in ("/webhooks/mutate/namespace", "/webhooks/validate"):
                 r = client.post(path, json=review(obj, *kind))
                 assert r.status_code in (200, 400), (path, obj, kind, r.text)
 

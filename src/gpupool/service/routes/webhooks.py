@@ -8,8 +8,8 @@ a 400. A caller learns only what ``gpupool validate`` would tell it. In the char
 over TLS by the webhook container, whose Service only the API server needs to reach.
 
 ``POST /webhooks/mutate`` changes Pods, Jobs, JobSets and PyTorchJobs bound for a gpupool queue
-(:mod:`gpupool.deploy.mutate`): by label, or, with ``?namespaceQueue=true`` (the webhook entry
-whose namespaceSelector matches namespaces labelled ``gpupool.io/queue``), every object.
+(:mod:`gpupool.deploy.mutate`): by label, or, at ``/webhooks/mutate/namespace`` (the webhook
+entry whose namespaceSelector matches namespaces labelled ``gpupool.io/queue``), every object.
 ``POST /webhooks/validate`` refuses a ResourcePool, Queue or Workload with the located errors
 ``gpupool validate`` prints.
 """
@@ -76,13 +76,23 @@ def review(
 
 
 @router.post("/webhooks/mutate", include_in_schema=False)
-async def mutate_webhook(request: Request, namespaceQueue: bool = False) -> dict[str, Any]:
-    """Make an object bound for a gpupool queue gpupool's (scheduler, suspension, toleration, shares)."""
-    req = await read_review(request)
+async def mutate_webhook(request: Request) -> dict[str, Any]:
+    """Make an object labelled for a gpupool queue gpupool's (scheduler, suspension, toleration, shares)."""
+    return _mutated(await read_review(request), by_namespace=False)
+
+
+@router.post("/webhooks/mutate/namespace", include_in_schema=False)
+async def mutate_namespace_webhook(request: Request) -> dict[str, Any]:
+    """The same for every object of a namespace labelled ``gpupool.io/queue`` (the webhook entry's
+    namespaceSelector chose it, so no label on the object is needed)."""
+    return _mutated(await read_review(request), by_namespace=True)
+
+
+def _mutated(req: dict[str, Any], by_namespace: bool) -> dict[str, Any]:
     obj = req.get("object")
     if req["operation"] != "CREATE" or not isinstance(obj, dict):
         return review(req["uid"], True)
-    if not namespaceQueue and queue_of(obj) is None:
+    if not by_namespace and queue_of(obj) is None:
         return review(req["uid"], True)
     kind = req["kind"]
     try:
