@@ -237,7 +237,13 @@ def bench_fragmentation(
 
 # Command groups that live in their own modules register themselves here. A module that is not
 # present is skipped; an error inside one that is present is not hidden.
-COMMAND_MODULES = ("gpupool.cli.sim", "gpupool.cli.server", "gpupool.cli.client", "gpupool.deploy.cli")
+COMMAND_MODULES = (
+    "gpupool.cli.sim",
+    "gpupool.cli.server",
+    "gpupool.cli.client",
+    "gpupool.deploy.cli",
+    "gpupool.cli.logs",
+)
 
 
 def _register_modules() -> None:

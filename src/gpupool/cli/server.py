@@ -66,6 +66,44 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+# -- the local backend (gpupool serve --backend local) ---------------------------------------
+def _local_backend(
+    backend: str, state_dir: Path, config: Path | None, fake_gpus: str | None, unenforced: bool, grace: str
+) -> tuple[Any, Path | None] | None:
+    """The local backend and the configuration to seed (this host's, unless --config is given);
+    None for other backends. Exits 2 naming a bad option."""
+    from gpupool.quantity import QuantityError, parse_duration
+
+    if backend != "local":
+        for opt, v in (("--fake-gpus", fake_gpus), ("--allow-unenforced", unenforced)):
+            if v:
+                _fail(f"{opt} applies to --backend local only")
+        return None
+    from gpupool.service.backends.local import LocalBackend
+    from gpupool.service.backends.local_host import seed_manifests, write_config_dir
+
+    try:
+        grace_s = parse_duration(grace)
+        be = LocalBackend(state_dir, fake_gpus=fake_gpus, allow_unenforced=unenforced, grace_s=grace_s)
+    except QuantityError as exc:
+        _fail(f"--stop-grace {grace!r}: {exc}")
+    except ValueError as exc:  # --fake-gpus, with the option named
+        _fail(str(exc))
+    seed = config or write_config_dir(state_dir / "local-config", seed_manifests(be.cluster_manifest()))
+    return be, seed
+
+
+def _local_banner(be: Any) -> None:
+    h = be.health().detail
+    gpus = h["gpus"]
+    what = f"{len(gpus['devices'])} GPUs" + (" (FAKE: --fake-gpus)" if h["fakeGpus"] else "")
+    console.print(f"local backend: node {h['node']}, {what}, fractional GPUs: {h['fractionalGpus']}")
+    if gpus.get("note"):
+        console.print(f"  {gpus['note']}")
+    if h.get("warning"):
+        console.print(f"  [bold red]WARNING[/]: {escape(h['warning'])}")
+
+
 def serve(
     config: Path | None = typer.Option(
         None, "--config", help="directory of Cluster/ResourcePool/Queue manifests applied on first start"
@@ -114,6 +152,18 @@ def serve(
     max_body_bytes: int = typer.Option(
         4 << 20, "--max-body-bytes", min=1024, help="largest request body accepted (413 beyond)"
     ),
+    # the local backend (docs/local.md)
+    fake_gpus: str | None = typer.Option(
+        None,
+        "--fake-gpus",
+        help="local backend: declare GPUs that do not exist, e.g. 8xH100-80GB (shown as fake)",
+    ),
+    allow_unenforced: bool = typer.Option(
+        False, "--allow-unenforced", help="local backend: run fractional GPUs WITHOUT isolation (demos only)"
+    ),
+    stop_grace: str = typer.Option(
+        "10s", "--stop-grace", help="local backend: SIGTERM, then SIGKILL after this"
+    ),
     log_level: str = typer.Option("warning", "--log-level"),
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
@@ -122,13 +172,15 @@ def serve(
     from gpupool.service.api import create_app
     from gpupool.store import Store
 
-    if backend != "virtual":
-        _fail(f"unknown backend {backend!r}; available: virtual")
+    if backend not in ("virtual", "local"):
+        _fail(f"unknown backend {backend!r}; available: virtual, local")
     if time_scale <= 0:
         _fail("--time-scale must be > 0")
     from gpupool.defaults import default_config_dir
 
     cfg_dir = config if config is not None else default_config_dir(EXAMPLES)
+    local = _local_backend(backend, state_dir, config, fake_gpus, allow_unenforced, stop_grace)
+    cfg_dir = local[1] if local is not None and local[1] is not None else cfg_dir
     if not cfg_dir.is_dir():
         _fail(f"--config {cfg_dir}: not a directory")
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
@@ -158,6 +210,10 @@ def serve(
     try:
         try:
             seeded = seed_config(store, cfg.config_dir)
+            if local is not None:  # this host as it is now (GPUs may have changed since)
+                from gpupool.service.backends.local_host import sync_cluster
+
+                sync_cluster(store, local[0].cluster_manifest())
         except Exception as exc:
             _fail(f"cannot load the configuration from {cfg.config_dir}: {str(exc).splitlines()[0]}")
         token = store.ensure_bootstrap_admin()
@@ -176,10 +232,15 @@ def serve(
     else:
         console.print(f"admin token: in {cfg.token_file} (created on first start)")
     server_hint = "" if (host, port) == ("127.0.0.1", 8080) else f" --server {url}"
+    if local is not None:
+        _local_banner(local[0])
+        console.print("a workload that runs a command on this host: docs/local.md")
     console.print(f"submit a job:  gpupool submit -f examples/workloads/demo.yaml{server_hint}")
     console.print(f"then:          gpupool get workloads{server_hint}")
     with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.run(create_app(cfg), host=host, port=port, log_level=log_level)
+        uvicorn.run(
+            create_app(cfg, backend=local[0] if local else None), host=host, port=port, log_level=log_level
+        )
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -31,12 +31,13 @@ from gpupool.service.leader import install_standby_guard, start_leader
 from gpupool.service.metrics import Metrics
 from gpupool.service.routes import approvals, audit, cluster, health, tokens, webhooks, workloads
 from gpupool.service.routes import config as config_area
+from gpupool.service.routes import logs as logs_area
 from gpupool.service.routes.base import ApiError, Service, install_errors
 from gpupool.service.routes.workloads import workload_view
 from gpupool.store import TERMINAL_PHASES, Store
 
 #: the areas in the order their routes are matched (and listed in the OpenAPI document)
-AREAS = (health, tokens, config_area, workloads, approvals, cluster, audit, webhooks)
+AREAS = (health, tokens, config_area, workloads, approvals, cluster, audit, webhooks, logs_area)
 
 
 def create_app(
@@ -73,6 +74,7 @@ def create_app(
         ctl.faults.backoff_s, ctl.faults.max_backoff_s = cfg.retry_backoff_s, cfg.retry_max_backoff_s
         batcher = SubmitBatcher(st)
         app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
+        getattr(be, "bind", lambda svc: None)(app.state.svc)  # the local backend's device health
         if start_controller:
             start_leader(app.state.svc)  # the controller runs only while this replica holds the lease
         else:

@@ -43,7 +43,7 @@ from gpupool.model import (
 from gpupool.quantity import QuantityError
 from gpupool.service import failures as flt
 from gpupool.service.admission import approval_reason, exception_duration_s, is_exception
-from gpupool.service.backends import Backend, BackendError, RunSpec
+from gpupool.service.backends import Backend, BackendError, RunSpec, pod_commands
 from gpupool.service.convert import (
     bundle_from_manifests,
     object_manifest,
@@ -819,7 +819,19 @@ class Controller(ConfigLookups):
         if not specs:
             return
         hints = self.faults.hints
-        runs = [RunSpec(n, p, w.expected_duration_s, str(w.type), hints.get(n, {})) for n, w, p in specs]
+        # the local backend runs each pod group's command: read only where a backend needs it
+        cmds = getattr(self.backend, "needs_commands", False) is True
+        runs = [
+            RunSpec(
+                n,
+                p,
+                w.expected_duration_s,
+                str(w.type),
+                hints.get(n, {}),
+                pod_commands(self._manifest_of(n)) if cmds else {},
+            )
+            for n, w, p in specs
+        ]
         failed: dict[str, str] = {}
         try:
             self.backend.start(runs)

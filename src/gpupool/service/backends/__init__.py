@@ -16,6 +16,35 @@ from gpupool.model import Node
 
 
 @dataclass(frozen=True, slots=True)
+class PodCommand:
+    """What the pods of one pod group run (read by the local backend; Kubernetes takes it from
+    the pod template). ``command`` None: the manifest declares nothing to run."""
+
+    command: tuple[str, ...] | None = None
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    working_dir: str | None = None
+
+
+def pod_commands(manifest: Mapping[str, Any]) -> dict[str, PodCommand]:
+    """Each pod group's command, args, env and workingDir from a stored Workload manifest."""
+    spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
+    groups = spec.get("podGroups") if isinstance(spec, Mapping) else None
+    out: dict[str, PodCommand] = {}
+    for g in groups if isinstance(groups, list) else ():
+        if not isinstance(g, Mapping):
+            continue
+        cmd = g.get("command")
+        out[str(g.get("name") or "main")] = PodCommand(
+            tuple(str(c) for c in cmd) if isinstance(cmd, list) else None,
+            tuple(str(a) for a in g.get("args") or ()),
+            {str(k): str(v) for k, v in (g.get("env") or {}).items()},
+            str(g["workingDir"]) if g.get("workingDir") else None,
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class RunSpec:
     """What to start: a workload's placement (JSON form, as stored) and its declared duration."""
 
@@ -25,6 +54,9 @@ class RunSpec:
     task_type: str = ""
     #: annotations a backend may act on (the virtual one: ``gpupool.io/fail-after``, ``exit-code``)
     hints: Mapping[str, str] = field(default_factory=dict)
+    #: what each pod group runs, by group name (filled only for a backend whose
+    #: ``needs_commands`` is true: the local backend)
+    commands: Mapping[str, PodCommand] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +117,25 @@ class Backend(Protocol):
 
 
 def make_backend(kind: str, **options: Any) -> Backend:
-    """Backend by name; only ``virtual`` exists today."""
+    """Backend by name: ``virtual`` (simulated nodes) or ``local`` (processes on this host)."""
     if kind == "virtual":
         from gpupool.service.backends.virtual import VirtualBackend
 
         return VirtualBackend(**options)
-    raise ValueError(f"unknown backend {kind!r}; available: virtual")
+    if kind == "local":
+        from gpupool.service.backends.local import LocalBackend
+
+        return LocalBackend(**options)
+    raise ValueError(f"unknown backend {kind!r}; available: virtual, local")
 
 
-__all__ = ["Backend", "BackendError", "BackendHealth", "RunSpec", "RunState", "make_backend"]
+__all__ = [
+    "Backend",
+    "BackendError",
+    "BackendHealth",
+    "PodCommand",
+    "RunSpec",
+    "RunState",
+    "make_backend",
+    "pod_commands",
+]
