@@ -182,6 +182,7 @@ class KubeSource:
         *,
         settle_s: float = 0.2,
         batch: int = 500,
+        gate: Callable[[], bool] = lambda: True,
     ) -> None:
         self.informers = informers
         self.submitter = submitter
@@ -189,6 +190,8 @@ class KubeSource:
         self.policy = policy or SourcePolicy()
         self.settle_s = settle_s
         self.batch = batch
+        #: submit only while this replica leads (a standby keeps its caches and waits)
+        self.gate = gate
         self._mu = threading.Lock()
         self._dirty: dict[Key, float] = {}  # key -> when it last changed (monotonic)
         self._gone: dict[Key, dict[str, Any]] = {}  # the last object seen before DELETED
@@ -273,10 +276,28 @@ class KubeSource:
             self._thread.join(10)
             self._thread = None
 
+    def resync(self) -> None:
+        """Mark every cached object dirty (on becoming the leader: a standby submits nothing)."""
+        for kind in TOP_KINDS:
+            inf = self.informers.get(kind)
+            for obj in inf.items() if inf is not None else ():
+                m = _meta(obj)
+                self._mark((kind, str(m.get("namespace") or ""), str(m.get("name") or "")), None)
+        pods = self.informers.get("pods")
+        for pod in pods.items() if pods is not None else ():
+            self._on_pod("ADDED", pod)
+
     def _run(self) -> None:
+        leading = True
         while not self._stop.is_set():
             self._wake.wait(1.0)
             self._wake.clear()
+            if not self.gate():
+                leading = False
+                continue
+            if not leading:
+                leading = True
+                self.resync()
             try:
                 while self.process() and not self._stop.is_set():
                     pass

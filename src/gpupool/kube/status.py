@@ -319,6 +319,7 @@ class StatusWriter:
         position_interval_s: float = 10.0,
         max_pod_writes: int = 500,
         clock: Callable[[], float] = time.time,
+        gate: Callable[[], bool] = lambda: True,
     ) -> None:
         self.ctl = ctl
         self.store = store
@@ -329,6 +330,7 @@ class StatusWriter:
         self.position_interval_s = position_interval_s
         self.max_pod_writes = max_pod_writes
         self.clock = clock
+        self.gate = gate
         #: per pod (ns, name): the condition message written and when
         self._written: dict[tuple[str, str], tuple[str, str, float]] = {}
         self._audit_seq = 0
@@ -363,6 +365,8 @@ class StatusWriter:
         while not self._stop.is_set():
             self._wake.wait(2.0)
             self._wake.clear()
+            if not self.gate():
+                continue  # a standby writes nothing on the objects
             try:
                 self.step()
             except Exception:  # advisory status: keep going

@@ -1,0 +1,268 @@
+"""``gpupool serve --backend kubernetes``: the same service, with the cluster as its backend.
+
+What is assembled here (and only here, so ``serve`` keeps one small block):
+
+* one connection (``client.KubeApi``: kubeconfig, ``--context``, or the pod's service account);
+* the informer caches, the Kubernetes Lease, the backend (``make_backend("kubernetes")``);
+* the usual application (``create_app``: store, controller, store lease, API, dashboard);
+* after the application started: the source (kubectl objects -> submissions), the status
+  writer (reasons on the objects), and a first-bind probe that logs the time from process start
+  to the first pod bound (the restart figure of issue 12).
+
+Why the application's lifespan is wrapped rather than changed: the service starts the same way
+for every backend; the Kubernetes parts need the cluster before it (the Lease and synced caches,
+so the controller's first recovery sees the cluster) and the service after it (the source
+submits through it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpupool.kube.lease import KubeLease, KubeLeaseSettings
+from gpupool.kube.source import SourcePolicy, policy_from_options
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from gpupool.service.config import ServiceConfig
+    from gpupool.service.routes.base import Service
+
+log = logging.getLogger("gpupool.kube.wiring")
+
+
+@dataclass(frozen=True, slots=True)
+class KubeOptions:
+    """The ``serve`` options of the Kubernetes backend, checked."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    policy: SourcePolicy = field(default_factory=SourcePolicy)
+    lease: KubeLeaseSettings = field(default_factory=KubeLeaseSettings)
+    sync_timeout_s: float = 60.0
+
+
+def kube_options(
+    kubeconfig: Path | None,
+    context: str | None,
+    namespace_queues: Sequence[str],
+    restrict: bool,
+    lease_namespace: str | None,
+    lease_name: str = "gpupool-scheduler",
+) -> KubeOptions:
+    """Check the options; raises ValueError naming the option at fault."""
+    if kubeconfig is not None and not kubeconfig.is_file():
+        raise ValueError(f"--kubeconfig {kubeconfig}: no such file")
+    policy = policy_from_options(namespace_queues, restrict)
+    if restrict and not policy.allowed:
+        raise ValueError("--restrict-namespace-queues needs at least one --namespace-queue NS=QUEUE")
+    ns = lease_namespace or _pod_namespace() or "default"
+    return KubeOptions(
+        str(kubeconfig) if kubeconfig else None,
+        context,
+        policy,
+        KubeLeaseSettings(namespace=ns, name=lease_name),
+    )
+
+
+def _pod_namespace() -> str:
+    """The namespace this process runs in, when it runs in a pod (the service account's)."""
+    try:
+        return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip()
+    except OSError:
+        return ""
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (from /proc; since import where /proc is absent)."""
+    try:
+        stat = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        btime = next(
+            int(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
+        return time.time() - (btime + int(stat[19]) / ticks)
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.monotonic() - _IMPORTED
+
+
+_IMPORTED = time.monotonic()
+
+
+class LeaderGated:
+    """The backend, plus ``leader_gate``: the store elector (``service.leader``) leads and acts
+    only while this process also holds the Kubernetes Lease. Everything else is the backend's."""
+
+    def __init__(self, inner: Any, gate: KubeLease) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.leader_gate = gate.held
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.inner, attr)
+
+
+class FirstBind:
+    """Logs (once) the time from process start to the first pod gpupool binds in this run."""
+
+    def __init__(self, workload_key: str = "gpupool.io/workload") -> None:
+        self.key = workload_key
+        self.seen_bound: set[tuple[str, str]] = set()
+        self.synced = False
+        self.seconds: float | None = None
+
+    def mark_synced(self, pods: Sequence[dict[str, Any]]) -> None:
+        """Pods bound before this process led are not its binds."""
+        for p in pods:
+            if (p.get("spec") or {}).get("nodeName"):
+                m = p.get("metadata") or {}
+                self.seen_bound.add((str(m.get("namespace")), str(m.get("name"))))
+        self.synced = True
+
+    def on_pod(self, type_: str, pod: dict[str, Any]) -> None:
+        if self.seconds is not None or not self.synced or type_ == "DELETED":
+            return
+        m = pod.get("metadata") or {}
+        if not (pod.get("spec") or {}).get("nodeName") or self.key not in (m.get("annotations") or {}):
+            return
+        if (str(m.get("namespace")), str(m.get("name"))) in self.seen_bound:
+            return
+        self.seconds = process_age_s()
+        log.warning(
+            "first bind %.2f s after process start (%s/%s)", self.seconds, m.get("namespace"), m.get("name")
+        )
+
+
+class KubeRuntime:
+    """Everything of the Kubernetes backend around the service, in start order."""
+
+    def __init__(self, opts: KubeOptions, api: Any = None) -> None:
+        from gpupool.kube.client import KubeApi, make_client
+        from gpupool.kube.informer import Informers
+        from gpupool.kube.lease import KubeApiLeases
+        from gpupool.service.backends import make_backend
+
+        self.opts = opts
+        self.api = api if api is not None else KubeApi(make_client(opts.kubeconfig, opts.context))
+        self.informers = Informers(self.api)
+        self.lease = KubeLease(KubeApiLeases(self.api), opts.lease)
+        inner = make_backend("kubernetes", api=self.api, informers=self.informers)
+        self.backend = LeaderGated(inner, self.lease)
+        self.first_bind = FirstBind()
+        self.informers.pods.add_listener(self.first_bind.on_pod)
+        self.source: Any = None
+        self.writer: Any = None
+
+    # ------------------------------------------------------------------ before the service
+    def start_cluster(self) -> None:
+        """Informers synced and the Lease tried once, before the controller's first recovery."""
+        t0 = time.monotonic()
+        from gpupool.kube.source import KubeSource
+
+        self.source = KubeSource(self.informers.by_kind, _Late(), _LateEvents(), self.opts.policy)
+        self.source.attach()  # before the informers start: no ADDED event is missed
+        self.informers.start()
+        synced = self.informers.wait_synced(self.opts.sync_timeout_s)
+        self.first_bind.mark_synced(self.informers.pods.items())
+        held = self.lease.start()
+        log.warning(
+            "kubernetes: caches %s in %.2f s (%s); Lease %s/%s %s",
+            "synced" if synced else "NOT synced",
+            time.monotonic() - t0,
+            ", ".join(f"{k} {len(v)}" for k, v in self.informers.by_kind.items()),
+            self.opts.lease.namespace,
+            self.opts.lease.name,
+            "held" if held else f"held by {self.lease.holder or 'another replica'}",
+        )
+
+    # ------------------------------------------------------------------ after the service
+    def start_service(self, svc: Service) -> None:
+        """The source submits through the service; the status writer follows the controller."""
+        from gpupool.kube.source import ServiceSubmitter
+        from gpupool.kube.status import EventRecorder, KubeWrites, StatusWriter
+
+        writes = KubeWrites(self.api)
+        recorder = EventRecorder(writes, instance=self.lease.identity)
+        self.source.submitter = ServiceSubmitter(svc)
+        self.source.events = recorder
+        el = svc.leader
+        self.source.gate = (lambda: el.is_leader) if el is not None else self.lease.held
+        if self.source.gate():
+            self.source.process()  # what exists already, in one pass (resubmits are unchanged)
+            cancelled = self.source.reconcile()  # objects deleted while gpupool was down
+            if cancelled:
+                log.warning("kubernetes: cancelled %d workloads whose objects are gone", cancelled)
+        self.source.start()
+        self.writer = StatusWriter(
+            svc.controller, svc.store, self.source, self.informers.by_kind, writes, recorder
+        )
+        hooks = svc.controller.hooks
+        before = hooks.on_cycle
+        writer = self.writer
+
+        def on_cycle(stats: Any) -> None:
+            before(stats)
+            writer.on_cycle(stats)
+
+        hooks.on_cycle = on_cycle
+        self.writer.start()
+
+    def stop(self) -> None:
+        for part in (self.writer, self.source):
+            if part is not None:
+                part.stop()
+        self.lease.stop()
+        self.informers.stop()
+        close = getattr(self.backend.inner, "close", None)
+        if callable(close):
+            close()
+
+
+class _Late:
+    """The source's submitter until the service exists: keeps work dirty (never drops it)."""
+
+    def submit_many(self, manifests: Sequence[Any]) -> list[Any]:
+        raise RuntimeError("the service is not started yet")
+
+    def cancel(self, name: str) -> bool:
+        raise RuntimeError("the service is not started yet")
+
+    def active(self) -> set[str]:
+        return set()
+
+
+class _LateEvents:
+    def event(self, obj: Any, type_: str, reason: str, message: str) -> None:
+        log.info("event before the service started: %s %s", reason, message)
+
+
+def kube_app(cfg: ServiceConfig, opts: KubeOptions) -> FastAPI:
+    """The gpupool application with the Kubernetes backend around it."""
+    from gpupool.service.api import create_app
+
+    rt = KubeRuntime(opts)
+    app = create_app(cfg, backend=rt.backend)
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(a: FastAPI) -> AsyncIterator[None]:
+        rt.start_cluster()
+        try:
+            async with inner(a):
+                rt.start_service(a.state.svc)
+                yield
+        finally:
+            rt.stop()
+
+    app.router.lifespan_context = lifespan
+    app.state.kube = rt
+    return app

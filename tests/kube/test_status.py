@@ -1,0 +1,223 @@
+"""Why a workload waits, on the Kubernetes objects (gpupool.kube.status): PodScheduled=False
+with explain's reason and position, Events deduplicated and rate-limited as client-go's recorder
+does, Admitted and Preempted Events from the audit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from gpupool.kube.status import EventRecorder, StatusWriter, top_owner_key, waiting_reasons
+from tests.test_service_support import running_app, wait_for, wl
+
+
+class Rec:
+    """Records the writes; ``fail`` makes every write raise."""
+
+    def __init__(self) -> None:
+        self.created: list[tuple[str, dict[str, Any]]] = []
+        self.patched: list[tuple[str, str, dict[str, Any]]] = []
+        self.pods: list[tuple[str, str, dict[str, Any]]] = []
+        self.fail = False
+
+    def create_event(self, namespace: str, body: dict[str, Any]) -> None:
+        if self.fail:
+            raise ConnectionError("down")
+        self.created.append((namespace, body))
+
+    def patch_event(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.patched.append((namespace, name, patch))
+
+    def patch_pod_status(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        if self.fail:
+            raise ConnectionError("down")
+        self.pods.append((namespace, name, patch))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1.7e9
+
+    def __call__(self) -> float:
+        return self.t
+
+
+JOB = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train", "namespace": "ml", "uid": "u1"}}
+
+
+def test_first_event_written_at_once_repeats_counted_on_the_same_object() -> None:
+    w, clk = Rec(), Clock()
+    r = EventRecorder(w, interval_s=30, clock=clk)
+    r.event(JOB, "Normal", "Pending", "waiting: quota")
+    assert len(w.created) == 1
+    ns, body = w.created[0]
+    assert ns == "ml" and body["count"] == 1 and body["reason"] == "Pending"
+    assert body["involvedObject"] == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "namespace": "ml",
+        "name": "train",
+        "uid": "u1",
+    }
+    assert body["source"] == {"component": "gpupool"} and body["firstTimestamp"] == body["lastTimestamp"]
+    for _ in range(5):
+        r.event(JOB, "Normal", "Pending", "waiting: quota (position 2)")
+    r.flush()
+    assert len(w.created) == 1 and w.patched == []  # rate-limited: nothing more within 30 s
+    clk.t += 31
+    r.flush()
+    assert len(w.patched) == 1
+    _, name, patch = w.patched[0]
+    assert name == body["metadata"]["name"]  # the same Event object, its count raised
+    assert patch["count"] == 6 and patch["message"] == "waiting: quota (position 2)"
+    r.flush()
+    assert len(w.patched) == 1  # nothing new: no write
+
+
+def test_another_reason_is_its_own_event_and_not_held_back() -> None:
+    w, clk = Rec(), Clock()
+    r = EventRecorder(w, interval_s=30, clock=clk)
+    r.event(JOB, "Normal", "Pending", "waiting")
+    r.event(JOB, "Normal", "Admitted", "admitted to pool p")
+    assert [b["reason"] for _, b in w.created] == ["Pending", "Admitted"]
+    other = {**JOB, "metadata": {**JOB["metadata"], "uid": "u2"}}  # type: ignore[dict-item]
+    r.event(other, "Normal", "Pending", "waiting")
+    assert len(w.created) == 3
+
+
+def test_a_failed_write_never_raises_and_is_retried_later() -> None:
+    w, clk = Rec(), Clock()
+    r = EventRecorder(w, interval_s=30, clock=clk)
+    w.fail = True
+    r.event(JOB, "Warning", "GpupoolRefused", "unknown queue")
+    assert r.stats["errors"] == 1
+    w.fail = False
+    clk.t += 31
+    r.flush()
+    assert len(w.created) == 1 and w.created[0][1]["type"] == "Warning"
+
+
+def _pod(name: str, owner: dict[str, Any] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ml", "uid": f"uid-{name}", "labels": labels or {}}
+    if owner:
+        meta["ownerReferences"] = [{**owner, "controller": True}]
+    return {"metadata": meta, "spec": {"schedulerName": "gpupool"}, "status": {"phase": "Pending"}}
+
+
+class Cache:
+    def __init__(self, *objs: dict[str, Any]) -> None:
+        self.objs = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in objs}
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objs.get((namespace, name))
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self.objs.values())
+
+
+def test_top_owner_of_a_pod() -> None:
+    js_job = {
+        "metadata": {
+            "name": "js-w-0",
+            "namespace": "ml",
+            "ownerReferences": [{"kind": "JobSet", "name": "js", "controller": True}],
+        }
+    }
+    jobs = Cache(js_job)
+    by_name = lambda p: "g"  # noqa: E731
+    assert top_owner_key(_pod("a", {"kind": "Job", "name": "train"}), jobs, by_name) == (
+        "jobs",
+        "ml",
+        "train",
+    )
+    assert top_owner_key(_pod("b", {"kind": "Job", "name": "js-w-0"}), jobs, by_name) == (
+        "jobsets",
+        "ml",
+        "js",
+    )
+    rs = _pod("c", {"kind": "ReplicaSet", "name": "web-5d4f8"}, {"pod-template-hash": "5d4f8"})
+    assert top_owner_key(rs, jobs, by_name) == ("deployments", "ml", "web")
+    assert top_owner_key(_pod("d", {"kind": "PyTorchJob", "name": "pt"}), jobs, by_name) == (
+        "pytorchjobs",
+        "ml",
+        "pt",
+    )
+    assert top_owner_key(_pod("e", None), jobs, by_name) == ("pods", "ml", "g")
+
+
+class Source:
+    def __init__(self, names: dict[tuple[str, str, str], str]) -> None:
+        self.names = names
+
+    @staticmethod
+    def group_of(pod: dict[str, Any]) -> str:
+        return str(pod["metadata"]["name"])
+
+    def members(self, namespace: str, group: str) -> list[str]:
+        return [group]
+
+
+def test_waiting_pods_carry_explains_reason_and_position_admitted_gets_an_event(tmp_path: Path) -> None:
+    """Real controller: two workloads that can never fit wait; their pods get PodScheduled=False
+    with the reason and position that explain gives, once; an admitted one gets an Admitted
+    Event naming its pool and nodes."""
+    with running_app(tmp_path) as api:
+        svc = api.c.app.state.svc  # type: ignore[attr-defined]
+        for i in range(16):  # more 8-GPU work than the queue and the cluster take: some waits
+            r = api.req("POST", "/v1/workloads", json=wl(f"w{i:02}", gpus=8, duration="10h"))
+            assert r.status_code == 201, r.text
+
+        def two_waiting() -> list[str]:
+            with svc.controller.lock:
+                names = sorted(n for n in svc.controller.pending if n in svc.controller.reasons)
+            return names[-2:] if len(names) >= 2 else []
+
+        waiting = wait_for(two_waiting, 10, "two waiting workloads")
+        got = waiting_reasons(svc.controller, [*waiting, "not-kube"])
+        assert set(got) == set(waiting)
+        for name, w in got.items():
+            ex = svc.controller.explain(svc.store.get_workload(name))
+            assert (w.code, w.reason, w.position, w.length) == (
+                ex["code"],
+                ex["reason"],
+                ex["position"],
+                ex["queueLength"],
+            )
+        huge = waiting[0]
+
+        jobs = Cache(
+            {"metadata": {"name": huge, "namespace": "ml", "uid": "ja"}},
+            {"metadata": {"name": "small", "namespace": "ml", "uid": "js"}},
+        )
+        pods = Cache(
+            _pod(f"{huge}-0", {"kind": "Job", "name": huge}),
+            _pod(f"{huge}-1", {"kind": "Job", "name": huge}),
+        )
+        names = {("jobs", "ml", huge): huge, ("jobs", "ml", "small"): "small"}
+        writes, clk = Rec(), Clock()
+        rec = EventRecorder(writes, clock=clk)
+        sw = StatusWriter(
+            svc.controller, svc.store, Source(names), {"jobs": jobs, "pods": pods}, writes, rec, clock=clk
+        )
+        sw.start()
+        sw.stop()  # only to read the audit head; the passes below are driven by hand
+        sw.step()
+        assert sorted(p[1] for p in writes.pods) == [f"{huge}-0", f"{huge}-1"]
+        cond = writes.pods[0][2]["status"]["conditions"][0]
+        assert (cond["type"], cond["status"], cond["reason"]) == ("PodScheduled", "False", "Unschedulable")
+        w = got[huge]
+        assert w.reason in cond["message"] and f"position {w.position} of {w.length}" in cond["message"]
+        pending = [b for _, b in writes.created if b["reason"] == "Pending"]
+        assert len(pending) == 1 and pending[0]["involvedObject"]["kind"] == "Job"
+        sw.step()
+        assert len(writes.pods) == 2  # unchanged message: no second patch
+
+        r = api.req(
+            "POST", "/v1/workloads", json=wl("small", queue="serving", priorityClass="inference-critical")
+        )
+        assert r.status_code == 201
+        api.wait_phase("small", "Running", "Admitted")
+        sw.step()
+        admitted = [b for _, b in writes.created if b["reason"] == "Admitted"]
+        assert len(admitted) == 1 and admitted[0]["involvedObject"]["name"] == "small"
+        assert "pool" in admitted[0]["message"] and "nodes" in admitted[0]["message"]
