@@ -1,0 +1,309 @@
+"""Objects created with kubectl become submissions (gpupool.kube.source): once per object,
+refusals as Warning Events that never block the others, deletes cancel, the namespace policy.
+
+The translation (gpupool.kube.workloads) is replaced by a small local fake here, so these tests
+pin the source's own behaviour whatever the translation decides; the service path is real in
+``test_service_submitter_*``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupool.kube import workloads as kw
+from gpupool.kube.source import (
+    INVALID,
+    REFUSED,
+    KubeSource,
+    Outcome,
+    ServiceSubmitter,
+    SourcePolicy,
+    parse_namespace_queues,
+    policy_from_options,
+)
+from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError, ObjectRef
+from tests.test_service_support import running_app, wait_for, wl
+
+QUEUE = "kueue.x-k8s.io/queue-name"
+
+
+class Inf:
+    """An informer's cache and listeners, fed by the test."""
+
+    def __init__(self) -> None:
+        self.cache: dict[tuple[str, str], dict[str, Any]] = {}
+        self.listeners: list[Callable[[str, dict[str, Any]], None]] = []
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.cache.get((namespace, name))
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self.cache.values())
+
+    def add_listener(self, fn: Callable[[str, dict[str, Any]], None]) -> None:
+        self.listeners.append(fn)
+
+    def put(self, obj: dict[str, Any], type_: str = "ADDED") -> None:
+        m = obj["metadata"]
+        self.cache[(m["namespace"], m["name"])] = obj
+        for fn in self.listeners:
+            fn(type_, obj)
+
+    def delete(self, obj: dict[str, Any]) -> None:
+        m = obj["metadata"]
+        self.cache.pop((m["namespace"], m["name"]), None)
+        for fn in self.listeners:
+            fn("DELETED", obj)
+
+
+class Subm:
+    def __init__(self) -> None:
+        self.manifests: list[dict[str, Any]] = []
+        self.cancelled: list[str] = []
+        self.names: set[str] = set()
+
+    def submit_many(self, manifests: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+        out = []
+        for m in manifests:
+            self.manifests.append(dict(m))
+            name = m["metadata"]["name"]
+            if m["spec"]["queue"] == "ghost":
+                out.append(Outcome(name, "refused", "unknown queue", (("spec.queue", "no queue 'ghost'"),)))
+                continue
+            out.append(Outcome(name, "unchanged" if name in self.names else "created"))
+            self.names.add(name)
+        return out
+
+    def cancel(self, name: str) -> bool:
+        self.cancelled.append(name)
+        return name in self.names
+
+    def active(self) -> set[str]:
+        return set(self.names)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str, str, str]] = []
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        self.got.append((obj["metadata"]["name"], type_, reason, message))
+
+
+def job(
+    name: str, queue: str | None = "team-a", ns: str = "ml", uid: str = "", **extra: Any
+) -> dict[str, Any]:
+    labels = {QUEUE: queue} if queue else {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "labels": labels},
+        "spec": {"suspend": True, "parallelism": 1, **extra},
+    }
+
+
+def fake_from_object(obj: Mapping[str, Any], defaults: kw.WorkloadDefaults = kw.WorkloadDefaults()) -> Any:
+    m = obj["metadata"]
+    queue = (m.get("labels") or {}).get(QUEUE) or defaults.namespace_queues.get(m["namespace"])
+    if not queue:
+        return None
+    if obj["spec"].get("parallelism") == -1:
+        raise KubeWorkloadError("spec.parallelism", "must be >= 0")
+    ref = ObjectRef(obj["apiVersion"], obj["kind"], m["namespace"], m["name"], m.get("uid", ""))
+    manifest = {"metadata": {"name": f"{m['namespace']}-{m['name']}"}, "spec": {"queue": queue}}
+    return KubeWorkload(ref, manifest, suspendable=True, pod_count=1)
+
+
+def fake_from_pods(
+    pods: Sequence[Mapping[str, Any]], defaults: kw.WorkloadDefaults = kw.WorkloadDefaults()
+) -> Any:
+    first = pods[0]["metadata"]
+    ref = ObjectRef("v1", "Pod", first["namespace"], first["name"])
+    manifest = {"metadata": {"name": f"group-{len(pods)}"}, "spec": {"queue": "team-a", "pods": len(pods)}}
+    return KubeWorkload(ref, manifest, suspendable=False, pod_count=len(pods))
+
+
+@pytest.fixture
+def translated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kw, "workload_from_object", fake_from_object)
+    monkeypatch.setattr(kw, "workload_from_pods", fake_from_pods)
+    monkeypatch.setattr(kw, "pod_group_key", lambda pod: (pod["metadata"].get("labels") or {}).get("group"))
+
+
+def make(policy: SourcePolicy | None = None) -> tuple[KubeSource, dict[str, Inf], Subm, Events]:
+    infs = {k: Inf() for k in ("jobs", "pods", "deployments")}
+    sub, ev = Subm(), Events()
+    src = KubeSource(infs, sub, ev, policy, settle_s=0.0)
+    src.attach()
+    return src, infs, sub, ev
+
+
+@pytest.mark.usefixtures("translated")
+def test_object_submitted_once_status_updates_change_nothing() -> None:
+    src, infs, sub, ev = make()
+    j = job("train")
+    infs["jobs"].put(j)
+    infs["jobs"].put(j, "ADDED")  # a duplicate event (relist)
+    assert src.process() == 1
+    assert [m["metadata"]["name"] for m in sub.manifests] == ["ml-train"]
+    infs["jobs"].put({**j, "status": {"active": 1}}, "MODIFIED")
+    src.process()
+    assert len(sub.manifests) == 1 and src.stats["submitted"] == 1
+    assert src.names[("jobs", "ml", "train")] == "ml-train"
+    assert ev.got == []
+
+
+@pytest.mark.usefixtures("translated")
+def test_refusal_is_a_warning_event_once_and_blocks_no_one() -> None:
+    src, infs, _, ev = make()
+    infs["jobs"].put(job("bad", queue="ghost"))
+    infs["jobs"].put(job("broken", parallelism=-1))
+    infs["jobs"].put(job("good"))
+    src.process()
+    assert ("good", "ml-good") in [(n[2], v) for n, v in src.names.items()]
+    assert [(e[0], e[1], e[2]) for e in ev.got] == [
+        ("broken", "Warning", INVALID),
+        ("bad", "Warning", REFUSED),
+    ]
+    bad = next(e for e in ev.got if e[0] == "bad")
+    assert "spec.queue: no queue 'ghost'" in bad[3]  # the located error
+    broken = next(e for e in ev.got if e[0] == "broken")
+    assert "spec.parallelism" in broken[3]
+    infs["jobs"].put({**job("bad", queue="ghost"), "status": {}}, "MODIFIED")
+    infs["jobs"].put({**job("broken", parallelism=-1), "status": {}}, "MODIFIED")
+    src.process()
+    assert len(ev.got) == 2  # not refused again until the object changes
+    infs["jobs"].put(job("bad", queue="team-b"), "MODIFIED")  # fixed: submitted
+    src.process()
+    assert src.names[("jobs", "ml", "bad")] == "ml-bad"
+
+
+@pytest.mark.usefixtures("translated")
+def test_unmanaged_objects_are_skipped_and_namespace_default_applies() -> None:
+    src, infs, sub, _ = make(policy_from_options(["batch=team-b"], restrict=False))
+    infs["jobs"].put(job("plain", queue=None, ns="web"))  # no label, no default: not gpupool's
+    infs["jobs"].put(job("nolabel", queue=None, ns="batch"))
+    src.process()
+    assert [m["spec"]["queue"] for m in sub.manifests] == ["team-b"]
+    assert src.stats["skipped"] == 1
+
+
+@pytest.mark.usefixtures("translated")
+def test_deleted_object_cancels_its_workload() -> None:
+    src, infs, sub, _ = make()
+    j = job("train")
+    infs["jobs"].put(j)
+    src.process()
+    infs["jobs"].delete(j)
+    src.process()
+    assert sub.cancelled == ["ml-train"]
+    assert ("jobs", "ml", "train") not in src.names
+
+
+@pytest.mark.usefixtures("translated")
+def test_deleted_before_gpupool_saw_it_submitted_derives_the_name() -> None:
+    src, infs, sub, _ = make()
+    sub.names.add("ml-old")  # submitted by an earlier run
+    infs["jobs"].delete(job("old"))
+    src.process()
+    assert sub.cancelled == ["ml-old"]
+
+
+@pytest.mark.usefixtures("translated")
+def test_restart_reconcile_cancels_workloads_whose_object_is_gone() -> None:
+    src, infs, sub, _ = make()
+    sub.names.update({"ml-kept", "ml-vanished"})
+    infs["jobs"].put(job("kept"))
+    src.process()
+    assert src.reconcile() == 1
+    assert sub.cancelled == ["ml-vanished"]
+
+
+@pytest.mark.usefixtures("translated")
+def test_allow_list_refuses_a_queue_not_mapped_to_the_namespace() -> None:
+    policy = policy_from_options(["ml=team-a", "ml=team-c"], restrict=True)
+    src, infs, sub, ev = make(policy)
+    infs["jobs"].put(job("ok", queue="team-c"))
+    infs["jobs"].put(job("other", queue="team-b"))
+    infs["jobs"].put(job("elsewhere", queue="team-a", ns="guest"))
+    src.process()
+    assert [m["metadata"]["name"] for m in sub.manifests] == ["ml-ok"]
+    msgs = {e[0]: e[3] for e in ev.got}
+    assert "allowed: team-a, team-c" in msgs["other"]
+    assert "allowed: none" in msgs["elsewhere"]
+
+
+@pytest.mark.usefixtures("translated")
+def test_bare_pods_grouped_by_marker_submitted_once_settled() -> None:
+    src, infs, sub, _ = make()
+    src.settle_s = 0.5
+    for i in range(3):
+        pod = {
+            "metadata": {"name": f"w{i}", "namespace": "ml", "uid": f"p{i}", "labels": {"group": "g"}},
+            "spec": {"schedulerName": "gpupool"},
+        }
+        infs["pods"].put(pod)
+    owned = {
+        "metadata": {
+            "name": "j-1",
+            "namespace": "ml",
+            "ownerReferences": [{"kind": "Job", "controller": True}],
+        },
+        "spec": {"schedulerName": "gpupool"},
+    }
+    infs["pods"].put(owned)  # a Job's pod: the Job is the workload, not the pod
+    infs["pods"].put({"metadata": {"name": "web", "namespace": "ml"}, "spec": {}})  # not gpupool's
+    import time
+
+    assert src.process(now=time.monotonic()) == 0  # still settling
+    assert src.process(now=time.monotonic() + 1) == 1
+    assert [m["spec"]["pods"] for m in sub.manifests] == [3]
+    assert src.members("ml", "g") == ["w0", "w1", "w2"]
+
+
+def test_translation_stubs_are_a_clear_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    def stub(*_: Any, **__: Any) -> Any:
+        raise NotImplementedError
+
+    monkeypatch.setattr(kw, "workload_from_object", stub)
+    src, infs, sub, ev = make()
+    infs["jobs"].put(job("train"))
+    src.process()
+    assert sub.manifests == [] and ev.got == []
+    assert "translation layer" in src.last_error and src.stats["errors"] == 1
+    assert src.reconcile() == 0  # never cancels while it cannot translate
+
+
+@pytest.mark.parametrize("item", ["ml", "=q", "ml=", "ml:q"])
+def test_namespace_queue_option_names_the_bad_item(item: str) -> None:
+    with pytest.raises(ValueError, match="NAMESPACE=QUEUE"):
+        parse_namespace_queues([item])
+
+
+def test_namespace_queue_first_is_the_default() -> None:
+    p = policy_from_options(["ml=a", "ml=b", "ml=a", "cv=c"], restrict=True)
+    assert dict(p.defaults.namespace_queues) == {"ml": "a", "cv": "c"}
+    assert p.allowed == {"ml": frozenset({"a", "b"}), "cv": frozenset({"c"})}
+    assert policy_from_options(["ml=a"], restrict=False).allowed is None
+
+
+def test_service_submitter_goes_through_the_api_submission_path(tmp_path: Path) -> None:
+    """Real prepare + batcher + controller: a valid manifest is created (owned by
+    system:kubernetes), an unknown queue is refused with the located error, the same manifest
+    again is unchanged, and cancel cancels."""
+    with running_app(tmp_path) as api:
+        svc = api.c.app.state.svc  # type: ignore[attr-defined]
+        sub = ServiceSubmitter(svc)
+        outs = sub.submit_many([wl("k-one"), wl("k-bad", queue="no-such-queue"), wl("k-one")])
+        assert [o.result for o in outs[:2]] == ["created", "refused"]
+        assert outs[2].result in ("created", "unchanged")
+        assert any(f == "spec.queue" for f, _ in outs[1].errors), outs[1]
+        assert svc.store.get_workload("k-one").owner == "system:kubernetes"
+        assert "k-one" in sub.active()
+        assert sub.submit_many([wl("k-one")])[0].result == "unchanged"
+        assert sub.cancel("k-one") is True
+        wait_for(lambda: api.phase("k-one") == "Cancelled", 5, "cancelled")
+        assert sub.cancel("k-one") is False and sub.cancel("nope") is False
