@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpupool.cli.files import FileProblem, load_documents, read_text
+from gpupool.cli.kube import kube_app
 from gpupool.cli.render import decisions_json, decisions_table
 from gpupool.engine import apply_decisions, decide
 from gpupool.engine.invariants import check_cycle
@@ -30,6 +31,7 @@ bench_app = typer.Typer(
     help="Benchmarks that print figures (ratios against a baseline run in the same process)."
 )
 app.add_typer(bench_app, name="bench")
+app.add_typer(kube_app, name="kube")
 # Wide tables when piped (CI logs, `make run | less`); the terminal's width otherwise.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)

@@ -111,3 +111,54 @@ def resource_list(store: Store, group_name: str, version: str) -> dict[str, Any]
             resources.append(entry)
     gv = version if not group_name else f"{group_name}/{version}"
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"api/{version}" if not group else f"apis/{group}/{version}"
+
+
+def openapi_index(store: Store) -> dict[str, Any]:
+    """``/openapi/v3``: one entry per group/version (the hash changes when the types do)."""
+    paths = {}
+    for group, version, _ in sorted(store.by_path):
+        gv = _gv_path(group, version)
+        tag = abs(hash(tuple(p for p in store.by_path if p[0] == group and p[1] == version))) % 10**12
+        paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={tag:012d}"}
+    return {"paths": paths}
+
+
+def openapi_gv(store: Store, path: str) -> dict[str, Any] | None:
+    """``/openapi/v3/<gv>``: just enough for kubectl — each resource's PATCH operation with its
+    group/version/kind and the ``fieldValidation`` query parameter.
+
+    Why so little: kubectl then validates server-side (it sends ``fieldValidation=Strict``), and
+    since no PATCH declares a strategic-merge request body, ``kubectl apply`` computes its
+    patches from its compiled-in types (built-ins) or as JSON merge patches (custom resources)."""
+    paths = {}
+    for (group, version, plural), rt in sorted(store.by_path.items()):
+        if _gv_path(group, version) != path or plural == "bindings":
+            continue
+        ns = "namespaces/{namespace}/" if rt.namespaced else ""
+        item = f"/{path}/{ns}{plural}/{{name}}"
+        gvk = {"group": group, "version": version, "kind": rt.kind}
+        params = [
+            {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+            {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": True}},
+        ]
+        paths[item] = {
+            "patch": {
+                "operationId": f"patch{rt.kind}",
+                "x-kubernetes-action": "patch",
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": params,
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    if not paths:
+        return None
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": VERSION["gitVersion"]},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }

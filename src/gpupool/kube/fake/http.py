@@ -101,9 +101,13 @@ class FakeApp:
             return _or_404(discovery.group(self.store, parts[1]))
         if len(parts) == 3 and parts[0] == "apis":
             return _or_404(discovery.resource_list(self.store, parts[1], parts[2]))
-        if parts and parts[0] in ("openapi", "healthz", "livez", "readyz"):
-            if parts[0] == "openapi":
-                raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if parts[:2] == ["openapi", "v3"]:
+            if len(parts) == 2:
+                return discovery.openapi_index(self.store)
+            return _or_404(discovery.openapi_gv(self.store, "/".join(parts[2:])))
+        if parts and parts[0] == "openapi":
+            raise ApiError(404, "the server could not find the requested resource", "NotFound")
+        if parts and parts[0] in ("healthz", "livez", "readyz"):
             return {"status": "ok"}
         return None
 
