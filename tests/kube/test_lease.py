@@ -212,3 +212,30 @@ def test_store_elector_requires_the_kube_lease(tmp_path: Any) -> None:
     assert el._leading is False
     assert st.get_lease().holder == ""  # released for the replica that holds the Kubernetes Lease
     st.close()
+
+
+def test_two_replicas_over_http_one_holder(fake_server: Any) -> None:
+    """Against the fake API server over HTTP: one replica creates and holds the Lease, the other
+    sees it held; a release hands it over with leaseTransitions counted."""
+    from gpupool.kube.client import KubeApi, make_client
+    from gpupool.kube.lease import KubeApiLeases
+
+    api = KubeApi(make_client(str(fake_server.kubeconfig)))
+    clk = Clock()
+    http = KubeLeaseSettings(namespace="default", name="sched")
+    a = KubeLease(KubeApiLeases(api), http, identity="a", monotonic=clk)
+    b = KubeLease(KubeApiLeases(api), http, identity="b", monotonic=clk)
+    try:
+        assert a.step() is True
+        assert b.step() is False and b.holder == "a"
+        assert a.step() is True  # a renewal is an update on the current resourceVersion
+        a.stop()
+        assert b.step() is True
+        got = KubeApiLeases(api).get("default", "sched")
+        assert got is not None
+        assert got["spec"]["holderIdentity"] == "b" and got["spec"]["leaseTransitions"] == 1
+        stale = dict(got, metadata={**got["metadata"], "resourceVersion": "1"})
+        with pytest.raises(LeaseConflict):
+            KubeApiLeases(api).replace(stale)
+    finally:
+        api.close()
