@@ -257,7 +257,12 @@ def is_managed(pod: Mapping[str, Any], opts: InventoryOptions = InventoryOptions
 
 
 class PodRequestError(ValueError):
-    """A container request that cannot be parsed; the message names its JSON path."""
+    """A container request that cannot be parsed: ``field`` is its JSON path in the pod."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
 
 
 def pod_requests(pod: Mapping[str, Any], opts: InventoryOptions = InventoryOptions()) -> tuple[int, int, int]:
@@ -310,8 +315,8 @@ def _quantities(values: Mapping[str, Any], keys: tuple[str, ...], where: str) ->
             try:
                 d = qty.parse_quantity(values[k])
             except qty.QuantityError as exc:
-                raise PodRequestError(f"{where}.{k}: {exc}") from None
+                raise PodRequestError(f"{where}.{k}", str(exc)) from None
             if d < 0:
-                raise PodRequestError(f"{where}.{k}: must not be negative")
+                raise PodRequestError(f"{where}.{k}", "must not be negative")
             out[i] = d
     return out
