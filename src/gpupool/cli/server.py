@@ -104,6 +104,39 @@ def _local_banner(be: Any) -> None:
         console.print(f"  [bold red]WARNING[/]: {escape(h['warning'])}")
 
 
+# -- the kubernetes backend (gpupool serve --backend kubernetes) ----------------------------
+def _kube_options(
+    backend: str,
+    kubeconfig: Path | None,
+    context: str | None,
+    namespace_queues: list[str],
+    restrict: bool,
+    lease_namespace: str | None,
+) -> Any:
+    """The Kubernetes backend's checked options (gpupool.kube.wiring.KubeOptions); None for other
+    backends. Exits 2 naming a bad option."""
+    if backend != "kubernetes":
+        given = (
+            ("--kubeconfig", kubeconfig),
+            ("--context", context),
+            ("--namespace-queue", namespace_queues),
+        )
+        for opt, v in (
+            *given,
+            ("--restrict-namespace-queues", restrict),
+            ("--lease-namespace", lease_namespace),
+        ):
+            if v:
+                _fail(f"{opt} applies to --backend kubernetes only")
+        return None
+    from gpupool.kube.wiring import kube_options
+
+    try:
+        return kube_options(kubeconfig, context, namespace_queues, restrict, lease_namespace)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 def serve(
     config: Path | None = typer.Option(
         None, "--config", help="directory of Cluster/ResourcePool/Queue manifests applied on first start"
@@ -111,7 +144,9 @@ def serve(
     database_url: str | None = typer.Option(
         None, "--database-url", envvar="GPUPOOL_DATABASE_URL", help="default: sqlite under --state-dir"
     ),
-    backend: str = typer.Option("virtual", "--backend", help="virtual (simulated nodes)"),
+    backend: str = typer.Option(
+        "virtual", "--backend", help="virtual (simulated nodes), local or kubernetes"
+    ),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8080, "--port"),
     state_dir: Path = typer.Option(
@@ -165,6 +200,28 @@ def serve(
         "10s", "--stop-grace", help="local backend: SIGTERM, then SIGKILL after this"
     ),
     log_level: str = typer.Option("warning", "--log-level"),
+    # the kubernetes backend (docs/kubernetes.md; assembled in gpupool.kube.wiring)
+    kubeconfig: Path | None = typer.Option(
+        None,
+        "--kubeconfig",
+        help="kubernetes backend: kubeconfig file (default: in-cluster, else $KUBECONFIG)",
+    ),
+    kube_context: str | None = typer.Option(None, "--context", help="kubernetes backend: kubeconfig context"),
+    namespace_queue: list[str] = typer.Option(
+        [],
+        "--namespace-queue",
+        help="kubernetes backend: NS=QUEUE, the queue of a namespace's objects (repeatable)",
+    ),
+    restrict_namespace_queues: bool = typer.Option(
+        False,
+        "--restrict-namespace-queues",
+        help="kubernetes backend: a namespace may use only its mapped queues",
+    ),
+    lease_namespace: str | None = typer.Option(
+        None,
+        "--lease-namespace",
+        help="kubernetes backend: namespace of the leader Lease (default: the pod's)",
+    ),
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
     import uvicorn
@@ -172,8 +229,11 @@ def serve(
     from gpupool.service.api import create_app
     from gpupool.store import Store
 
-    if backend not in ("virtual", "local"):
-        _fail(f"unknown backend {backend!r}; available: virtual, local")
+    if backend not in ("virtual", "local", "kubernetes"):
+        _fail(f"unknown backend {backend!r}; available: virtual, local, kubernetes")
+    kube = _kube_options(
+        backend, kubeconfig, kube_context, namespace_queue, restrict_namespace_queues, lease_namespace
+    )
     if time_scale <= 0:
         _fail("--time-scale must be > 0")
     from gpupool.defaults import default_config_dir
@@ -238,6 +298,11 @@ def serve(
     console.print(f"submit a job:  gpupool submit -f examples/workloads/demo.yaml{server_hint}")
     console.print(f"then:          gpupool get workloads{server_hint}")
     with contextlib.suppress(KeyboardInterrupt):
+        if kube is not None:
+            from gpupool.kube.wiring import kube_app
+
+            uvicorn.run(kube_app(cfg, kube), host=host, port=port, log_level=log_level)
+            return
         uvicorn.run(
             create_app(cfg, backend=local[0] if local else None), host=host, port=port, log_level=log_level
         )
