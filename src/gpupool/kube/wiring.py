@@ -98,19 +98,6 @@ def process_age_s() -> float:
 _IMPORTED = time.monotonic()
 
 
-class LeaderGated:
-    """The backend, plus ``leader_gate``: the store elector (``service.leader``) leads and acts
-    only while this process also holds the Kubernetes Lease. Everything else is the backend's."""
-
-    def __init__(self, inner: Any, gate: KubeLease) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.leader_gate = gate.held
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
-
-
 class FirstBind:
     """Logs (once) the time from process start to the first pod gpupool binds in this run."""
 
@@ -155,8 +142,10 @@ class KubeRuntime:
         self.api = api if api is not None else KubeApi(make_client(opts.kubeconfig, opts.context))
         self.informers = Informers(self.api)
         self.lease = KubeLease(KubeApiLeases(self.api), opts.lease)
-        inner = make_backend("kubernetes", api=self.api, informers=self.informers)
-        self.backend = LeaderGated(inner, self.lease)
+        backend: Any = make_backend("kubernetes", client=self.api, informers=self.informers)
+        # only the Lease holder binds or evicts; the store elector reads the same gate
+        backend.leader_gate = self.lease.held
+        self.backend = backend
         self.first_bind = FirstBind()
         self.informers.pods.add_listener(self.first_bind.on_pod)
         self.source: Any = None
@@ -174,6 +163,7 @@ class KubeRuntime:
         synced = self.informers.wait_synced(self.opts.sync_timeout_s)
         self.first_bind.mark_synced(self.informers.pods.items())
         held = self.lease.start()
+        self.backend.run(self.opts.sync_timeout_s)  # adopt what the cluster runs; the bind loop
         log.warning(
             "kubernetes: caches %s in %.2f s (%s); Lease %s/%s %s",
             "synced" if synced else "NOT synced",
@@ -192,6 +182,8 @@ class KubeRuntime:
 
         writes = KubeWrites(self.api)
         recorder = EventRecorder(writes, instance=self.lease.identity)
+        if getattr(self.backend, "on_nodes_changed", 0) is None:  # the cluster is the node source
+            self.backend.on_nodes_changed = getattr(svc.controller, "nodes_changed", None)
         self.source.submitter = ServiceSubmitter(svc)
         self.source.events = recorder
         el = svc.leader
@@ -222,7 +214,7 @@ class KubeRuntime:
                 part.stop()
         self.lease.stop()
         self.informers.stop()
-        close = getattr(self.backend.inner, "close", None)
+        close = getattr(self.backend, "close", None)
         if callable(close):
             close()
 
