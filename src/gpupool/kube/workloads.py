@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +25,7 @@ from gpupool.kube.translate_resources import (
     template_resources,
     tolerations,
 )
+from gpupool.kube.translate_slots import slot_of
 from gpupool.manifests import API_VERSION, NAME_PATTERN, validate_document
 from gpupool.model import TopologyMode, TopologyScope, WorkloadType
 
@@ -427,15 +428,6 @@ def _pod_roles(pods: Sequence[Mapping[str, Any]], total: int) -> tuple[list[Grou
 
 
 # -- slots -------------------------------------------------------------------------------------
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-PYTORCH_TYPE = "training.kubeflow.org/replica-type"
-PYTORCH_INDEX = "training.kubeflow.org/replica-index"
-STATEFULSET_INDEX = "apps.kubernetes.io/pod-index"
-JOBSET_JOB = "jobset.sigs.k8s.io/replicatedjob-name"
-JOBSET_INDEX = "jobset.sigs.k8s.io/job-index"
-_ORDINAL = re.compile(r"-(\d+)$")
-
-
 def pod_slot(pod: Mapping[str, Any], kw: KubeWorkload) -> PodSlot | None:
     """The placement slot a pod fills when its kind says (completion index, replica index);
     None when the kind assigns none, or the index falls outside the group (an Indexed Job
@@ -445,52 +437,9 @@ def pod_slot(pod: Mapping[str, Any], kw: KubeWorkload) -> PodSlot | None:
         return kw.slots[name]
     md = mapping(pod.get("metadata"))
     marks = {**mapping(md.get("annotations")), **mapping(md.get("labels"))}
-    reader = _KIND_SLOT.get(kw.ref.kind)
-    slot = reader(marks, name, kw) if reader is not None else None
-    if slot is None:
+    got = slot_of(kw.ref.kind, marks, name, kw.parallelism)
+    if got is None:
         return None
+    slot = PodSlot(*got)
     sizes = {str(g.get("name")): int(g.get("replicas", 1)) for g in kw.manifest["spec"]["podGroups"]}
     return slot if 0 <= slot.index < sizes.get(slot.group, 0) else None
-
-
-def _index(marks: Mapping[str, Any], key: str) -> int | None:
-    value = marks.get(key)
-    return int(value) if isinstance(value, str) and value.isdigit() else None
-
-
-def _job_slot(marks: Mapping[str, Any], name: str, kw: KubeWorkload) -> PodSlot | None:
-    i = _index(marks, COMPLETION_INDEX)
-    return None if i is None else PodSlot("main", i)
-
-
-def _pytorch_slot(marks: Mapping[str, Any], name: str, kw: KubeWorkload) -> PodSlot | None:
-    rtype, i = marks.get(PYTORCH_TYPE), _index(marks, PYTORCH_INDEX)
-    return PodSlot(rtype.lower(), i) if isinstance(rtype, str) and i is not None else None
-
-
-def _statefulset_slot(marks: Mapping[str, Any], name: str, kw: KubeWorkload) -> PodSlot | None:
-    """The ordinal: the ``apps.kubernetes.io/pod-index`` label, else the name's ``-N`` suffix."""
-    i = _index(marks, STATEFULSET_INDEX)
-    if i is None and (m := _ORDINAL.search(name)):
-        i = int(m.group(1))
-    return None if i is None else PodSlot("main", i)
-
-
-def _jobset_slot(marks: Mapping[str, Any], name: str, kw: KubeWorkload) -> PodSlot | None:
-    """job index x the child Job's parallelism + the completion index, in the replicated job's group."""
-    rjob, job = marks.get(JOBSET_JOB), _index(marks, JOBSET_INDEX)
-    if not isinstance(rjob, str) or job is None:
-        return None
-    per_job = kw.parallelism.get(rjob, 1)
-    done = _index(marks, COMPLETION_INDEX)
-    if done is None and per_job != 1:
-        return None
-    return PodSlot(rjob, job * per_job + (done or 0))
-
-
-_KIND_SLOT: dict[str, Callable[[Mapping[str, Any], str, KubeWorkload], PodSlot | None]] = {
-    "Job": _job_slot,
-    "PyTorchJob": _pytorch_slot,
-    "StatefulSet": _statefulset_slot,
-    "JobSet": _jobset_slot,
-}
