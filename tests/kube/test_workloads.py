@@ -195,7 +195,7 @@ def translated(obj: dict[str, Any], defaults: WorkloadDefaults = WorkloadDefault
 def test_kueue_job_runs_unchanged() -> None:
     kw = translated(kueue_job())
     assert kw.ref == ObjectRef("batch/v1", "Job", "team-a", "sample-job", "8c1d-job")
-    assert kw.suspendable and kw.pod_count == 4
+    assert kw.suspendable and kw.pod_count == 4 and kw.suspend_field == ("spec", "suspend")
     md = kw.manifest["metadata"]
     assert md["name"] == "team-a.job.sample-job"
     assert md["annotations"]["gpupool.io/source"] == "Job/team-a/sample-job"
@@ -219,6 +219,7 @@ def test_pytorchjob_master_and_workers() -> None:
     w = model(kw)
     assert [(g.name, g.replicas) for g in w.pod_groups] == [("master", 1), ("worker", 3)]
     assert kw.suspendable and w.gang_min is None and w.min_pods == 4
+    assert kw.suspend_field == ("spec", "runPolicy", "suspend")
     assert w.pod_groups[1].request.gpus == 8
 
 
@@ -278,7 +279,7 @@ def test_kai_fraction_annotations() -> None:
 def test_statefulset_is_a_gang() -> None:
     kw = translated(statefulset())
     w = model(kw)
-    assert w.min_pods == 2 and w.type.value == "inference" and not kw.suspendable
+    assert w.min_pods == 2 and w.type.value == "inference" and not kw.suspendable and kw.suspend_field == ()
 
 
 def test_gpupool_labels_and_annotations() -> None:

@@ -36,7 +36,8 @@ class Kind:
     #: gang minimum from the object and its total pod count (None: all pods)
     gang: Callable[[Mapping[str, Any], int], int | None]
     type: WorkloadType
-    suspendable: bool
+    #: the path of the owner's suspend flag; () for kinds without one
+    suspend: tuple[str, ...]
 
 
 def _count(spec: Mapping[str, Any], key: str, path: str, default: int) -> int:
@@ -150,10 +151,15 @@ def _gang_bound(n: int, total: int, where: str) -> int | None:
     return None if n == total else n
 
 
+_SPEC_SUSPEND = ("spec", "suspend")
+_RUN_POLICY_SUSPEND = ("spec", "runPolicy", "suspend")
+
 KINDS: dict[tuple[str, str], Kind] = {
-    ("batch", "Job"): Kind(_job_groups, _all, WorkloadType.TRAINING, True),
-    ("kubeflow.org", "PyTorchJob"): Kind(_pytorch_groups, _pytorch_gang, WorkloadType.TRAINING, True),
-    ("jobset.x-k8s.io", "JobSet"): Kind(_jobset_groups, _all, WorkloadType.TRAINING, True),
-    ("apps", "Deployment"): Kind(_replica_groups, _deployment_gang, WorkloadType.INFERENCE, False),
-    ("apps", "StatefulSet"): Kind(_replica_groups, _all, WorkloadType.INFERENCE, False),
+    ("batch", "Job"): Kind(_job_groups, _all, WorkloadType.TRAINING, _SPEC_SUSPEND),
+    ("kubeflow.org", "PyTorchJob"): Kind(
+        _pytorch_groups, _pytorch_gang, WorkloadType.TRAINING, _RUN_POLICY_SUSPEND
+    ),
+    ("jobset.x-k8s.io", "JobSet"): Kind(_jobset_groups, _all, WorkloadType.TRAINING, _SPEC_SUSPEND),
+    ("apps", "Deployment"): Kind(_replica_groups, _deployment_gang, WorkloadType.INFERENCE, ()),
+    ("apps", "StatefulSet"): Kind(_replica_groups, _all, WorkloadType.INFERENCE, ()),
 }

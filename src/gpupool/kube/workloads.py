@@ -94,6 +94,8 @@ class KubeWorkload:
     parallelism: Mapping[str, int] = field(default_factory=dict)
     #: bare pods: the slot of each pod given, by pod name (their kind assigns none)
     slots: Mapping[str, PodSlot] = field(default_factory=dict)
+    #: where the owner's suspend flag is (a PyTorchJob keeps it under ``runPolicy``); () if none
+    suspend_field: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +155,7 @@ def workload_from_object(
     gang = kind.gang(obj, total)
     manifest = _manifest(ref, md, queue, groups, gang, kind.type)
     parallelism = {g.name: g.parallelism for g in groups if g.parallelism != 1}
-    return KubeWorkload(ref, manifest, kind.suspendable, total, parallelism)
+    return KubeWorkload(ref, manifest, bool(kind.suspend), total, parallelism, suspend_field=kind.suspend)
 
 
 def _group(api_version: object) -> str:
