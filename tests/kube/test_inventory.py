@@ -337,6 +337,12 @@ def test_pod_requests_limits_default_and_overhead() -> None:
     assert pod_requests(p) == (2250, 2168, 0)
 
 
+def test_pod_level_resources_replace_the_sum() -> None:
+    p = pod("1", "1Gi")
+    p["spec"]["resources"] = {"requests": {"cpu": "4"}}
+    assert pod_requests(p) == (4000, 1024, 0)
+
+
 def test_memory_rounds_up_once() -> None:
     p = pod("1m", "1")
     p["spec"]["containers"].append({"name": "b", "resources": {"requests": {"memory": "1"}}})

@@ -271,8 +271,9 @@ def pod_requests(pod: Mapping[str, Any], opts: InventoryOptions = InventoryOptio
     The scheduler's rule (``resourcehelper.PodRequests``): the sum over containers; each init
     container runs alone beside the sidecars started before it (init containers with
     ``restartPolicy: Always``), which keep running and add to the sum; the larger of the two
-    wins; ``spec.overhead`` is added. A key missing from ``requests`` falls back to ``limits``
-    (the API server's default). Raises PodRequestError naming the field."""
+    wins; pod-level ``spec.resources`` replaces that per key; ``spec.overhead`` is added. A key
+    missing from ``requests`` falls back to ``limits`` (the API server's default). Raises
+    PodRequestError naming the field."""
     spec = _mapping(pod.get("spec"))
     keys = ("cpu", "memory", opts.rdma_resource)
     total = [Decimal(0)] * 3
@@ -288,6 +289,10 @@ def pod_requests(pod: Mapping[str, Any], opts: InventoryOptions = InventoryOptio
         else:
             init_peak = [max(a, b) for a, b in zip(init_peak, _add(req, sidecars), strict=True)]
     total = [max(a, b) for a, b in zip(total, init_peak, strict=True)]
+    pod_level = _mapping(_mapping(spec.get("resources")).get("requests"))
+    if pod_level:  # pod-level resources (Kubernetes 1.32+) replace the containers' sum per key
+        level = _quantities(pod_level, keys, "spec.resources.requests")
+        total = [lv if k in pod_level else t for k, lv, t in zip(keys, level, total, strict=True)]
     total = _add(total, _quantities(_mapping(spec.get("overhead")), keys, "spec.overhead"))
     cpu = int((total[0] * 1000).to_integral_value(rounding="ROUND_CEILING"))
     mem = int((total[1] / (2**20)).to_integral_value(rounding="ROUND_CEILING"))
