@@ -51,6 +51,8 @@ class LocalBackend:
     name = "local"
     #: the controller fills RunSpec.commands for this backend (it runs what the pod groups say)
     needs_commands = True
+    #: after an interrupted start, how long to wait for a just-spawned wrapper's pid file
+    PID_FILE_WAIT_S = 2.0
 
     def __init__(
         self,
@@ -129,9 +131,15 @@ class LocalBackend:
     def _finish_interrupted_start(self, name: str) -> bool:
         """A run saved as starting: adopt its pods from their pid files, or undo the start."""
         r = self._runs[name]
+        deadline = time.monotonic() + self.PID_FILE_WAIT_S
         for p in r["pods"]:
-            if p.get("pid") is None and (pid := proc.read_json(Path(p["dir"]) / "pid.json")):
-                p["pid"], p["ticks"] = pid.get("pid"), pid.get("ticks")
+            while p.get("pid") is None:
+                if pid := proc.read_json(Path(p["dir"]) / "pid.json"):
+                    p["pid"], p["ticks"] = pid.get("pid"), pid.get("ticks")
+                elif time.monotonic() >= deadline:
+                    break  # never spawned: no wrapper will write it
+                else:
+                    time.sleep(0.02)  # spawned a moment ago: its wrapper writes it within ms
         if all(p.get("pid") is not None for p in r["pods"]):
             r["phase"] = "running"
             return True
