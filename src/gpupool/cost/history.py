@@ -1,0 +1,217 @@
+"""The store's own history as exact intervals: when each run held GPUs, when each wait lasted.
+
+Why from events and audit, not from the workload row alone: the row keeps only the latest
+placement and the first admission time, while a preempted-then-restarted workload ran several
+times. Every phase change writes one event (its ``reason`` is the new phase, at the
+transaction's time) and every admission writes one ``workload.admit`` audit record at the same
+time with the pool, the nodes and the milli-GPUs held; pairing them gives each run once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gpupool.audit import AuditRecord
+from gpupool.manifests import Bundle
+from gpupool.store import EventRecord, WorkloadRecord
+
+#: phases that end a run (a Running -> Pending change is a requeue after a failed attempt)
+RUN_ENDS = frozenset({"Pending", "Preempted", "Succeeded", "Failed", "Cancelled"})
+#: phases in which a workload waits for capacity or for a decision
+WAITING = frozenset({"Submitted", "Pending", "AwaitingApproval"})
+PHASE_EVENTS = frozenset(
+    {"Submitted", "Pending", "AwaitingApproval", "Admitted", "Running", "Succeeded", "Failed", "Cancelled"}
+    | {"Preempted", "Rejected"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """What one run held: milli-GPUs in total (gpuMilli x devices, summed over pods), CPU, memory."""
+
+    pool: str
+    gpu_model: str
+    gpu_milli: int
+    devices: int
+    fraction_milli: int  # per-device share: 1000 whole GPUs, less for fractional pods
+    cpu_milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One admission until its end; ``end`` None while it still holds its GPUs."""
+
+    workload: str
+    attempt: int
+    start: datetime
+    end: datetime | None
+    outcome: str  # the phase that ended it, or "Running"
+    res: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """One stretch in Pending/AwaitingApproval; ``end`` None while it still waits."""
+
+    workload: str
+    start: datetime
+    end: datetime | None
+    admitted: bool
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadInfo:
+    """The attributes every figure is grouped by."""
+
+    name: str
+    queue: str
+    priority_class: str
+    task_type: str
+    requested_gpu_milli: int
+    requested_cpu_milli: int
+    requested_memory_mib: int
+    pool_hint: str  # the pool asked for, if any
+    phase: str
+    reason: str
+
+
+@dataclass
+class History:
+    """Everything metering needs, read once from the store (or built by a test)."""
+
+    workloads: dict[str, WorkloadInfo]
+    runs: list[Run]
+    waits: list[Wait]
+    failures: list[tuple[str, datetime, str]]  # (workload, at, reason code)
+
+
+def node_models(bundle: Bundle) -> dict[str, str]:
+    return {n.name: n.gpu_model for n in bundle.nodes}
+
+
+def _admit_resources(
+    detail: Mapping[str, Any],
+    info: WorkloadInfo,
+    models: Mapping[str, str],
+    placement: Mapping[str, Any] | None,
+) -> Resources:
+    """The resources of one admission: the audit record's totals, the stored placement's detail
+    when it is this run's, else the manifest's requests for CPU and memory."""
+    pool = str(detail.get("pool") or (placement or {}).get("pool") or info.pool_hint or "")
+    nodes = [str(n) for n in detail.get("nodes", ())]
+    pods = list((placement or {}).get("pods", ()))
+    gpu_milli = int(
+        detail.get("gpuMilli", sum(int(p.get("gpuMilli", 0)) * len(p.get("devices", ())) for p in pods))
+    )
+    devices = sum(len(p.get("devices", ())) for p in pods)
+    fraction = min((int(p.get("gpuMilli", 1000)) for p in pods if p.get("devices")), default=1000)
+    if not pods:
+        devices = -(-gpu_milli // 1000)
+        fraction = 1000 if gpu_milli % 1000 == 0 else gpu_milli % 1000
+    cpu = sum(int(p.get("cpuMilli", 0)) for p in pods) or info.requested_cpu_milli
+    mem = sum(int(p.get("memoryMiB", 0)) for p in pods) or info.requested_memory_mib
+    model = next((models[n] for n in nodes if n in models), "")
+    if not model:
+        model = next((models[str(p.get("node"))] for p in pods if str(p.get("node")) in models), "unknown")
+    return Resources(pool, model, gpu_milli, devices, fraction, cpu, mem)
+
+
+def workload_runs(
+    info: WorkloadInfo,
+    events: Sequence[EventRecord],
+    admits: Sequence[AuditRecord],
+    models: Mapping[str, str],
+    placement: Mapping[str, Any] | None,
+) -> tuple[list[Run], list[Wait]]:
+    """Pair each Admitted event with its admit audit record (same transaction, same order) and
+    close it at the next run-ending phase; every waiting stretch likewise up to its admission."""
+    runs: list[Run] = []
+    waits: list[Wait] = []
+    open_run: tuple[datetime, Resources] | None = None
+    open_wait: tuple[datetime, str] | None = None
+    phase_events = [e for e in events if e.reason in PHASE_EVENTS]
+    n_admits = sum(1 for e in phase_events if e.reason == "Admitted")
+    for e in phase_events:
+        if e.reason == "Admitted":
+            if open_wait is not None:
+                waits.append(Wait(info.name, open_wait[0], e.at, True, open_wait[1]))
+                open_wait = None
+            k = len(runs) + (open_run is not None)
+            detail = admits[k].detail if k < len(admits) else {}
+            last = k == n_admits - 1
+            open_run = (e.at, _admit_resources(detail, info, models, placement if last else None))
+        elif e.reason in RUN_ENDS and open_run is not None:
+            runs.append(Run(info.name, len(runs) + 1, open_run[0], e.at, e.reason, open_run[1]))
+            open_run = None
+        if e.reason in WAITING and open_wait is None:
+            open_wait = (e.at, "" if e.reason == "Submitted" else e.message)
+        elif e.reason not in WAITING and e.reason != "Admitted" and open_wait is not None:
+            waits.append(Wait(info.name, open_wait[0], e.at, False, open_wait[1]))
+            open_wait = None
+    if open_run is not None:
+        runs.append(Run(info.name, len(runs) + 1, open_run[0], None, "Running", open_run[1]))
+    if open_wait is not None:
+        waits.append(Wait(info.name, open_wait[0], None, False, info.reason or open_wait[1]))
+    return runs, waits
+
+
+def _info(w: WorkloadRecord, bundle: Bundle) -> WorkloadInfo:
+    from gpupool.service.convert import workload_model
+
+    m = workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False)
+    g, c, mem = m.quota_vec()
+    return WorkloadInfo(
+        w.name,
+        w.queue,
+        w.priority_class or "",
+        str(m.type),
+        g,
+        c,
+        mem,
+        m.pool or "",
+        w.phase,
+        w.reason,
+    )
+
+
+def build_history(
+    workloads: Iterable[WorkloadRecord],
+    events: Iterable[EventRecord],
+    audit: Iterable[AuditRecord],
+    bundle: Bundle,
+) -> History:
+    """Runs, waits and failures of every workload from the three record streams."""
+    from gpupool.service.failures import parse_failure
+
+    by_wl: dict[str, list[EventRecord]] = defaultdict(list)
+    for e in events:
+        by_wl[e.workload].append(e)
+    admits: dict[str, list[AuditRecord]] = defaultdict(list)
+    for r in audit:
+        if r.action == "workload.admit":
+            admits[r.name].append(r)
+    models = node_models(bundle)
+    h = History({}, [], [], [])
+    for w in workloads:
+        info = _info(w, bundle)
+        h.workloads[w.name] = info
+        evs = sorted(by_wl.get(w.name, ()), key=lambda e: e.id)
+        runs, waits = workload_runs(info, evs, admits.get(w.name, ()), models, w.placement)
+        h.runs.extend(runs)
+        h.waits.extend(waits)
+        for e in evs:
+            f = parse_failure(e)
+            if f is not None:
+                h.failures.append((w.name, f.at, f.code))
+    return h
+
+
+def load_history(store: Any, bundle: Bundle) -> History:
+    """The history of every stored workload, through the store's public reads only."""
+    return build_history(store.list_workloads(), store.list_events(), store.audit_records(), bundle)
