@@ -8,6 +8,8 @@ reported complaint about batch schedulers (``../shared/docs/kubernetes.md`` sect
   ``Unschedulable``, message = gpupool's reason and the queue position (what ``explain`` says),
   patched on ``pods/status`` only when the message changes (a change of position alone at most
   every ``position_interval_s``: positions move with every admission);
+* with each condition written, the pod gets a Warning Event ``FailedScheduling`` with the same
+  message (``kubectl describe pod`` shows a pod's Events, not its condition messages);
 * the owner gets Events as client-go's recorder makes them: one Event object per (object,
   reason), repeats counted with ``count``/``lastTimestamp`` on the same object, and at most one
   write per (object, reason) per ``interval_s`` (what changes meanwhile is written together);
@@ -393,7 +395,7 @@ class StatusWriter:
         for name, w in waiting.items():
             key = names[name]
             msg = w.message()
-            owner = self.owner_object(key)
+            owner = self.owner_object(key) if key[0] != "pods" else None  # a bare pod: its own events
             if owner is not None:
                 self.recorder.event(owner, "Normal", "Pending", msg)
             for pod in pods.get(key, ()):
@@ -430,6 +432,11 @@ class StatusWriter:
             return True
         self._written[ref] = (msg, w.code + w.reason, now)
         self.stats["conditions"] += 1
+        # what `kubectl describe pod` shows (it lists the pod's Events, not condition messages);
+        # FailedScheduling as kube-scheduler names it, so tools and habits find it
+        self.recorder.event(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": m}, "Warning", "FailedScheduling", msg
+        )
         return True
 
     def _waiting_pods(self, keys: set[Key]) -> dict[Key, list[dict[str, Any]]]:

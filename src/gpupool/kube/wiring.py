@@ -142,7 +142,12 @@ class KubeRuntime:
         self.api = api if api is not None else KubeApi(make_client(opts.kubeconfig, opts.context))
         self.informers = Informers(self.api)
         self.lease = KubeLease(KubeApiLeases(self.api), opts.lease)
-        backend: Any = make_backend("kubernetes", client=self.api, informers=self.informers)
+        try:
+            backend: Any = make_backend("kubernetes", client=self.api, informers=self.informers)
+        except ValueError:  # make_backend does not know the kind yet: the class itself
+            from gpupool.kube.backend import KubernetesBackend
+
+            backend = KubernetesBackend(self.api, self.informers)
         # only the Lease holder binds or evicts; the store elector reads the same gate
         backend.leader_gate = self.lease.held
         self.backend = backend

@@ -1,0 +1,221 @@
+"""End to end with the real kubectl against the fake API server and ``gpupool serve --backend
+kubernetes`` in-process (gpupool.kube.wiring): a Kueue-style Job and a PyTorchJob end bound with
+the device annotations; a waiting pod shows gpupool's reason in ``kubectl describe pod``; two
+replicas against one server and one store: only the Lease holder binds."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpupool.service.config import EXAMPLES, ServiceConfig
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+
+CRDS = Path(__file__).resolve().parents[2] / "src" / "gpupool" / "kube" / "fake" / "crds"
+TRAINING = {"gpupool.io/environment": "training"}  # what the example h100-training pool selects
+
+
+def kubectl(srv: Any, *args: str, stdin: str | None = None) -> str:
+    r = subprocess.run(
+        ["kubectl", "--kubeconfig", str(srv.kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
+    return r.stdout
+
+
+def wait(fn: Callable[[], Any], timeout: float, what: str) -> Any:
+    end = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def serving(srv: Any, state: Path, **lease: Any) -> Iterator[Any]:
+    """``gpupool serve --backend kubernetes`` in-process (its lifespan runs in the TestClient)."""
+    from gpupool.kube.wiring import kube_app, kube_options
+
+    cfg = ServiceConfig(
+        state_dir=state,
+        config_dir=EXAMPLES / "cluster",
+        backend="kubernetes",
+        tick_s=0.05,
+        min_interval_s=0.0,
+        **lease,
+    )
+    opts = kube_options(Path(srv.kubeconfig), None, ["default=llm-research"], False, "default")
+    app = kube_app(cfg, opts)
+    with TestClient(app, raise_server_exceptions=False):
+        yield app
+
+
+def pods(srv: Any, selector: str = "") -> list[dict[str, Any]]:
+    where = ["-l", selector] if selector else []
+    out = json.loads(kubectl(srv, "get", "pods", "-n", "default", *where, "-o", "json"))
+    return list(out["items"])
+
+
+def bound(srv: Any, selector: str, n: int, prefix: str = "") -> list[dict[str, Any]] | None:
+    """The bound pods (by label selector and name prefix), once there are ``n``."""
+    got = [
+        p
+        for p in pods(srv, selector)
+        if p["spec"].get("nodeName") and p["metadata"]["name"].startswith(prefix)
+    ]
+    return got if len(got) >= n else None
+
+
+def kueue_job(name: str, pods: int, gpus: int, run_s: int = 3600) -> str:
+    return f"""
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+  namespace: default
+  labels: {{kueue.x-k8s.io/queue-name: llm-research}}
+spec:
+  suspend: true
+  parallelism: {pods}
+  completions: {pods}
+  template:
+    metadata:
+      annotations: {{fake.gpupool.io/run-seconds: "{run_s}"}}
+    spec:
+      schedulerName: gpupool
+      restartPolicy: Never
+      containers:
+        - name: main
+          image: busybox
+          resources: {{limits: {{nvidia.com/gpu: {gpus}}}}}
+"""
+
+
+PYTORCHJOB = """
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata:
+  name: ddp
+  namespace: default
+  labels: {kueue.x-k8s.io/queue-name: llm-research}
+spec:
+  runPolicy: {suspend: true}
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      template:
+        metadata: {annotations: {fake.gpupool.io/run-seconds: "3600"}}
+        spec:
+          schedulerName: gpupool
+          containers:
+            - {name: pytorch, image: pytorch, resources: {limits: {nvidia.com/gpu: 1}}}
+    Worker:
+      replicas: 1
+      template:
+        metadata: {annotations: {fake.gpupool.io/run-seconds: "3600"}}
+        spec:
+          schedulerName: gpupool
+          containers:
+            - {name: pytorch, image: pytorch, resources: {limits: {nvidia.com/gpu: 1}}}
+"""
+
+
+def device_annotations(p: dict[str, Any]) -> dict[str, str]:
+    ann = p["metadata"].get("annotations") or {}
+    return {k: v for k, v in ann.items() if k.startswith(("gpupool.io/", "hami.io/"))}
+
+
+def test_kueue_job_and_pytorchjob_bound_with_device_annotations(fake_server: Any, tmp_path: Path) -> None:
+    fake_server.add_gpu_nodes(2, labels=TRAINING)
+    with serving(fake_server, tmp_path / "a"):
+        kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("train", pods=2, gpus=2))
+        kubectl(fake_server, "apply", "-f", str(CRDS / "pytorchjobs.yaml"))
+        kubectl(fake_server, "apply", "-f", "-", stdin=PYTORCHJOB)
+        got = wait(lambda: bound(fake_server, "job-name=train", 2), 60, "the Job's 2 pods bound")
+        ddp = wait(lambda: bound(fake_server, "", 2, prefix="ddp-"), 60, "the PyTorchJob's 2 pods bound")
+        seen: dict[tuple[str, str], str] = {}
+        for p in [*got, *ddp]:
+            ann = device_annotations(p)
+            assert ann.get("gpupool.io/workload"), ann
+            assert ann.get("gpupool.io/gpu-indices"), ann
+            assert ann.get("hami.io/vgpu-devices-to-allocate"), ann
+            assert ann.get("hami.io/vgpu-node") == p["spec"]["nodeName"], ann
+            for i in ann["gpupool.io/gpu-indices"].split(","):
+                key = (p["spec"]["nodeName"], i)
+                assert key not in seen, f"device {key} given to {seen.get(key)} and {p['metadata']['name']}"
+                seen[key] = p["metadata"]["name"]
+        job = json.loads(kubectl(fake_server, "get", "job", "train", "-o", "json"))
+        assert job["spec"]["suspend"] is False  # unsuspended on admission, as Kueue does
+
+
+def test_waiting_pod_describe_shows_gpupools_reason(fake_server: Any, tmp_path: Path) -> None:
+    fake_server.add_gpu_nodes(1, labels=TRAINING)
+    with serving(fake_server, tmp_path / "a"):
+        kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("first", pods=1, gpus=8))
+        wait(lambda: bound(fake_server, "job-name=first", 1), 60, "the first Job bound")
+        # a bare pod (no Job, so it exists while it waits): the node is full
+        kubectl(
+            fake_server,
+            "apply",
+            "-f",
+            "-",
+            stdin="""
+apiVersion: v1
+kind: Pod
+metadata: {name: waiter, namespace: default, labels: {kueue.x-k8s.io/queue-name: llm-research}}
+spec:
+  schedulerName: gpupool
+  containers:
+    - {name: main, image: busybox, resources: {limits: {nvidia.com/gpu: 8}}}
+""",
+        )
+
+        def described() -> str | None:
+            out = kubectl(fake_server, "describe", "pod", "waiter", "-n", "default")
+            return out if "gpupool:" in out else None
+
+        out = wait(described, 60, "gpupool's reason in kubectl describe pod")
+        assert "FailedScheduling" in out and "position 1 of" in out, out
+        pod = json.loads(kubectl(fake_server, "get", "pod", "waiter", "-o", "json"))
+        cond = next(c for c in pod["status"]["conditions"] if c["type"] == "PodScheduled")
+        assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
+        assert cond["message"].startswith("gpupool: ")
+
+
+def test_two_replicas_only_the_lease_holder_binds(fake_server: Any, tmp_path: Path) -> None:
+    """Two replicas, one fake server, one store: the first holds the Kubernetes Lease and the
+    store lease; every bound pod names the same workload once, and the standby binds nothing."""
+    fake_server.add_gpu_nodes(2, labels=TRAINING)
+    db = f"sqlite:///{tmp_path / 'shared.db'}"
+    with (
+        serving(fake_server, tmp_path / "a", database_url=db) as a,
+        serving(fake_server, tmp_path / "b", database_url=db) as b,
+    ):
+        ra, rb = a.state.kube, b.state.kube
+        assert ra.lease.held() and not rb.lease.held()
+        assert a.state.svc.leader.is_leader and not b.state.svc.leader.is_leader
+        kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("pair", pods=2, gpus=4))
+        wait(lambda: bound(fake_server, "job-name=pair", 2), 60, "the Job's pods bound")
+        lease = json.loads(
+            kubectl(fake_server, "get", "lease", "gpupool-scheduler", "-n", "default", "-o", "json")
+        )
+        assert lease["spec"]["holderIdentity"] == ra.lease.identity
+        binds_b = rb.api.requests.get("POST", 0)
+        assert binds_b == 0, f"the standby sent {binds_b} POSTs"
