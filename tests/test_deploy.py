@@ -7,6 +7,10 @@ models (gpupool.manifests) change; a stale CRD would accept what ``gpupool valid
 from __future__ import annotations
 
 import copy
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +19,11 @@ import yaml
 
 from gpupool.deploy.cli import crd_files
 from gpupool.deploy.crds import all_crds
+from gpupool.deploy.manifests import chart_objects, manifest_files
+from gpupool.deploy.objects import scheduler_args
+from gpupool.deploy.rbac import LEASE_RULES, SCHEDULER_RULES
 from gpupool.deploy.validate import builtin_problems, resource_problems, structural_problems
+from gpupool.deploy.values import NAMESPACE, RELEASE, default_values
 
 REPO = Path(__file__).resolve().parents[1]
 CHART = REPO / "charts" / "gpupool"
@@ -83,3 +91,248 @@ def test_quantities_are_int_or_string_and_unknown_fields_are_refused() -> None:
     assert any(p.startswith("Queue: spec.weight:") for p in problems), problems
     assert any(p.startswith("Queue: spec.quotas.0.pool:") for p in problems), problems
     assert any("colour" in p for p in problems), problems
+
+
+# -- the chart and the plain manifests -----------------------------------------------------------
+def _simple_render(path: Path) -> list[dict[str, Any]]:
+    """A template with no logic beyond names and whole-line actions, rendered at the defaults:
+    lines that are only a template action are dropped, names substituted."""
+    lines = [
+        ln
+        for ln in path.read_text(encoding="utf-8").splitlines()
+        if not (ln.strip().startswith("{{") and ln.strip().endswith("}}"))
+    ]
+    text = (
+        "\n".join(lines)
+        .replace("{{ .Release.Name }}", RELEASE)
+        .replace("{{ .Release.Namespace }}", NAMESPACE)
+    )
+    text = text.replace("{{ .Values.examples.gpus }}", str(default_values()["examples"]["gpus"]))
+    assert "{{" not in text, f"{path.name} has template logic left: keep it plain"
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_values_yaml_is_the_generators_defaults() -> None:
+    assert yaml.safe_load((CHART / "values.yaml").read_text(encoding="utf-8")) == default_values()
+
+
+def test_values_schema_accepts_the_defaults_and_names_a_bad_value() -> None:
+    import jsonschema
+
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(default_values(), schema)
+    bad = default_values()
+    bad["replicaCount"] = 0
+    bad["webhook"]["failurePolicy"] = "Maybe"
+    bad["colour"] = "blue"
+    errors = {
+        "/".join(str(p) for p in e.absolute_path) or e.message
+        for e in jsonschema.Draft7Validator(schema).iter_errors(bad)
+    }
+    assert "replicaCount" in errors and "webhook/failurePolicy" in errors
+    assert any("colour" in e for e in errors)
+
+
+def test_chart_and_manifests_grant_the_same_rules() -> None:
+    (role,) = _simple_render(CHART / "templates" / "clusterrole.yaml")
+    assert role["kind"] == "ClusterRole"
+    assert role["rules"] == [r.as_dict() for r in SCHEDULER_RULES]
+    lease_role = _simple_render(CHART / "templates" / "leader-election-role.yaml")[0]
+    assert lease_role["rules"] == [r.as_dict() for r in LEASE_RULES]
+    generated = {(o["kind"], o["metadata"]["name"]): o for o in chart_objects(default_values(), NAMESPACE)}
+    assert generated[("ClusterRole", RELEASE)]["rules"] == role["rules"]
+    assert generated[("Role", f"{RELEASE}-leader-election")]["rules"] == lease_role["rules"]
+
+
+def test_no_rule_has_a_wildcard_and_each_says_why() -> None:
+    for rule in (*SCHEDULER_RULES, *LEASE_RULES):
+        assert "*" not in (rule.group, *rule.resources, *rule.verbs) and rule.why
+    objs = chart_objects(default_values(), NAMESPACE)
+    for o in objs:
+        for r in o.get("rules", []):
+            assert "*" not in [*r["apiGroups"], *r["resources"], *r["verbs"]], o["metadata"]["name"]
+
+
+@pytest.mark.parametrize("name", ["priorityclasses.yaml", "default-pool-queue.yaml"])
+def test_plain_templates_render_what_the_generator_does(name: str) -> None:
+    rendered = _simple_render(CHART / "templates" / name)
+    generated = {(o["kind"], o["metadata"]["name"]): o for o in chart_objects(default_values(), NAMESPACE)}
+    assert rendered and all(generated[(o["kind"], o["metadata"]["name"])] == o for o in rendered)
+
+
+def test_the_chart_runs_the_scheduler_with_the_generators_arguments() -> None:
+    text = (CHART / "templates" / "scheduler-deployment.yaml").read_text(encoding="utf-8")
+    block = text.split("          args:\n", 1)[1].split("          env:\n", 1)[0]
+    v = default_values()
+    subst = {
+        "{{ .Values.scheduler.leaseName }}": v["scheduler"]["leaseName"],
+        "{{ .Values.scheduler.logLevel }}": v["scheduler"]["logLevel"],
+    }
+    args = []
+    for ln in block.splitlines():
+        item = ln.strip().removeprefix("- ")
+        item = subst.get(item, item)
+        if item.startswith("{{"):  # if/range/end, and extraArgs (empty by default)
+            continue
+        args.append(str(yaml.safe_load(item)))
+    assert args == scheduler_args(v)
+    for needle in (
+        "runAsNonRoot",
+        "readOnlyRootFilesystem",
+        "/readyz",
+        "/healthz",
+        "replicas: {{ .Values.replicaCount }}",
+    ):
+        assert needle in text or needle in (CHART / "templates" / "_helpers.tpl").read_text(encoding="utf-8")
+
+
+def test_committed_manifests_are_the_generators_output() -> None:
+    files = manifest_files(default_values())
+    root = REPO / "deploy" / "manifests"
+    committed = {str(p.relative_to(root)) for p in root.rglob("*.yaml")}
+    assert committed == set(files), "run: gpupool deploy manifests --out deploy/manifests"
+    for name, text in files.items():
+        assert (root / name).read_text(encoding="utf-8") == text, (
+            f"{name} is stale; run: gpupool deploy manifests --out deploy/manifests"
+        )
+
+
+@pytest.fixture(scope="module")
+def kustomized() -> list[dict[str, Any]]:
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    out = subprocess.run(
+        ["kubectl", "kustomize", str(REPO / "deploy" / "manifests")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+def test_kustomize_builds_every_object_offline(kustomized: list[dict[str, Any]]) -> None:
+    got = sorted((o["kind"], o["metadata"]["name"]) for o in kustomized)
+    want = [("Namespace", NAMESPACE)] + [(c["kind"], c["metadata"]["name"]) for c in all_crds()]
+    want += [(o["kind"], o["metadata"]["name"]) for o in chart_objects(default_values(), NAMESPACE)]
+    assert got == sorted(want)
+
+
+def test_rendered_objects_are_valid_kubernetes_and_gpupool_objects(kustomized: list[dict[str, Any]]) -> None:
+    problems = []
+    for o in kustomized:
+        if o["apiVersion"].startswith("gpupool.io/"):
+            problems += resource_problems(o, all_crds())
+        else:
+            problems += builtin_problems(o, K8S_VERSION)
+    assert problems == []
+    broken = copy.deepcopy(next(o for o in kustomized if o["kind"] == "Deployment"))
+    broken["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = 3
+    assert builtin_problems(broken, K8S_VERSION) != []  # the validator can fail
+
+
+def test_pods_run_as_non_root_with_a_read_only_root(kustomized: list[dict[str, Any]]) -> None:
+    for o in kustomized:
+        if o["kind"] not in ("Deployment", "Job"):
+            continue
+        spec = o["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
+        for c in spec["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, c["name"]
+            assert "resources" in c and c["resources"]["limits"]["memory"]
+    (dep,) = [o for o in kustomized if o["kind"] == "Deployment"]
+    assert dep["spec"]["replicas"] == 2
+
+
+def test_webhooks_never_see_the_release_namespace(kustomized: list[dict[str, Any]]) -> None:
+    (mutating,) = [o for o in kustomized if o["kind"] == "MutatingWebhookConfiguration"]
+    for hook in mutating["webhooks"]:
+        exprs = hook["namespaceSelector"]["matchExpressions"]
+        assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE]} in exprs
+        assert hook["clientConfig"]["service"]["path"].startswith("/webhooks/mutate")
+    paths = {h["name"]: h["clientConfig"]["service"]["path"] for h in mutating["webhooks"]}
+    assert paths["namespace.mutate.gpupool.io"] == "/webhooks/mutate/namespace"
+
+
+@pytest.fixture
+def fake_api(tmp_path: Path) -> Iterator[Any]:
+    fake = pytest.importorskip("gpupool.kube.fake", reason="the fake API server is not there yet")
+    if shutil.which("kubectl") is None:
+        pytest.skip("kubectl is not installed")
+    srv = fake.FakeApiServer(time_scale=0.01, bookmark_interval_s=0.2, preload_crds=True)
+    srv.start()
+    srv.write_kubeconfig(tmp_path / "kubeconfig")
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _kubectl(srv: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = ["kubectl", f"--kubeconfig={srv.kubeconfig}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_kubectl_applies_the_manifests_to_the_fake_cluster(
+    fake_api: Any, kustomized: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    served = set(_kubectl(fake_api, "api-resources", "-o", "name").stdout.split())
+    crds = [o for o in kustomized if o["kind"] == "CustomResourceDefinition"]
+    (tmp_path / "crds.yaml").write_text(yaml.safe_dump_all(crds))
+    out = _kubectl(fake_api, "apply", "-f", str(tmp_path / "crds.yaml"))
+    assert out.returncode == 0, out.stderr
+    served |= {c["metadata"]["name"] for c in crds}
+
+    def resource(o: dict[str, Any]) -> str:
+        group = o["apiVersion"].rpartition("/")[0]
+        plural = {"PodDisruptionBudget": "poddisruptionbudgets", "PriorityClass": "priorityclasses"}.get(
+            o["kind"], o["kind"].lower() + ("es" if o["kind"].endswith("s") else "s")
+        )
+        return f"{plural}.{group}" if group else plural
+
+    rest = [o for o in kustomized if o["kind"] != "CustomResourceDefinition" and resource(o) in served]
+    kinds = {o["kind"] for o in rest}
+    assert {
+        "Namespace",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        "PriorityClass",
+        "ResourcePool",
+        "Queue",
+    } <= kinds
+    (tmp_path / "rest.yaml").write_text(yaml.safe_dump_all(rest))
+    out = _kubectl(fake_api, "apply", "-f", str(tmp_path / "rest.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(" created") == len(rest), out.stdout
+    got = _kubectl(fake_api, "get", "queues.gpupool.io", "default", "-o", "json")
+    assert json.loads(got.stdout)["spec"]["quotas"][0]["pool"] == "default"
+
+
+@pytest.mark.skipif(shutil.which("helm") is None, reason="helm is not installed here")
+def test_helm_lint_and_template() -> None:
+    lint = subprocess.run(
+        ["helm", "lint", str(CHART)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    out = subprocess.run(
+        ["helm", "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--include-crds"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    rendered = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(out.stdout) if o}
+    generated = {(o["kind"], o["metadata"]["name"]): o for o in chart_objects(default_values(), NAMESPACE)}
+    certgen = {k for k in (set(rendered) | set(generated)) if "certgen" in k[1]}
+    assert (
+        set(rendered) - certgen
+        == (set(generated) | {("CustomResourceDefinition", c["metadata"]["name"]) for c in all_crds()})
+        - certgen
+    )
+    for key in (("Deployment", RELEASE), ("ClusterRole", RELEASE), ("Service", RELEASE)):
+        assert rendered[key] == generated[key], key

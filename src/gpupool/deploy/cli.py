@@ -42,6 +42,64 @@ def crds_command(
     _emit(crd_files(), out)
 
 
+@deploy_app.command("manifests")
+def manifests_command(
+    out: Path | None = typer.Option(None, "--out", help="write the files (and kustomization.yaml) here"),
+    namespace: str = typer.Option("gpupool-system", "--namespace", help="the namespace gpupool runs in"),
+) -> None:
+    """The chart's objects at its default values as plain YAML (``kubectl apply -k`` the directory)."""
+    from gpupool.deploy.manifests import manifest_files
+    from gpupool.deploy.values import default_values
+
+    files = manifest_files(default_values(), namespace)
+    if out is None:
+        files = {k: v for k, v in files.items() if not k.endswith("kustomization.yaml")}
+    _emit(files, out)
+
+
+@deploy_app.command("certs")
+def certs_command(
+    namespace: str = typer.Option(..., "--namespace", help="the webhook Service's namespace"),
+    service: str = typer.Option(..., "--service", help="the webhook Service"),
+    secret: str = typer.Option(
+        ..., "--secret", help="the kubernetes.io/tls Secret to keep the certificate in"
+    ),
+    webhook: str = typer.Option(
+        ..., "--webhook", help="the Mutating/ValidatingWebhookConfiguration to trust it"
+    ),
+    step: str = typer.Option("all", "--step", help="all, secret (Helm pre-install) or patch (post-install)"),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="default: in-cluster, else $KUBECONFIG"
+    ),
+) -> None:
+    """Make (or keep) the webhooks' serving certificate and write its CA into the webhook configurations."""
+    from gpupool.deploy.certs import ensure_secret, read_bundle, write_ca_bundle
+    from gpupool.kube.client import ApiError, KubeApi, KubeConfigError, load_config
+
+    if step not in ("all", "secret", "patch"):
+        typer.echo(f"error: --step {step!r}: must be all, secret or patch", err=True)
+        raise typer.Exit(2)
+    try:
+        api = KubeApi(load_config(str(kubeconfig) if kubeconfig else None))
+    except KubeConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        if step == "patch":
+            bundle = read_bundle(api, namespace, secret)
+        else:
+            made, bundle = ensure_secret(api, namespace, service, secret)
+            typer.echo(f"Secret {namespace}/{secret}: {'created' if made else 'kept (still valid)'}")
+        if step != "secret":
+            n = write_ca_bundle(api, webhook, bundle)
+            typer.echo(f"CA bundle written to {n} webhooks of {webhook}")
+    except (ApiError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        api.close()
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add ``gpupool deploy`` to the gpupool command."""
     app.add_typer(deploy_app, name="deploy")

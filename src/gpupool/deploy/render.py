@@ -23,6 +23,7 @@ def write_files(files: dict[str, str], out: Path) -> list[Path]:
     written = []
     for name, text in files.items():
         path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         written.append(path)
     return written
