@@ -328,6 +328,10 @@ def test_pod_requests_sidecars_add() -> None:
     p = pod("1", "1Gi", initContainers=[sidecar, init])
     # running: containers 1 + sidecar 1 = 2 CPU; the init after the sidecar: 3 + 1 = 4 CPU
     assert pod_requests(p) == (4000, 2048, 0)
+    # a sidecar keeps running beside the containers: 4 + 2 = 6 CPU, more than any init step
+    big = {"name": "s", "restartPolicy": "Always", "resources": {"requests": {"cpu": "2"}}}
+    small = {"name": "i", "resources": {"requests": {"cpu": "1"}}}
+    assert pod_requests(pod("4", "1Gi", initContainers=[big, small])) == (6000, 1024, 0)
 
 
 def test_pod_requests_limits_default_and_overhead() -> None:
