@@ -336,3 +336,73 @@ def test_helm_lint_and_template() -> None:
     )
     for key in (("Deployment", RELEASE), ("ClusterRole", RELEASE), ("Service", RELEASE)):
         assert rendered[key] == generated[key], key
+
+
+# -- the webhook certificate ---------------------------------------------------------------------
+class StubApi:
+    """The few KubeApi calls ensure_secret and write_ca_bundle make, over a dict."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+        self.patches: list[tuple[str, list[dict[str, Any]]]] = []
+
+    def get(self, res: Any, ns: str | None, name: str) -> dict[str, Any]:
+        from gpupool.kube.client import ApiError
+
+        if (res.plural, ns, name) not in self.objects:
+            raise ApiError(404, "NotFound", name)
+        return copy.deepcopy(self.objects[(res.plural, ns, name)])
+
+    def create(self, res: Any, ns: str | None, obj: dict[str, Any]) -> dict[str, Any]:
+        self.objects[(res.plural, ns, obj["metadata"]["name"])] = copy.deepcopy(obj)
+        return obj
+
+    def request(self, method: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        assert method == "PUT" and path.endswith(body["metadata"]["name"])
+        self.objects[("secrets", body["metadata"]["namespace"], body["metadata"]["name"])] = body
+        return body
+
+    def patch(
+        self, res: Any, ns: str | None, name: str, ops: list[dict[str, Any]], content_type: str
+    ) -> None:
+        self.patches.append((res.plural, ops))
+
+
+def test_certs_are_made_once_kept_while_valid_and_trusted_by_both_webhook_configs() -> None:
+    import base64
+    import datetime as dt
+
+    from cryptography import x509
+
+    from gpupool.deploy.certs import ensure_secret, still_good, write_ca_bundle
+
+    api = StubApi()
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in chart_objects(default_values(), NAMESPACE)}
+    api.objects[("mutatingwebhookconfigurations", None, RELEASE)] = objs[
+        ("MutatingWebhookConfiguration", RELEASE)
+    ]
+    api.objects[("validatingwebhookconfigurations", None, RELEASE)] = objs[
+        ("ValidatingWebhookConfiguration", RELEASE)
+    ]
+    made, bundle = ensure_secret(api, NAMESPACE, "gpupool-webhook", "gpupool-webhook-tls")  # type: ignore[arg-type]
+    assert made
+    secret = api.objects[("secrets", NAMESPACE, "gpupool-webhook-tls")]
+    assert secret["type"] == "kubernetes.io/tls" and set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    ca = x509.load_pem_x509_certificate(base64.b64decode(bundle))
+    cert.verify_directly_issued_by(ca)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    )
+    assert f"gpupool-webhook.{NAMESPACE}.svc" in sans
+    again, bundle2 = ensure_secret(api, NAMESPACE, "gpupool-webhook", "gpupool-webhook-tls")  # type: ignore[arg-type]
+    assert not again and bundle2 == bundle  # an upgrade keeps a valid certificate
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3640)
+    assert not still_good(secret, ["gpupool-webhook"], now=later)  # near expiry: renewed
+    assert not still_good(secret, ["other-name"])  # another Service name: renewed
+    assert write_ca_bundle(api, RELEASE, bundle) == 4  # type: ignore[arg-type]  # 3 mutating entries, 1 validating
+    assert all(
+        op["value"] == bundle and op["path"].endswith("/clientConfig/caBundle")
+        for _, ops in api.patches
+        for op in ops
+    )

@@ -113,3 +113,62 @@ def test_serve_starts_on_its_packaged_defaults(installed: Path, tmp_path: Path) 
         proc.terminate()
         out, _ = proc.communicate(timeout=20)
     assert "defaults" in out and "objects from" in out, out
+
+
+def test_the_webhook_container_serves_admission_reviews_over_tls(installed: Path, tmp_path: Path) -> None:
+    """The chart's webhook container: ``gpupool deploy webhook-server`` with a certificate from
+    ``gpupool.deploy.certs``, called as the API server calls it (TLS, the CA bundle, no token)."""
+    import ssl
+
+    from gpupool.deploy.certs import make_certs
+
+    pem = make_certs(["localhost"])
+    for name, data in (("tls.crt", pem.cert), ("tls.key", pem.key), ("ca.crt", pem.ca)):
+        (tmp_path / name).write_bytes(data)
+    port = _free_port()
+    args = ["deploy", "webhook-server", "--host", "127.0.0.1", "--port", str(port)]
+    args += ["--tls-cert-file", str(tmp_path / "tls.crt"), "--tls-key-file", str(tmp_path / "tls.key")]
+    proc = subprocess.Popen(
+        [installed / "gpupool", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    trust = ssl.create_default_context(cafile=str(tmp_path / "ca.crt"))
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u-1",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "operation": "CREATE",
+            "object": {
+                "metadata": {"name": "j", "labels": {"gpupool.io/queue": "q"}},
+                "spec": {"template": {"spec": {}}},
+            },
+        },
+    }
+    try:
+        with httpx.Client(base_url=f"https://localhost:{port}", verify=trust, timeout=2.0) as c:
+            for _ in range(300):  # a readiness wait, not a speed claim
+                if proc.poll() is not None:
+                    break
+                try:
+                    if c.get("/healthz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            r = c.post("/webhooks/mutate", json=review)
+            assert r.status_code == 200, r.text
+            assert (
+                r.json()["response"]["allowed"] is True and r.json()["response"]["patchType"] == "JSONPatch"
+            )
+        with (
+            pytest.raises(httpx.ConnectError),
+            httpx.Client(verify=ssl.create_default_context(), timeout=2.0) as c,
+        ):
+            c.get(f"https://localhost:{port}/healthz")  # a client without the CA is refused
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
