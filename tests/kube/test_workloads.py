@@ -349,6 +349,12 @@ def test_several_gpu_containers_add_up() -> None:
     assert model(translated(job)).pod_groups[0].request.gpus == 4
 
 
+def test_an_init_container_with_more_gpus_sets_the_pod_request() -> None:
+    job = _with_limits({"nvidia.com/gpu": 1})
+    job["spec"]["template"]["spec"]["initContainers"] = [container(limits={"nvidia.com/gpu": 2})]
+    assert model(translated(job)).pod_groups[0].request.gpus == 2
+
+
 def test_translation_does_not_mutate_the_object() -> None:
     for obj in (kueue_job(), pytorch_job(), jobset(), deployment(), statefulset()):
         before = copy.deepcopy(obj)
