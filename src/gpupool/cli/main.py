@@ -237,6 +237,16 @@ def bench_fragmentation(
         console.print(format_table(res))
 
 
+def _register_bench_kube() -> None:
+    """``gpupool bench kube``: the Kubernetes adapter against the fake API server (gpupool.bench.kube)."""
+    from gpupool.bench.kube import bench_kube_command
+
+    bench_app.command("kube")(bench_kube_command)
+
+
+_register_bench_kube()
+
+
 # Command groups that live in their own modules register themselves here. A module that is not
 # present is skipped; an error inside one that is present is not hidden.
 COMMAND_MODULES = (

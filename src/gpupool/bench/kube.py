@@ -1,0 +1,369 @@
+"""``gpupool bench kube``: what the Kubernetes adapter costs on top of the engine.
+
+How it is measured (issue 12's benchmark, not a timed test):
+
+* the fake API server (``gpupool.kube.fake``) runs in this process with ``--nodes`` nodes of 8
+  GPUs; ``gpupool serve --backend kubernetes`` runs in a **subprocess** against it over HTTP (a
+  real server, so it can be killed with SIGKILL);
+* ``--jobs`` Jobs of ``--pods`` one-GPU pods, Kueue-style (queue label, ``suspend: true``), are
+  created at once through the fake server's in-process ``create`` (the client's cost is not the
+  scheduler's); the pods run far longer than the benchmark;
+* reported: seconds from the last create until every admissible pod is bound (whole gangs that
+  fit in the GPUs), binds per second over that time, API requests per bind (every request the
+  fake server answered in the phase, the informers' lists and watches included);
+* restart: with the cluster full, the server is killed with SIGKILL, two empty nodes are added
+  (so there is something to bind) and a new server is started: restart-to-first-bind is from
+  spawning it to the first new pod bound, as observed on the fake server;
+* the same workloads through the virtual backend, in-process (engine, controller, store), so the
+  difference is the adapter: seconds until the same number of workloads is admitted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+
+API = "gpupool.io/v1alpha1"
+LABELS = {"gpupool.io/environment": "bench"}
+QUEUE = "bench"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def config_dir(root: Path, nodes: int, *, cluster: bool) -> Path:
+    """Pool ``bench`` (the bench nodes), queue ``bench`` owning all their GPUs; the Cluster
+    manifest only for the virtual backend (on Kubernetes the cluster says which nodes exist)."""
+    d = root / ("virtual-config" if cluster else "kube-config")
+    d.mkdir(parents=True, exist_ok=True)
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": API,
+            "kind": "ResourcePool",
+            "metadata": {"name": "bench"},
+            "spec": {"nodeSelector": LABELS},
+        },
+        {
+            "apiVersion": API,
+            "kind": "Queue",
+            "metadata": {"name": QUEUE},
+            "spec": {"quotas": [{"pool": "bench", "guarantee": {"nvidia.com/gpu": (nodes + 2) * 8}}]},
+        },
+    ]
+    if cluster:
+        group = {
+            "name": "h100",
+            "count": nodes,
+            "gpu": {"model": "H100-80GB", "count": 8, "memory": "80Gi"},
+            "cpu": 192,
+            "memory": "2Ti",
+            "labels": LABELS,
+        }
+        docs.insert(
+            0,
+            {
+                "apiVersion": API,
+                "kind": "Cluster",
+                "metadata": {"name": "bench"},
+                "spec": {"nodeGroups": [group]},
+            },
+        )
+    (d / "bench.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return d
+
+
+def job(i: int, pods: int) -> dict[str, Any]:
+    """A Kueue-style Job of ``pods`` one-GPU pods that run for ten hours."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"bench-{i:05d}",
+            "namespace": "default",
+            "labels": {"kueue.x-k8s.io/queue-name": QUEUE},
+        },
+        "spec": {
+            "suspend": True,
+            "parallelism": pods,
+            "completions": pods,
+            "template": {
+                "metadata": {"annotations": {"fake.gpupool.io/run-seconds": "36000"}},
+                "spec": {
+                    "schedulerName": "gpupool",
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": "bench",
+                            "resources": {"limits": {"nvidia.com/gpu": 1, "cpu": "1", "memory": "1Gi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+def _serve(kubeconfig: Path, state: Path, cfg: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """``gpupool serve --backend kubernetes`` in its own process group; (process, port)."""
+    port = _free_port()
+    cmd = [
+        sys.executable, "-m", "gpupool.cli.main", "serve", "--backend", "kubernetes",
+        "--kubeconfig", str(kubeconfig), "--config", str(cfg), "--state-dir", str(state),
+        "--port", str(port), "--tick", "0.2", "--log-level", "warning",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return proc, port
+
+
+def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float = 300.0) -> None:
+    import httpx
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"gpupool serve exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"gpupool serve not ready after {timeout_s:g}s: {log.read_text()[-2000:]}")
+
+
+def _kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(20)
+
+
+def _wait_binds(srv: Any, target: int, stall_s: float, deadline_s: float) -> tuple[int, float]:
+    """Poll the fake server's bind counter until ``target`` (or no progress for ``stall_s``)."""
+    t0 = time.monotonic()
+    last, last_at, at_target = srv.stats.binds, t0, None
+    while True:
+        time.sleep(0.05)
+        n = srv.stats.binds
+        now = time.monotonic()
+        if n != last:
+            last, last_at = n, now
+        if n >= target:
+            at_target = now
+            break
+        if now - last_at > stall_s or now - t0 > deadline_s:
+            break
+    return last, (at_target or last_at)
+
+
+def _first_bind_logged(log: Path) -> float | None:
+    """The server's own figure of its last start (``first bind N s after process start``)."""
+    got = None
+    for line in log.read_text(errors="replace").splitlines():
+        if "first bind" in line and "after process start" in line:
+            try:
+                got = float(line.split("first bind", 1)[1].split()[0])
+            except (ValueError, IndexError):
+                continue
+    return got
+
+
+def run_kube(nodes: int, jobs: int, pods: int, work: Path, say: Any = lambda msg: None) -> dict[str, Any]:
+    """The Kubernetes phase: bind everything admissible, then kill -9 and restart."""
+    from gpupool.kube.fake import FakeApiServer
+
+    srv = FakeApiServer(history_size=max(10_000, jobs * pods * 8), bookmark_interval_s=1.0)
+    srv.add_gpu_nodes(nodes, labels=LABELS)
+    srv.start(port=0)
+    kc = srv.write_kubeconfig(work / "kubeconfig")
+    cfg, log, state = config_dir(work, nodes, cluster=False), work / "serve.log", work / "state"
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        proc, port = _serve(kc, state, cfg, log)
+        procs.append(proc)
+        _wait_ready(proc, port, log)
+        say(f"kubernetes: server up; creating {jobs} Jobs x {pods} pods")
+        out = _bind_phase(srv, nodes, jobs, pods)
+        say(f"kubernetes: {out['bound']} pods bound in {out['seconds']:.1f}s; kill -9 and restart")
+        _kill(proc)
+        out["restart"] = _restart_phase(srv, kc, state, cfg, log, procs)
+        out["violations"] = len(srv.stats.violations)
+    finally:
+        for p in procs:
+            _kill(p, signal.SIGTERM)
+        srv.stop()
+    return out
+
+
+def _bind_phase(srv: Any, nodes: int, jobs: int, pods: int) -> dict[str, Any]:
+    req0, binds0 = dict(srv.stats.requests), srv.stats.binds
+    t0 = time.monotonic()
+    for i in range(jobs):
+        srv.create(job(i, pods))
+    created = time.monotonic()
+    admissible = min(jobs, nodes * 8 // pods) * pods
+    n, done = _wait_binds(srv, binds0 + admissible, stall_s=60.0, deadline_s=3600.0)
+    bound = n - binds0
+    reqs = {k: v - req0.get(k, 0) for k, v in srv.stats.requests.items() if v - req0.get(k, 0)}
+    total = sum(reqs.values())
+    return {
+        "nodes": nodes,
+        "jobs": jobs,
+        "pods": jobs * pods,
+        "admissible": admissible,
+        "bound": bound,
+        "create_seconds": created - t0,
+        "seconds": done - t0,
+        "binds_per_s": bound / (done - t0) if done > t0 else 0.0,
+        "requests": total,
+        "requests_per_bind": total / bound if bound else 0.0,
+        "top_requests": dict(sorted(reqs.items(), key=lambda kv: -kv[1])[:6]),
+    }
+
+
+def _restart_phase(
+    srv: Any, kc: Path, state: Path, cfg: Path, log: Path, procs: list[subprocess.Popen[bytes]]
+) -> dict[str, Any]:
+    """Cluster full, server killed: two empty nodes appear, a new server starts; until its first bind."""
+    srv.add_gpu_nodes(2, prefix="spare", labels=LABELS)
+    b0 = srv.stats.binds
+    t0 = time.monotonic()
+    proc, _ = _serve(kc, state, cfg, log)
+    procs.append(proc)
+    n, at = _wait_binds(srv, b0 + 1, stall_s=600.0, deadline_s=600.0)
+    return {
+        "to_first_bind_s": at - t0 if n > b0 else None,
+        "server_logged_s": _first_bind_logged(log),
+    }
+
+
+def _workload(i: int, pods: int) -> dict[str, Any]:
+    """The same work as ``job(i, pods)``, as a gpupool manifest (for the virtual backend)."""
+    res = {"nvidia.com/gpu": 1, "cpu": 1, "memory": "1Gi"}
+    return {
+        "apiVersion": API,
+        "kind": "Workload",
+        "metadata": {"name": f"bench-{i:05d}"},
+        "spec": {
+            "queue": QUEUE,
+            "duration": "10h",
+            "podGroups": [{"name": "main", "replicas": pods, "resources": res}],
+        },
+    }
+
+
+def run_virtual(nodes: int, jobs: int, pods: int, work: Path) -> dict[str, Any]:
+    """The same workloads through the virtual backend in-process: submit all, until admitted."""
+    from fastapi.testclient import TestClient
+
+    from gpupool.kube.source import ServiceSubmitter
+    from gpupool.service.api import create_app
+    from gpupool.service.config import ServiceConfig
+
+    cfg = ServiceConfig(
+        state_dir=work / "virtual",
+        config_dir=config_dir(work, nodes, cluster=True),
+        tick_s=0.2,
+        min_interval_s=0.0,
+    )
+    app = create_app(cfg)
+    admissible = min(jobs, nodes * 8 // pods)
+    with TestClient(app):
+        svc = app.state.svc
+        sub = ServiceSubmitter(svc)
+        t0 = time.monotonic()
+        for k in range(0, jobs, 500):
+            sub.submit_many([_workload(i, pods) for i in range(k, min(jobs, k + 500))])
+        submitted = time.monotonic()
+        last, last_at = -1, submitted
+        while True:
+            counts = svc.store.phase_counts()
+            n = counts.get("Admitted", 0) + counts.get("Running", 0)
+            now = time.monotonic()
+            if n != last:
+                last, last_at = n, now
+            if n >= admissible or now - last_at > 30:
+                break
+            time.sleep(0.05)
+    seconds = last_at - t0
+    return {
+        "admissible_workloads": admissible,
+        "admitted_workloads": last,
+        "pods": last * pods,
+        "submit_seconds": submitted - t0,
+        "seconds": seconds,
+        "pods_per_s": last * pods / seconds if seconds > 0 else 0.0,
+    }
+
+
+def run_bench(nodes: int, jobs: int, pods: int, say: Any = lambda msg: None) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="gpupool-bench-kube-"))
+    try:
+        kube = run_kube(nodes, jobs, pods, work, say)
+        say("virtual backend: the same workloads")
+        virtual = run_virtual(nodes, jobs, pods, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    return {"kubernetes": kube, "virtual": virtual, "load_average_1m": load, "cpus": os.cpu_count()}
+
+
+def format_result(r: dict[str, Any]) -> str:
+    k, v, rs = r["kubernetes"], r["virtual"], r["kubernetes"]["restart"]
+    first = rs["to_first_bind_s"]
+    top = ", ".join(f"{n} {c}" for n, c in k["top_requests"].items())
+    return (
+        f"fake API server, {k['nodes']} nodes x 8 GPUs; {k['jobs']} Jobs x {k['pods'] // max(1, k['jobs'])} pods"
+        f" ({k['pods']} pods, {k['admissible']} admissible); {r['cpus']} CPUs, load average {r['load_average_1m']:.1f}\n"
+        f"  kubernetes : {k['bound']} pods bound in {k['seconds']:.1f} s (creates took {k['create_seconds']:.1f} s)"
+        f"  -> {k['binds_per_s']:.0f} binds/s; {k['requests_per_bind']:.2f} API requests per bind\n"
+        f"               requests: {top}\n"
+        f"  restart    : kill -9 with the cluster full, then first bind {first if first is None else f'{first:.1f}'} s"
+        f" after spawning the new server (its own log: {rs['server_logged_s']} s); violations {k['violations']}\n"
+        f"  virtual    : {v['admitted_workloads']} workloads ({v['pods']} pods) admitted in {v['seconds']:.1f} s"
+        f" -> {v['pods_per_s']:.0f} pods/s (submits took {v['submit_seconds']:.1f} s)\n"
+        f"  targets    : >= 500 binds/s {'met' if k['binds_per_s'] >= 500 else 'NOT met'};"
+        f" restart-to-first-bind < 10 s {'met' if first is not None and first < 10 else 'NOT met'}\n"
+    )
+
+
+def bench_kube_command(
+    nodes: int = typer.Option(100, "--nodes", min=1, help="fake nodes of 8 GPUs (the issue's size: 1000)"),
+    jobs: int = typer.Option(200, "--jobs", min=1, help="Jobs created at once (the issue's size: 2000)"),
+    pods: int = typer.Option(5, "--pods", min=1, help="one-GPU pods per Job"),
+    output: str = typer.Option("table", "-o", "--output", help="table or json"),
+) -> None:
+    """Binds/s, API requests per bind and restart-to-first-bind against the fake API server,
+    beside the same workloads through the virtual backend."""
+    say = (lambda msg: None) if output == "json" else (lambda msg: typer.echo(msg, err=True))
+    r = run_bench(nodes, jobs, pods, say)
+    if output == "json":
+        sys.stdout.write(json.dumps(r, indent=2) + "\n")
+        return
+    sys.stdout.write(format_result(r))
+
+
+__all__ = ["bench_kube_command", "run_bench"]
