@@ -172,3 +172,58 @@ def test_the_webhook_container_serves_admission_reviews_over_tls(installed: Path
     finally:
         proc.terminate()
         proc.communicate(timeout=20)
+
+
+# -- the container image (not built here: no image builder on these machines) -------------------
+def _stages(text: str) -> list[list[tuple[str, str]]]:
+    """The Dockerfile as stages of (INSTRUCTION, arguments), continuation lines joined."""
+    joined = text.replace("\\\n", " ")
+    stages: list[list[tuple[str, str]]] = []
+    for line in joined.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        word, _, rest = line.partition(" ")
+        if word.upper() == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((word.upper(), " ".join(rest.split())))
+    return stages
+
+
+def test_the_image_installs_the_wheel_it_built_and_runs_as_non_root() -> None:
+    text = (REPO / "Dockerfile").read_text(encoding="utf-8")
+    build, runtime = _stages(text)
+    assert build[0] == ("FROM", "python:${PYTHON_VERSION}-slim AS build")
+    runs = " && ".join(arg for ins, arg in build if ins == "RUN")
+    assert "pip wheel --no-cache-dir --no-deps --wheel-dir /dist ." in runs
+    assert "--wheel-dir /deps /dist/gpupool-*.whl" in runs  # the dependencies of the wheel just built
+    assert ("COPY", "--from=build /deps /tmp/wheels") in runtime
+    (install,) = [arg for ins, arg in runtime if ins == "RUN" and "pip install" in arg]
+    assert "--no-index --find-links /tmp/wheels gpupool" in install  # nothing from a package index
+    assert "pip uninstall -y pip setuptools wheel" in install  # no build tools left in the image
+    users = [arg for ins, arg in runtime if ins == "USER"]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    assert runtime.index(("USER", users[-1])) > max(i for i, (ins, _) in enumerate(runtime) if ins == "RUN")
+    assert ("ENTRYPOINT", '["gpupool"]') in runtime
+    assert any(ins == "HEALTHCHECK" and "/healthz" in arg for ins, arg in runtime)
+    assert "[dev]" not in text and not any(
+        ins == "COPY" and arg.startswith(". ") for ins, arg in build + runtime
+    )
+
+
+def test_the_build_context_is_only_the_sources() -> None:
+    lines = [
+        ln
+        for ln in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if ln and not ln.startswith("#")
+    ]
+    assert lines[0] == "*"  # everything out (.venv, .git, tests, state) ...
+    assert {"!pyproject.toml", "!README.md", "!src"} <= set(lines)  # ... but what the build stage copies
+
+
+@pytest.mark.skip(
+    reason="no image builder (docker daemon) on these machines; the install steps are tested above"
+)
+def test_docker_build() -> None:
+    subprocess.run(["docker", "build", "-t", "gpupool:test", str(REPO)], check=True, timeout=1800)
