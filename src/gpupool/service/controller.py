@@ -157,6 +157,8 @@ class Controller(ConfigLookups):
         self.exceptions: dict[str, float] = {}
         #: backoffs, unhealthy devices, failed nodes, run hints (gpupool.service.failures)
         self.faults = flt.FaultState()
+        #: the backend's observed nodes changed since the engine was built (``nodes_changed``)
+        self._nodes_dirty = False
         #: workloads a cycle failed on, held out of scheduling: name -> the error
         self.isolated: dict[str, str] = {}
         self.ready = False
@@ -237,7 +239,7 @@ class Controller(ConfigLookups):
         """Rebuild the engine from the stored configuration, keeping what runs (after a config change)."""
         with self.lock:
             manifests = self.config_manifests()
-            bundle = bundle_from_manifests(manifests, skip_invalid=True)
+            bundle = self._observed(bundle_from_manifests(manifests, skip_invalid=True))
             self.faults.unhealthy = flt.unhealthy_devices(manifests)
             running = list(self.engine.running.values())
             self._install(bundle, flt.fault_evictions(self, bundle.nodes, running, self.clock()))
@@ -250,6 +252,30 @@ class Controller(ConfigLookups):
 
     def _manifest_of(self, name: str) -> Mapping[str, Any]:
         return self.store.get_workload(name).manifest
+
+    def _observed(self, bundle: Bundle) -> Bundle:
+        """On a backend that observes its nodes (Kubernetes: ``observed_nodes()``), the cluster's
+        nodes replace the configured ones; the virtual backend has none and keeps them."""
+        observe = getattr(self.backend, "observed_nodes", None)
+        if callable(observe):
+            if bundle.nodes and bundle is not self.bundle:  # a configuration (re)load, not a refresh
+                log.info("%d configured nodes ignored: the backend observes its nodes", len(bundle.nodes))
+            bundle.nodes = list(observe())
+        return bundle
+
+    def nodes_changed(self) -> None:
+        """The backend's observed nodes changed: rebuild the engine at the next cycle (once,
+        however many changes arrive before it)."""
+        self._nodes_dirty = True
+        self._wake.set()
+
+    def _refresh_nodes(self, now: float) -> None:
+        if not self._nodes_dirty:
+            return
+        self._nodes_dirty = False
+        self._observed(self.bundle)
+        running = list(self.engine.running.values())
+        self._install(self.bundle, flt.fault_evictions(self, self.bundle.nodes, running, now))
 
     def _install(self, bundle: Bundle, running: Sequence[Running]) -> None:
         self.bundle = bundle
@@ -279,7 +305,7 @@ class Controller(ConfigLookups):
 
         Why: a standby answers reads (nodes, quota, authorization by queue subtree) from this
         view, but must neither reconcile the backend nor write (the leader does both)."""
-        bundle = bundle_from_manifests(self.config_manifests(), skip_invalid=True)
+        bundle = self._observed(bundle_from_manifests(self.config_manifests(), skip_invalid=True))
         running = [
             running_from_json(
                 workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False), w.placement
@@ -295,7 +321,7 @@ class Controller(ConfigLookups):
         with self.lock:
             self.ready = False
             manifests = self.config_manifests()
-            bundle = bundle_from_manifests(manifests, skip_invalid=True)
+            bundle = self._observed(bundle_from_manifests(manifests, skip_invalid=True))
             self.faults.unhealthy = flt.unhealthy_devices(manifests)
             self.bundle = bundle
             self.backend.set_nodes(bundle.nodes)
@@ -598,6 +624,7 @@ class Controller(ConfigLookups):
                 self._last_expire = now
                 self._expire(now)
             self._sync_pending(now)
+            self._refresh_nodes(now)
             self._node_faults(now)
             held = flt.held(self.faults, self.pending, now)  # in backoff after a failure
             normal = [q.model for q in self.pending.values() if not q.exception and q.name not in held]

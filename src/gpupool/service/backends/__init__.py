@@ -114,6 +114,9 @@ class Backend(Protocol):
     # Optional (looked up with getattr): ``down_nodes(now) -> {node: reason}``, the nodes that
     # have failed and are not yet repaired; the controller requeues their work and places
     # nothing there until they are back.
+    # Optional: ``observed_nodes() -> list[Node]``, a backend that is the source of its nodes
+    # (Kubernetes: the cluster's Node objects); the controller uses them instead of the
+    # configured ones, and the backend calls ``controller.nodes_changed()`` when they change.
 
 
 def make_backend(kind: str, **options: Any) -> Backend:
@@ -126,7 +129,11 @@ def make_backend(kind: str, **options: Any) -> Backend:
         from gpupool.service.backends.local import LocalBackend
 
         return LocalBackend(**options)
-    raise ValueError(f"unknown backend {kind!r}; available: virtual, local")
+    if kind == "kubernetes":  # kubeconfig=, context=, KubernetesBackend options; caches synced
+        from gpupool.kube.backend import connect
+
+        return connect(**options)
+    raise ValueError(f"unknown backend {kind!r}; available: virtual, local, kubernetes")
 
 
 __all__ = [

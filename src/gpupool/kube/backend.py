@@ -1,0 +1,424 @@
+"""``KubernetesBackend``: the controller's ``Backend`` over a cluster.
+
+How a decision is carried out: ``start`` records the admission on the owner and unsuspends it
+(one merge patch); a reconcile thread binds the gang once all its pods exist, every pod in one
+pass, in parallel across nodes (``binder``); ``stop`` re-suspends the owner, or marks the pods
+``DisruptionTarget`` and deletes (or evicts) them (``evictor``); ``poll`` reads outcomes from
+the owners' conditions and the pods (``outcomes``). The cluster is the source of nodes
+(``observed_nodes``, ``down_nodes``) and, after a restart, of what runs (``runs`` from the
+recorded admissions and the bound pods).
+
+Freed devices stay reserved for the preemptor until the victims are gone, without a new
+model: the engine already charges the preemptor for them the moment it decides, so nothing
+else is placed there; the binder only binds a pod once the informer shows its devices free
+(a deleting victim's pods still count, see ``Tracker.device_use``). Waiting for victims does not
+count against the bind deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gpupool.kube import inventory, workloads
+from gpupool.kube.binder import Binder, BindJob, BindResult
+from gpupool.kube.client import KubeApi
+from gpupool.kube.evictor import SUSPEND_PATH, Evictor
+from gpupool.kube.gangs import assign_slots, attempt_pods, live
+from gpupool.kube.informer import Informers
+from gpupool.kube.nodes import NodeView
+from gpupool.kube.outcomes import Outcome, owner_outcome, pod_failure, pods_outcome
+from gpupool.kube.recovery import adopted_runs
+from gpupool.kube.tracker import OWNER_KINDS, Top, Tracker
+from gpupool.model import Node
+from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
+
+log = logging.getLogger("gpupool.kube.backend")
+
+
+@dataclass(slots=True)
+class KubeRun:
+    """One admitted workload as the backend carries it out."""
+
+    name: str
+    top: Top
+    placement: dict[str, Any]
+    started_at: float
+    duration_s: float | None
+    decision: str
+    kw: workloads.KubeWorkload | None = None
+    bound: bool = False
+    first_try: float | None = None
+    next_try: float = 0.0
+    tries: int = 0
+    last_error: str = ""
+    outcome: Outcome | None = None
+
+    def state(self) -> RunState:
+        o = self.outcome
+        return RunState(
+            self.name,
+            self.placement,
+            self.started_at,
+            self.duration_s,
+            o is not None,
+            o.outcome if o else "",
+            o.message if o else "",
+            o.exit_code if o and o.outcome == "Failed" else None,
+            o.reason if o and o.outcome == "Failed" else "",
+        )
+
+
+def decision_of(placement: Mapping[str, Any]) -> str:
+    """Which admission a bound pod belongs to: the placement's admission time, written on the
+    pod at bind (``gpupool.io/decision``), so the pods of an earlier run of the same workload
+    (still listed until their owner cleans them up) are never mistaken for this run's."""
+    return repr(float(placement.get("admittedAt") or 0.0))
+
+
+class KubernetesBackend:
+    """The Backend protocol over the Kubernetes API (see the module docstring)."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        client: KubeApi | Any,
+        informers: Informers,
+        *,
+        scheduler_name: str = "gpupool",
+        bind_concurrency: int = 32,
+        bind_deadline_s: float = 60.0,
+        backoff_s: tuple[float, float] = (0.05, 2.0),
+        inventory_options: inventory.InventoryOptions | None = None,
+        clock: Callable[[], float] = time.time,
+        interval_s: float = 0.05,
+    ) -> None:
+        self.api = KubeApi.of(client)
+        self.informers = informers
+        self.scheduler_name = scheduler_name
+        self.bind_deadline_s = bind_deadline_s
+        self.backoff_s = backoff_s
+        self.clock = clock
+        self.interval_s = interval_s
+        self._wake = threading.Event()
+        self.tracker = Tracker(informers, scheduler_name)
+        self.tracker.attach()
+        self.tracker.listeners.append(lambda _t, _p: self._wake.set())
+        opts = inventory_options or inventory.InventoryOptions(scheduler_name=scheduler_name)
+        self.nodes = NodeView(informers, opts)
+        self.binder = Binder(self.api, informers, concurrency=bind_concurrency, clock=clock)
+        self.evictor = Evictor(self.api, component=scheduler_name)
+        self.pool = ThreadPoolExecutor(max(4, bind_concurrency // 2), thread_name_prefix="gpupool-kube")
+        self._lock = threading.RLock()
+        self._runs: dict[str, KubeRun] = {}
+        self._adopted = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: called (with no argument) when the observed node set changed; the controller's
+        #: ``nodes_changed`` (it rebuilds the engine at its next cycle, at most once per cycle)
+        self.on_nodes_changed: Callable[[], None] | None = None
+        #: only the leader binds and evicts (gpupool.kube.lease sets this; None: always)
+        self.leader_gate: Callable[[], bool] | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def run(self, sync_timeout_s: float = 60.0) -> None:
+        """Start the caches (if not yet), wait for them, adopt what the cluster runs, and start
+        the reconcile thread."""
+        self.informers.start()
+        if not self.informers.wait_synced(sync_timeout_s):
+            raise BackendError(f"the Kubernetes caches did not sync within {sync_timeout_s:g}s")
+        self._adopt()
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, name="gpupool-kube-binder", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(5)
+            self._thread = None
+        self.binder.close()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _adopt(self) -> None:
+        with self._lock:
+            if self._adopted:
+                return
+            for run in adopted_runs(self.tracker, self.informers, self.clock()):
+                self._runs.setdefault(run.name, run)
+            self._adopted = True
+
+    # -- nodes ------------------------------------------------------------------------------
+    def observed_nodes(self) -> list[Node]:
+        """The cluster's nodes as inventory (cordoned ones unschedulable)."""
+        return self.nodes.nodes()
+
+    def down_nodes(self, now: float) -> dict[str, str]:
+        """NotReady nodes: name -> reason (the controller requeues their work)."""
+        return self.nodes.down()
+
+    def set_nodes(self, nodes: Sequence[Node]) -> None:
+        """Configured nodes do not apply here: the cluster says which nodes exist (the
+        controller replaces configured nodes with ``observed_nodes`` and logs that it did)."""
+
+    # -- the protocol -----------------------------------------------------------------------
+    def start(self, runs: Sequence[RunSpec]) -> None:
+        self._adopt()
+        refused: list[str] = []
+        fresh: list[tuple[KubeRun, dict[str, Any]]] = []
+        now = self.clock()
+        with self._lock:
+            for spec in runs:
+                decision = decision_of(spec.placement)
+                old = self._runs.get(spec.name)
+                if old is not None and old.decision == decision:
+                    continue  # idempotent: the same admission (maybe adopted after a restart)
+                top = self.tracker.top_by_name(spec.name)
+                obj = self.tracker.owner_object(top) if top is not None else None
+                if top is None or obj is None:
+                    refused.append(f"{spec.name}: no Kubernetes object stands for this workload")
+                    continue
+                run = KubeRun(spec.name, top, dict(spec.placement), now, spec.duration_s, decision)
+                run.kw = self._translate(top, obj)
+                self._runs[spec.name] = run
+                fresh.append((run, obj))
+        errors = list(self.pool.map(lambda ro: self._admit(*ro), fresh))
+        refused += [e for e in errors if e]
+        self._wake.set()
+        if refused:
+            raise BackendError("; ".join(refused))
+
+    def _translate(self, top: Top, obj: Mapping[str, Any]) -> workloads.KubeWorkload | None:
+        try:
+            if top[0] in OWNER_KINDS:
+                return workloads.workload_from_object(obj, self.tracker.defaults)
+            return workloads.workload_from_pods(self.tracker.pods(top), self.tracker.defaults)
+        except workloads.KubeWorkloadError:
+            return None
+
+    def _admit(self, run: KubeRun, obj: Mapping[str, Any]) -> str:
+        record = {
+            "workload": run.name,
+            "placement": run.placement,
+            "startedAt": run.started_at,
+            "durationS": run.duration_s,
+            "decision": run.decision,
+        }
+        try:
+            self.evictor.admit(obj, record)
+        except Exception as exc:
+            with self._lock:
+                self._runs.pop(run.name, None)
+            return f"{run.name}: could not admit {obj.get('kind')} {run.top[2]}: {exc}"
+        return ""
+
+    def stop(self, names: Sequence[str]) -> None:
+        with self._lock:
+            gone = [r for n in names if (r := self._runs.pop(n, None)) is not None]
+        list(self.pool.map(self._preempt, gone))
+
+    def _preempt(self, run: KubeRun) -> None:
+        obj = self.tracker.owner_object(run.top)
+        if obj is None:
+            return
+        kind = run.top[0]
+        msg = f"gpupool stopped workload {run.name} (preempted, cancelled or moved off a failed node)"
+        try:
+            if kind in SUSPEND_PATH:
+                self.evictor.release(obj, suspend=True)  # its controller deletes the pods
+            else:
+                self.evictor.release(obj, suspend=False)
+                self.evictor.disrupt(live(self.tracker.pods(run.top)), kind, msg)
+            self.evictor.event(obj, "Stopped", msg, "Warning")
+        except Exception:
+            log.exception("stopping %s failed; its pods may linger", run.name)
+
+    def poll(self, now: float) -> list[RunState]:
+        with self._lock:
+            runs = list(self._runs.values())
+        out = []
+        for run in runs:
+            if run.outcome is None:
+                run.outcome = self._outcome(run)
+            if run.outcome is not None:
+                out.append(run.state())
+        return out
+
+    def _outcome(self, run: KubeRun) -> Outcome | None:
+        obj = self.tracker.owner_object(run.top)
+        pods = attempt_pods(self.tracker.pods(run.top), run.decision)
+        for p in pods:
+            f = pod_failure(p)
+            if f is not None:
+                return f
+        if run.top[0] in OWNER_KINDS:
+            if obj is None:
+                return Outcome("Failed", f"{run.top[0]} {run.top[2]} was deleted", None, "Deleted")
+            return owner_outcome(obj) if run.bound else None
+        return pods_outcome(pods, len(run.placement.get("pods") or ()))
+
+    def forget(self, names: Sequence[str]) -> None:
+        with self._lock:
+            gone = [r for n in names if (r := self._runs.pop(n, None)) is not None]
+        list(self.pool.map(self._clean_up, gone))
+
+    def _clean_up(self, run: KubeRun) -> None:
+        """A finished run's owner forgets its admission (a failed one is re-suspended, so its
+        controller does not start pods that no one will bind)."""
+        obj = self.tracker.owner_object(run.top)
+        if obj is None:
+            return
+        failed = run.outcome is not None and run.outcome.outcome == "Failed"
+        try:
+            self.evictor.release(obj, suspend=failed and owner_outcome(obj) is None)
+        except Exception:
+            log.warning("clearing the admission of %s failed", run.name, exc_info=True)
+
+    def runs(self) -> dict[str, RunState]:
+        self._adopt()
+        with self._lock:
+            return {n: r.state() for n, r in self._runs.items()}
+
+    def health(self) -> BackendHealth:
+        synced = all(inf.served is False or inf.wait_synced(0) for inf in self.informers.by_kind.values())
+        with self._lock:
+            binding = sum(1 for r in self._runs.values() if not r.bound and r.outcome is None)
+            detail = {
+                "backend": self.name,
+                "synced": synced,
+                "nodes": len(self.informers.nodes),
+                "runs": len(self._runs),
+                "binding": binding,
+                "binder": dict(self.binder.stats),
+                "requests": dict(self.api.requests),
+            }
+        return BackendHealth(synced, detail)
+
+    def next_finish(self) -> float | None:
+        """Look again soon while anything is being bound (the controller sleeps until then)."""
+        return None
+
+    # -- the reconcile loop -----------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.interval_s * 4)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            try:
+                self.nodes.refresh()
+                if self.nodes.take_changed() and self.on_nodes_changed is not None:
+                    self.on_nodes_changed()
+                if self.leader_gate is None or self.leader_gate():
+                    self.bind_pass()
+            except Exception:
+                log.exception("kubernetes reconcile pass failed")
+            self._stop.wait(self.interval_s)
+
+    def bind_pass(self) -> int:
+        """Bind every gang whose pods all exist and whose devices are free; returns binds done."""
+        now = self.clock()
+        with self._lock:
+            todo = [r for r in self._runs.values() if not r.bound and r.outcome is None and r.next_try <= now]
+        jobs: list[BindJob] = []
+        ready: list[KubeRun] = []
+        for run in todo:
+            js = self._jobs_of(run)
+            if js is None:
+                continue
+            if not js:
+                run.bound = True
+                continue
+            if run.first_try is None:
+                run.first_try = now
+            jobs += js
+            ready.append(run)
+        if not jobs:
+            return 0
+        results = self.binder.bind_all(jobs)
+        self._settle(ready, results, now)
+        return sum(1 for r in results if r.ok)
+
+    def _jobs_of(self, run: KubeRun) -> list[BindJob] | None:
+        """The binds a gang needs now ([] when all are bound), or None while it must wait (its
+        pods do not all exist yet, or a victim still holds a device)."""
+        pods = self.tracker.pods(run.top)
+        pairs = assign_slots(run, pods)
+        if pairs is None:
+            return None
+        own = {(p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods}
+        jobs = []
+        for pod, pp in pairs:
+            node = str(pp["node"])
+            use = self.tracker.device_use(node, exclude=own)
+            milli = int(pp.get("gpuMilli", 1000))
+            if any(use.get(int(d), 0) + milli > 1000 for d in pp.get("devices", ())):
+                return None  # reserved for this run: the victims are still leaving
+            jobs.append(BindJob(run.name, run.decision, pod, pp, self.nodes.devices(node)))
+        return jobs
+
+    def _settle(self, ready: Sequence[KubeRun], results: Sequence[BindResult], now: float) -> None:
+        by_run: dict[str, list[BindResult]] = {}
+        for r in results:
+            by_run.setdefault(r.job.workload, []).append(r)
+        for run in ready:
+            rs = by_run.get(run.name, [])
+            for r in rs:
+                if r.ok:
+                    pp = r.job.placement
+                    devs = tuple(int(d) for d in pp.get("devices", ()))
+                    self.tracker.assume(r.job.pod, str(pp["node"]), devs, int(pp.get("gpuMilli", 1000)))
+            bad = [r for r in rs if not r.ok]
+            if not bad:
+                run.bound = True
+                continue
+            run.tries += 1
+            run.last_error = bad[0].message
+            lo, hi = self.backoff_s
+            run.next_try = now + min(hi, lo * 2 ** min(run.tries - 1, 10))
+            fatal = any(r.fatal for r in bad)
+            if fatal or (run.first_try is not None and now - run.first_try > self.bind_deadline_s):
+                self._unbind(run, f"binding failed after {run.tries} tries: {run.last_error}")
+
+    def _unbind(self, run: KubeRun, why: str) -> None:
+        """Give up a gang: delete the pods it bound (a suspendable owner is re-suspended by
+        ``forget``) and report it failed as a platform fault (``BindFailed``)."""
+        bound = [p for p in attempt_pods(self.tracker.pods(run.top), run.decision)]
+        try:
+            self.evictor.delete_pods(bound)
+        except Exception:
+            log.exception("deleting the bound pods of %s failed", run.name)
+        run.outcome = Outcome("Failed", why, None, "BindFailed")
+        obj = self.tracker.owner_object(run.top)
+        if obj is not None:
+            self.evictor.event(obj, "BindFailed", why, "Warning")
+        log.warning("%s: %s", run.name, why)
+
+
+def connect(
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    *,
+    namespace: str | None = None,
+    sync_timeout_s: float = 60.0,
+    **options: Any,
+) -> KubernetesBackend:
+    """A running backend for the cluster a kubeconfig (or the pod's service account) names:
+    its caches synced and what the cluster runs adopted, ready for ``Controller.recover``."""
+    from gpupool.kube.client import make_client
+
+    api = KubeApi(make_client(kubeconfig, context))
+    backend = KubernetesBackend(api, Informers(api, namespace=namespace), **options)
+    backend.run(sync_timeout_s)
+    return backend
+
+
+__all__ = ["KubeRun", "KubernetesBackend", "connect", "decision_of"]
