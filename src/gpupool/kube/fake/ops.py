@@ -62,7 +62,43 @@ class Ops:
             apply_defaults(rt.key, obj)
             if rt.key == "customresourcedefinitions.apiextensions.k8s.io":
                 self._register_crd(obj)
-            return self.store.commit(rt, "ADDED", obj)
+            out = self.store.commit(rt, "ADDED", obj)
+            if rt.key == "events.events.k8s.io":
+                self._mirror_event(out)
+            return out
+
+    def _mirror_event(self, ev: Obj) -> None:
+        """An events.k8s.io/v1 Event also as a core v1 Event: on a real cluster they are one
+        object seen through two APIs, and ``kubectl describe`` reads the core one."""
+        md = ev["metadata"]
+        when = ev.get("eventTime") or md["creationTimestamp"]
+        core = {
+            "metadata": {"name": md["name"], "namespace": md["namespace"]},
+            "involvedObject": ev.get("regarding") or {},
+            "reason": ev.get("reason", ""),
+            "message": ev.get("note", ""),
+            "type": ev.get("type", "Normal"),
+            "action": ev.get("action", ""),
+            "source": {"component": ev.get("reportingController", "")},
+            "reportingComponent": ev.get("reportingController", ""),
+            "reportingInstance": ev.get("reportingInstance", ""),
+            "firstTimestamp": when,
+            "lastTimestamp": when,
+            "eventTime": ev.get("eventTime"),
+            "count": int((ev.get("series") or {}).get("count", 1)),
+        }
+        rt = self.store.types["events"]
+        if self.store.find(rt, md["namespace"], md["name"]) is None:
+            self.store.commit(
+                rt,
+                "ADDED",
+                {
+                    **core,
+                    "kind": "Event",
+                    "apiVersion": "v1",
+                    "metadata": new_metadata(core["metadata"], md["namespace"], True),
+                },
+            )
 
     def _register_crd(self, crd: Obj) -> None:
         try:
