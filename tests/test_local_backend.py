@@ -471,3 +471,42 @@ def test_kill9_of_the_server_leaves_pods_running_and_a_restart_starts_nothing_tw
     finally:
         srv.terminate()
         srv.wait(10)
+
+
+# ---------------------------------------------------------------------- resources and retries
+def test_a_cpu_only_pod_gets_no_gpus_and_its_memory_as_an_address_space_limit(tmp_path: Path) -> None:
+    be = backend(tmp_path)
+    out = tmp_path / "env"
+    be.start([run("cpu", pods([], mem=1024), env_dump(out))])
+    assert finished(be, "cpu").outcome == "Succeeded"
+    assert json.loads((tmp_path / "env-0.json").read_text())["CUDA_VISIBLE_DEVICES"] == ""
+    be.start([run("hog", pods([], mem=1024), "x = bytearray(3 << 30)")])  # 3 GiB > its 1 GiB
+    r = finished(be, "hog")
+    assert (r.outcome, r.exit_code) == ("Failed", 1)
+    assert "MemoryError" in be.log_path("hog").read_text()  # type: ignore[union-attr]
+
+
+def test_devices_are_released_on_every_path(tmp_path: Path) -> None:
+    be = backend(tmp_path, gpus="1xH100-80GB")
+    for name, code in (("ok", "pass"), ("bad", "raise SystemExit(1)")):
+        be.start([run(name, pods([0]), code)])
+        with pytest.raises(BackendError, match="already fully allocated"):
+            be.start([run("other", pods([0]), "pass")])
+        finished(be, name)
+        be.forget([name])
+    be.start([run("stopped", pods([0]), "import time; time.sleep(30)")])
+    be.stop(["stopped"])
+    be.start([run("next", pods([0]), "pass")])  # the device is free at once after a stop
+    assert finished(be, "next").outcome == "Succeeded"
+
+
+def test_a_failing_command_is_retried_with_backoff_then_fails(tmp_path: Path) -> None:
+    be = backend(tmp_path, gpus="1xH100-80GB")
+    with app_with(be, tmp_path / "svc") as (c, h):
+        m = workload("flaky", "raise SystemExit(4)", maxRetries=1)
+        m["metadata"]["annotations"] = {"gpupool.io/retry-backoff": "0.3s"}
+        c.post("/v1/workloads", json=m, headers=h)
+        w = phase(c, h, "flaky", "Failed", timeout=15)
+        assert be.starts["flaky"] == 2 and w["reason"].startswith("RetriesExhausted")
+        assert [f["exitCode"] for f in w["failures"]] == [4, 4]
+        assert w["failures"][0]["retryAt"] is not None and w["failures"][1]["retryAt"] is None
