@@ -166,7 +166,6 @@ def test_the_chart_runs_the_scheduler_with_the_generators_arguments() -> None:
     block = text.split("          args:\n", 1)[1].split("          env:\n", 1)[0]
     v = default_values()
     subst = {
-        "{{ .Values.scheduler.leaseName }}": v["scheduler"]["leaseName"],
         "{{ .Values.scheduler.logLevel }}": v["scheduler"]["logLevel"],
     }
     args = []
@@ -406,3 +405,30 @@ def test_certs_are_made_once_kept_while_valid_and_trusted_by_both_webhook_config
         for _, ops in api.patches
         for op in ops
     )
+
+
+def _parses(args: list[str]) -> tuple[int, str]:
+    """``gpupool ARGS --help`` with the real command line: every option is parsed (an unknown one
+    exits 2) and nothing runs."""
+    from typer.testing import CliRunner
+
+    from gpupool.cli.main import app
+
+    r = CliRunner().invoke(app, [*args, "--help"])
+    return r.exit_code, r.output
+
+
+def test_every_container_runs_a_command_gpupool_has() -> None:
+    objs = chart_objects(default_values(), NAMESPACE)
+    containers = [
+        c
+        for o in objs
+        if o["kind"] in ("Deployment", "Job")
+        for c in o["spec"]["template"]["spec"]["containers"]
+    ]
+    assert {c["name"] for c in containers} == {"scheduler", "webhook", "certgen"}
+    for c in containers:
+        code, out = _parses(c["args"])
+        assert code == 0, (c["name"], out)
+    code, out = _parses(["serve", "--lease-name", "x"])
+    assert code == 2 and "--lease-name" in out  # the check can fail

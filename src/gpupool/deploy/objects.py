@@ -82,7 +82,7 @@ def scheduler_args(v: dict[str, Any]) -> list[str]:
     s = v["scheduler"]
     args = ["serve", "--backend", "kubernetes", "--host", "0.0.0.0", "--port", "8080"]
     args += ["--state-dir", STATE_DIR, "--config", CONFIG_DIR, "--advertise-url", "http://$(POD_IP):8080"]
-    args += ["--lease-name", s["leaseName"], "--log-level", s["logLevel"]]
+    args += ["--log-level", s["logLevel"]]
     if v["metrics"]["public"]:
         args.append("--metrics-public")
     return args + list(s["extraArgs"])

@@ -21,7 +21,6 @@ _DEFAULTS: dict[str, Any] = {
     "imagePullSecrets": [],
     "database": {"url": "", "existingSecret": ""},
     "scheduler": {
-        "leaseName": "gpupool-scheduler",
         "logLevel": "warning",
         "extraArgs": [],
         "resources": {"requests": {"cpu": "500m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
