@@ -255,6 +255,7 @@ COMMAND_MODULES = (
     "gpupool.cli.client",
     "gpupool.deploy.cli",
     "gpupool.cli.logs",
+    "gpupool.cli.report",
 )
 
 

@@ -1,0 +1,123 @@
+"""``gpupool report usage | chargeback | weekly | tco``: cost review (成本复盘) from the CLI.
+
+Why two sources: against a running service (``--server``) the report comes from the API and is
+cut to the caller's queue subtree, like every other read; with ``--db URL`` an operator on the
+control-plane host reads the store directly (the whole cluster), e.g. from a backup or a
+simulator's database, with no server running.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client_output import fail
+
+report_app = typer.Typer(
+    help="Cost review: usage, chargeback, the weekly report, TCO (docs/cost.md).", no_args_is_help=True
+)
+
+
+class Fmt(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+    html = "html"
+
+
+FromOpt = typer.Option(None, "--from", help="start, ISO-8601 UTC (default: 7 days before --to)")
+ToOpt = typer.Option(None, "--to", help="end, ISO-8601 UTC (default: now; running work counts to here)")
+FmtOpt = typer.Option(Fmt.table, "-o", "--output", help="table, csv, json or html")
+FileOpt = typer.Option(None, "--out", "-f", help="write to this file instead of stdout")
+DbOpt = typer.Option(None, "--db", help="read this store directly (SQLAlchemy URL) instead of a server")
+PolicyOpt = typer.Option(None, "--policy", help="CostPolicy YAML (with --db; a server reads its cost.yaml)")
+
+
+def _local(kind: str, db: str, start: str | None, end: str | None, policy: Path | None) -> dict[str, Any]:
+    from gpupool.cost.metering import Window
+    from gpupool.cost.policy import load_policy
+    from gpupool.cost.reports import chargeback_report, load_store, parse_time, usage_report
+    from gpupool.cost.weekly import weekly_report
+    from gpupool.store import Store
+
+    to = parse_time(end, "--to", datetime.now(UTC))
+    window = Window(parse_time(start, "--from", to - timedelta(days=7)), to)
+    if policy is not None and not policy.exists():
+        raise ValueError(f"--policy: {policy} does not exist")
+    with Store.open(db) as store:
+        data = load_store(store, window, load_policy(policy))
+        if kind == "usage":
+            return usage_report(data)
+        if kind == "chargeback":
+            return chargeback_report(data)
+        return weekly_report(data, store)
+
+
+def _run(
+    kind: str,
+    start: str | None,
+    end: str | None,
+    output: Fmt,
+    out: Path | None,
+    db: str | None,
+    policy: Path | None,
+    server: str | None,
+    token: str | None,
+) -> None:
+    from gpupool.cost.policy import PolicyError
+    from gpupool.cost.render import render
+
+    try:
+        if db is not None:
+            rep = _local(kind, db, start, end, policy)
+        else:
+            params = {k: v for k, v in (("from", start), ("to", end)) if v}
+            rep = Api(server, token).call("GET", f"/v1/reports/{kind}", params=params)
+        text = render(rep, output.value)
+    except (ValueError, PolicyError) as exc:
+        fail(str(exc), 2)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"--out: cannot write {out}: {exc.strerror}")
+    typer.echo(f"wrote {out} ({len(text.encode()):,} bytes)", err=True)
+
+
+def _command(kind: str, doc: str) -> None:
+    def cmd(
+        start: str | None = FromOpt,
+        end: str | None = ToOpt,
+        output: Fmt = FmtOpt,
+        out: Path | None = FileOpt,
+        db: str | None = DbOpt,
+        policy: Path | None = PolicyOpt,
+        server: str | None = ServerOpt,
+        token: str | None = TokenOpt,
+    ) -> None:
+        _run(kind, start, end, output, out, db, policy, server, token)
+
+    cmd.__doc__ = doc
+    report_app.command(kind)(cmd)
+
+
+_command(
+    "usage", "GPU-hours allocated and used by queue, pool, type, priority class, GPU model, fraction, day."
+)
+_command("chargeback", "List charges, idle, waiting cost and losses; reconciled to the cent per pool.")
+_command(
+    "weekly", "The weekly review: figures, week-over-week, operations review; -o html is one offline page."
+)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add ``report`` to the gpupool command."""
+    app.add_typer(report_app, name="report")

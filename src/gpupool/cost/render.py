@@ -1,0 +1,105 @@
+"""Reports (``{"kind", "from", "to", "summary", "tables"}``) as text, CSV, JSON or HTML.
+
+Why generic: every report is titled tables, so a new table shows up in every format at once,
+and the CLI renders what the API returned without knowing which report it is.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FORMATS = ("table", "csv", "json", "html")
+
+
+def cell(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4f}".rstrip("0").rstrip(".") if v else "0"
+    return str(v)
+
+
+def text_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(columns)] + [[cell(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def render_text(rep: Mapping[str, Any]) -> str:
+    head = f"{rep['kind']} report, {rep['from']} to {rep['to']} ({rep.get('currency', '')}, {rep.get('scope', '')})"
+    parts = [head, "  ".join(f"{k}={cell(v)}" for k, v in rep.get("summary", {}).items())]
+    for t in rep.get("tables", ()):
+        body = text_table(t["columns"], t["rows"]) if t["rows"] else "(none)"
+        parts.append(f"\n{t['title']}\n{body}")
+    return "\n".join(parts) + "\n"
+
+
+def render_csv(rep: Mapping[str, Any]) -> str:
+    """One block per table: a ``# name`` line, the header, the rows; blocks apart by a blank line."""
+    buf = io.StringIO()
+    for i, t in enumerate(rep.get("tables", ())):
+        if i:
+            buf.write("\n")
+        buf.write(f"# {t['name']}\n")
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(t["columns"])
+        w.writerows(["" if v is None else v for v in r] for r in t["rows"])
+    return buf.getvalue()
+
+
+def html_table(t: Mapping[str, Any]) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in t["columns"])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell(v))}</td>" for v in r) + "</tr>" for r in t["rows"]
+    )
+    return f"<h2>{html.escape(t['title'])}</h2><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
+    "th{background:#f3f3f3}h1{font-size:1.4em}h2{font-size:1.1em;margin-top:1.5em}.summary{color:#444}"
+)
+
+
+def page(title: str, body: str) -> str:
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{STYLE}</style></head><body>{body}</body></html>\n"
+    )
+
+
+def render_html(rep: Mapping[str, Any]) -> str:
+    title = f"gpupool {rep['kind']} report"
+    summary = ", ".join(
+        f"{html.escape(k)}: {html.escape(cell(v))}" for k, v in rep.get("summary", {}).items()
+    )
+    body = f"<h1>{html.escape(title)}</h1><p>{html.escape(rep['from'])} to {html.escape(rep['to'])}</p>"
+    body += f'<p class="summary">{summary}</p>' + "".join(html_table(t) for t in rep.get("tables", ()))
+    return page(title, body)
+
+
+def render(rep: Mapping[str, Any], fmt: str) -> str:
+    """The report in ``fmt``; a weekly report's HTML is its own page (gpupool.cost.weekly)."""
+    if fmt == "json":
+        return json.dumps(rep, indent=2, sort_keys=False) + "\n"
+    if fmt == "csv":
+        return render_csv(rep)
+    if fmt == "html":
+        if rep.get("kind") == "weekly":
+            from gpupool.cost.weekly import render_weekly_html
+
+            return render_weekly_html(rep)
+        return render_html(rep)
+    if fmt == "table":
+        return render_text(rep)
+    raise ValueError(f"output: unknown format {fmt!r}; one of {', '.join(FORMATS)}")

@@ -1,0 +1,125 @@
+"""Cost reports (成本复盘): usage, chargeback and the weekly review, over the store's history.
+
+Authorization: every authenticated caller may ask; what comes back is cut to the queues it may
+read (a team's member or queue-admin: its subtree; a platform admin or an unscoped viewer:
+everything), the same rule as reading workloads. Pool totals, idle and the operations review
+are only in a cluster-wide answer: they are about everyone's use.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query
+from fastapi.responses import HTMLResponse, Response
+from pydantic import BaseModel, Field
+
+from gpupool.auth import Principal
+from gpupool.cost import policy as cost_policy
+from gpupool.cost.metering import Window
+from gpupool.cost.render import render
+from gpupool.cost.reports import chargeback_report, load_store, parse_time, usage_report
+from gpupool.cost.weekly import weekly_report
+from gpupool.service.openapi import AUTH, doc
+from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+
+router = APIRouter()
+
+Kind = Literal["usage", "chargeback", "weekly"]
+Format = Literal["json", "csv", "html"]
+TimeQ = Annotated[str | None, Query(alias="from", max_length=64)]
+ToQ = Annotated[str | None, Query(alias="to", max_length=64)]
+
+
+class ReportTable(BaseModel):
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+class CostReport(BaseModel):
+    """A report: its window, headline figures and titled tables (docs/cost.md)."""
+
+    kind: str
+    from_: str = Field(alias="from")
+    to: str
+    currency: str
+    scope: str
+    summary: dict[str, Any]
+    tables: list[ReportTable]
+
+
+def _window(start: str | None, end: str | None) -> Window:
+    """``to`` defaults to now, ``from`` to a week before ``to``; bad values are a located 422."""
+    try:
+        to = parse_time(end, "to", datetime.now(UTC))
+        frm = parse_time(start, "from", to - timedelta(days=7))
+        return Window(frm, to)
+    except ValueError as exc:
+        field = str(exc).split(":", 1)[0]
+        raise ApiError(422, f"invalid request: {exc}", [{"field": field, "problem": str(exc)}]) from None
+
+
+def _visible(svc: Service, p: Principal) -> Any:
+    queues = svc.visible_queues(p)
+    if queues is None:
+        return None
+    allowed = set(queues)
+    return allowed.__contains__
+
+
+def _policy(svc: Service) -> cost_policy.CostPolicySpec:
+    d = svc.config.config_dir
+    try:
+        return cost_policy.load_policy(None if d is None else d / "cost.yaml")
+    except cost_policy.PolicyError as exc:
+        raise ApiError(
+            422, f"the service's cost policy is invalid: {exc}", [{"field": "cost.yaml", "problem": str(exc)}]
+        ) from None
+
+
+def build(svc: Service, p: Principal, kind: str, start: str | None, end: str | None) -> dict[str, Any]:
+    """One report for this caller (sync: it reads the whole history, so it runs off the loop)."""
+    data = load_store(svc.store, _window(start, end), _policy(svc), _visible(svc, p))
+    if kind == "usage":
+        return usage_report(data)
+    if kind == "chargeback":
+        return chargeback_report(data)
+    return weekly_report(data, svc.store)
+
+
+@router.get(
+    "/v1/reports/{kind}",
+    tags=["reports"],
+    response_class=Response,
+    responses={
+        200: {
+            "content": {
+                "application/json": {"schema": CostReport.model_json_schema()},
+                "text/csv": {"schema": {"type": "string"}},
+                "text/html": {"schema": {"type": "string"}},
+            },
+            "description": "the report",
+        },
+        **doc(None, *AUTH, 422)["responses"],
+    },
+)
+def cost_report(
+    kind: Kind,
+    p: Caller,
+    svc: Svc,
+    start: TimeQ = None,
+    end: ToQ = None,
+    format: Format = "json",
+) -> Response:
+    """The usage, chargeback or weekly report over ``[from, to)`` (ISO-8601; default: the last
+    7 days), cut to the caller's queue subtree; JSON, CSV or HTML (the weekly HTML is the
+    offline page with its charts)."""
+    rep = build(svc, p, kind, start, end)
+    if format == "html":
+        return HTMLResponse(render(rep, "html"))
+    if format == "csv":
+        return Response(render(rep, "csv"), media_type="text/csv")
+    return Response(render(rep, "json"), media_type="application/json")
