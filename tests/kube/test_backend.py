@@ -314,3 +314,19 @@ def test_a_restarted_backend_finds_the_same_runs(cluster: Cluster) -> None:
     time.sleep(0.3)
     assert srv.stats.binds == binds  # nothing bound twice
     assert srv.stats.violations == []
+
+
+def test_a_gang_that_cannot_bind_is_unbound_and_failed(cluster: Cluster) -> None:
+    srv = cluster.srv
+    be = cluster.fresh(bind_deadline_s=0.5)
+    srv.create(job("stuck", pods=2, run_s=10_000))
+    wait_for(lambda: known(be, "default.job.stuck"))
+    # pod 1's node does not exist: its bind fails on every try, pod 0's succeeds
+    be.start(
+        [RunSpec("default.job.stuck", placement(("main", 0, NODE0, [0]), ("main", 1, "gpu-node-9999", [0])))]
+    )
+    done = wait_for(lambda: be.poll(time.time()), what="the bind deadline")
+    assert [(r.outcome, r.reason) for r in done] == [("Failed", "BindFailed")]
+    wait_for(lambda: not bound(pods_of(srv, "job-name=stuck")), what="the bound pod removed")
+    be.forget(["default.job.stuck"])
+    assert srv.get("jobs.batch", "default", "stuck")["spec"]["suspend"] is True

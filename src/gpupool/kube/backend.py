@@ -153,6 +153,8 @@ class KubernetesBackend:
             if self._adopted:
                 return
             for run in adopted_runs(self.tracker, self.informers, self.clock()):
+                obj = self.tracker.owner_object(run.top)
+                run.kw = self._translate(run.top, obj) if obj is not None else None
                 self._runs.setdefault(run.name, run)
             self._adopted = True
 

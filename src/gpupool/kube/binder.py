@@ -162,7 +162,7 @@ class Binder:
         obj = self.api.get(RESOURCES["nodes"], None, node)  # fresh: the lock is a race by design
         md = obj.get("metadata") or {}
         held = str((md.get("annotations") or {}).get(kube_ann.HAMI_NODE_LOCK) or "")
-        if held and not self._stale(held, ns, pod, now):
+        if held and not self._stale(held, ns, pod, now, node):
             return f"node {node} is locked by {held}"
         patch = {
             "metadata": {
@@ -178,21 +178,27 @@ class Binder:
             raise
         return ""
 
-    def _stale(self, held: str, ns: str, pod: str, now: float) -> bool:
+    def _stale(self, held: str, ns: str, pod: str, now: float, node: str = "") -> bool:
+        """Whether a node lock may be taken over: it is ours, expired, unreadable, or its
+        holder is not a pod bound to this node and waiting for its devices (a binder that
+        died between taking the lock and binding, or a holder that has started or gone).
+        The holder is read fresh: the cache may not show a bind this lane just made."""
         parts = held.split(",")
-        if len(parts) >= 3 and parts[1] == ns and parts[2] == pod:
-            return True  # ours (a retry after a refused bind)
+        if len(parts) < 3 or (parts[1] == ns and parts[2] == pod):
+            return True
         try:
             at = datetime.strptime(parts[0], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
         except ValueError:
             return True
         if now - at > LOCK_EXPIRE_S:
             return True
-        if len(parts) < 3:
-            return True
-        holder = self.informers.pods.get(parts[1], parts[2])
-        phase = str(((holder or {}).get("status") or {}).get("phase", ""))
-        return holder is None or phase in ("Running", "Succeeded", "Failed")
+        try:
+            holder = self.api.get(RESOURCES["pods"], parts[1], parts[2])
+        except ApiError as exc:
+            return exc.code == 404
+        phase = str((holder.get("status") or {}).get("phase", ""))
+        on = str((holder.get("spec") or {}).get("nodeName") or "")
+        return on != node or phase in ("Running", "Succeeded", "Failed")
 
     def _unlock(self, node: str, ns: str, pod: str) -> None:
         """Release the lock a refused bind took (only if it is still ours)."""
