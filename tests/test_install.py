@@ -227,3 +227,63 @@ def test_the_build_context_is_only_the_sources() -> None:
 )
 def test_docker_build() -> None:
     subprocess.run(["docker", "build", "-t", "gpupool:test", str(REPO)], check=True, timeout=1800)
+
+
+# -- upgrades ------------------------------------------------------------------------------------
+def _revision(db: Path) -> str:
+    import sqlite3
+
+    with sqlite3.connect(db) as c:
+        return str(c.execute("select version_num from alembic_version").fetchone()[0])
+
+
+def test_a_store_of_the_previous_schema_migrates_with_the_wheels_migrations(
+    installed: Path, tmp_path: Path
+) -> None:
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from gpupool.store import Store
+
+    db = tmp_path / "old.db"
+    Store.open(f"sqlite:///{db}").close()
+    head = _revision(db)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(REPO / "src" / "gpupool" / "migrations"))
+    cfg.set_main_option("sqlalchemy.url", f"sqlite:///{db}")
+    with sa.create_engine(f"sqlite:///{db}").begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "-1")  # the store as the release before this one left it
+    assert _revision(db) != head
+    code = f"from gpupool.store import Store; Store.open('sqlite:///{db}').close()"
+    out = _run(installed / "python", "-c", code, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert _revision(db) == head
+
+
+def test_serve_refuses_a_store_from_a_newer_release(installed: Path, tmp_path: Path) -> None:
+    import sqlite3
+
+    from gpupool.store import Store
+
+    db = tmp_path / "new.db"
+    Store.open(f"sqlite:///{db}").close()
+    with sqlite3.connect(db) as c:
+        c.execute("update alembic_version set version_num = '9999_from_the_future'")
+    port = str(_free_port())
+    out = _run(
+        installed / "gpupool",
+        "serve",
+        "--database-url",
+        f"sqlite:///{db}",
+        "--port",
+        port,
+        "--state-dir",
+        tmp_path / "s",
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "9999_from_the_future" in out.stdout + out.stderr
+    assert _revision(db) == "9999_from_the_future"  # left as it was
