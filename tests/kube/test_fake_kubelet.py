@@ -1,0 +1,182 @@
+"""The simulated kubelet (Pending -> Running -> Succeeded/Failed, NotReady nodes) and the HAMi
+device-plugin stand-in (acceptance, refusal with an Event, the node lock, the device ledger)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from gpupool.kube.fake import FakeApiServer
+
+RUN, EXIT = "fake.gpupool.io/run-seconds", "fake.gpupool.io/exit-code"
+ALLOC, PHASE, LOCK = "hami.io/vgpu-devices-to-allocate", "hami.io/bind-phase", "hami.io/mutex.lock"
+
+
+def pod(
+    name: str, gpus: int = 0, annotations: dict[str, str] | None = None, containers: int = 1
+) -> dict[str, Any]:
+    cs = [
+        {
+            "name": f"c{i}",
+            "image": "x",
+            **({"resources": {"limits": {"nvidia.com/gpu": str(gpus)}}} if gpus and i == 0 else {}),
+        }
+        for i in range(containers)
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations or {}},
+        "spec": {"schedulerName": "gpupool", "containers": cs},
+    }
+
+
+def uuids(srv: FakeApiServer, node: str) -> list[str]:
+    reg = json.loads(srv.get("nodes", "", node)["metadata"]["annotations"]["hami.io/node-nvidia-register"])
+    return [d["id"] for d in reg]
+
+
+def phase(srv: FakeApiServer, name: str) -> str:
+    return str(srv.get("pods", "default", name)["status"]["phase"])
+
+
+def test_bound_pod_runs_then_succeeds(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("p", annotations={RUN: "2"}))
+    assert phase(srv, "p") == "Pending"
+    srv.bind("default", "p", node)
+    running = srv.wait_for(
+        lambda: phase(srv, "p") != "Pending" and srv.get("pods", "default", "p"), what="start"
+    )
+    assert running["status"]["phase"] in ("Running", "Succeeded") and running["status"]["startTime"]
+    done = srv.wait_for(
+        lambda: phase(srv, "p") == "Succeeded" and srv.get("pods", "default", "p"), what="end"
+    )
+    assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+
+
+def test_pod_without_run_seconds_keeps_running(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("forever"))
+    srv.bind("default", "forever", node)
+    p = srv.wait_for(
+        lambda: phase(srv, "forever") == "Running" and srv.get("pods", "default", "forever"), what="run"
+    )
+    assert p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
+    assert {c["type"]: c["status"] for c in p["status"]["conditions"]}["Ready"] == "True"
+
+
+def test_exit_code_fails_the_pod(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("f", annotations={RUN: "0", EXIT: "137"}))
+    srv.bind("default", "f", node)
+    p = srv.wait_for(lambda: phase(srv, "f") == "Failed" and srv.get("pods", "default", "f"), what="fail")
+    assert p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 137
+
+
+def test_not_ready_node_parks_its_pods_until_ready(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    n = srv.set_node_ready(node, False)
+    assert {c["type"]: c["status"] for c in n["status"]["conditions"]}["Ready"] == "False"
+    srv.create(pod("w"))
+    srv.bind("default", "w", node)
+    srv.wait_for(srv.runtime.idle, what="the simulators to settle")
+    assert phase(srv, "w") == "Pending"
+    srv.set_node_ready(node, True)
+    srv.wait_for(lambda: phase(srv, "w") == "Running", what="the pod to start on the Ready node")
+
+
+def test_hami_accepts_matching_devices_and_releases_the_node_lock(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    ids = uuids(srv, node)
+    srv.patch("nodes", "", node, {"metadata": {"annotations": {LOCK: "2026-12-01T00:00:00Z,default,g"}}})
+    value = f"{ids[0]},NVIDIA,81559,100:{ids[1]},NVIDIA,81559,100:;"
+    srv.create(pod("g", gpus=2, annotations={ALLOC: value, PHASE: "allocating"}))
+    srv.bind("default", "g", node)
+    p = srv.wait_for(lambda: phase(srv, "g") == "Running" and srv.get("pods", "default", "g"), what="run")
+    assert p["metadata"]["annotations"][PHASE] == "success"
+    assert LOCK not in srv.get("nodes", "", node)["metadata"]["annotations"]
+    assert srv.stats.violations == []
+
+
+def test_hami_refuses_a_device_count_mismatch_with_an_event(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    ids = uuids(srv, node)
+    srv.create(pod("m", gpus=2, annotations={ALLOC: f"{ids[0]},NVIDIA,81559,100:;"}))
+    srv.bind("default", "m", node)
+    p = srv.wait_for(lambda: phase(srv, "m") == "Failed" and srv.get("pods", "default", "m"), what="refusal")
+    assert (
+        p["metadata"]["annotations"][PHASE] == "failed"
+        and p["status"]["reason"] == "UnexpectedAdmissionError"
+    )
+    evs = srv.list("events", "default", field_selector="involvedObject.name=m")
+    assert evs and evs[0]["type"] == "Warning" and "device number not matched" in evs[0]["message"]
+
+
+def test_hami_refuses_unknown_devices_and_bad_format(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    other = srv.add_gpu_nodes(1, prefix="other")[0]
+    srv.create(pod("u", gpus=1, annotations={ALLOC: f"{uuids(srv, other)[0]},NVIDIA,100,10:;"}))
+    srv.create(pod("b", gpus=1, annotations={ALLOC: "not-a-device"}))
+    srv.create(pod("none", gpus=1))
+    for name in ("u", "b", "none"):
+        srv.bind("default", name, node)
+    for name, why in (("u", "is not on this node"), ("b", "must end with ';'"), ("none", "has no")):
+        srv.wait_for(lambda n=name: phase(srv, n) == "Failed", what=f"{name} refused")
+        msg = srv.list("events", "default", field_selector=f"involvedObject.name={name}")[0]["message"]
+        assert why in msg
+
+
+def test_hami_entries_follow_containers(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    ids = uuids(srv, node)
+    srv.create(pod("two", gpus=1, containers=2, annotations={ALLOC: f"{ids[0]},NVIDIA,1000,10:;;"}))
+    srv.bind("default", "two", node)
+    srv.wait_for(lambda: phase(srv, "two") == "Running", what="run")
+
+
+def test_ledger_records_a_whole_device_given_twice(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    dev = uuids(srv, node)[3]
+    for name in ("a", "b"):
+        srv.create(pod(name, gpus=1, annotations={ALLOC: f"{dev},NVIDIA,81559,100:;"}))
+        srv.bind("default", name, node)
+    srv.wait_for(lambda: phase(srv, "a") == phase(srv, "b") == "Running", what="both admitted")
+    assert any(dev in v and "whole" in v for v in srv.stats.violations)
+
+
+def test_ledger_accepts_fractions_that_fit_and_flags_overcommit(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    dev = uuids(srv, node)[0]
+    for name, mem in (("h1", 40000), ("h2", 40000)):
+        srv.create(pod(name, gpus=1, annotations={ALLOC: f"{dev},NVIDIA,{mem},50:;"}))
+        srv.bind("default", name, node)
+    srv.wait_for(lambda: phase(srv, "h1") == phase(srv, "h2") == "Running", what="both admitted")
+    assert srv.stats.violations == []
+    srv.create(pod("h3", gpus=1, annotations={ALLOC: f"{dev},NVIDIA,10000,0:;"}))
+    srv.bind("default", "h3", node)
+    srv.wait_for(lambda: phase(srv, "h3") == "Running", what="admitted")
+    assert any("memory over-committed" in v for v in srv.stats.violations)
+
+
+def test_finished_pod_frees_its_device(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    dev = uuids(srv, node)[0]
+    srv.create(pod("first", gpus=1, annotations={ALLOC: f"{dev},NVIDIA,81559,100:;", RUN: "0"}))
+    srv.bind("default", "first", node)
+    srv.wait_for(lambda: phase(srv, "first") == "Succeeded", what="first done")
+    srv.create(pod("second", gpus=1, annotations={ALLOC: f"{dev},NVIDIA,81559,100:;"}))
+    srv.bind("default", "second", node)
+    srv.wait_for(lambda: phase(srv, "second") == "Running", what="second runs")
+    assert srv.stats.violations == []
