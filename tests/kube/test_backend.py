@@ -330,3 +330,36 @@ def test_a_gang_that_cannot_bind_is_unbound_and_failed(cluster: Cluster) -> None
     wait_for(lambda: not bound(pods_of(srv, "job-name=stuck")), what="the bound pod removed")
     be.forget(["default.job.stuck"])
     assert srv.get("jobs.batch", "default", "stuck")["spec"]["suspend"] is True
+
+
+def test_preempting_a_deployment_evicts_its_pods(cluster: Cluster) -> None:
+    srv = cluster.srv
+    be = cluster.fresh()
+    t = template(run_s=10_000)
+    t["metadata"]["labels"] = {"app": "serve"}
+    srv.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "serve", "namespace": "default", "labels": dict(QUEUE)},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "serve"}}, "template": t},
+        }
+    )
+    name = "default.deployment.serve"
+    wait_for(lambda: known(be, name) and len(pods_of(srv, "app=serve")) == 2, what="the ReplicaSet's pods")
+    be.start([RunSpec(name, placement(("main", 0, NODE0, [0]), ("main", 1, NODE1, [0])))])
+    wait_for(lambda: len(bound(pods_of(srv, "app=serve"))) == 2, what="both replicas bound")
+    first = {p["metadata"]["name"] for p in pods_of(srv, "app=serve")}
+    evictions = srv.stats.evictions
+    be.stop([name])
+    assert srv.stats.evictions == evictions + 2
+    # the ReplicaSet replaces the evicted pods; nobody binds the replacements until admitted again
+    wait_for(
+        lambda: (
+            {p["metadata"]["name"] for p in pods_of(srv, "app=serve")}.isdisjoint(first)
+            and len(pods_of(srv, "app=serve")) == 2
+        ),
+        what="replacements",
+    )
+    time.sleep(0.3)
+    assert bound(pods_of(srv, "app=serve")) == {}

@@ -102,3 +102,16 @@ def test_preemption_through_the_controller_waits_for_the_victim(setup: Setup) ->
     )
     assert srv.stats.violations == []  # never two pods on one device
     assert not bound(pods_of(srv, "job-name=low"))
+
+
+def test_a_node_going_not_ready_requeues_its_work(setup: Setup) -> None:
+    srv = setup.srv
+    name = setup.submit(job("lost", pods=1, run_s=100_000, gpus=2))
+    setup.cycle_until(lambda: len(bound(pods_of(srv, "job-name=lost"))) == 1, what="bound")
+    srv.set_node_ready("gpu-node-0000", False)
+    setup.cycle_until(lambda: setup.phase(name) == "Pending", what="requeued")
+    rec = setup.store.get_workload(name)
+    assert "NodeFailure" in rec.reason or "gpu-node-0000" in rec.reason
+    assert srv.get("jobs.batch", "default", "lost")["spec"]["suspend"] is True
+    setup.ctl.cycle()
+    assert setup.phase(name) == "Pending"  # nothing new on a NotReady node
