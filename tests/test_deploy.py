@@ -327,7 +327,7 @@ def test_helm_lint_and_template() -> None:
     assert out.returncode == 0, out.stderr
     rendered = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(out.stdout) if o}
     generated = {(o["kind"], o["metadata"]["name"]): o for o in chart_objects(default_values(), NAMESPACE)}
-    certgen = {k for k in (set(rendered) | set(generated)) if "certgen" in k[1]}
+    certgen = {k for k in (set(rendered) | set(generated)) if "certgen" in k[1] or "crd-upgrade" in k[1]}
     assert (
         set(rendered) - certgen
         == (set(generated) | {("CustomResourceDefinition", c["metadata"]["name"]) for c in all_crds()})
@@ -430,5 +430,29 @@ def test_every_container_runs_a_command_gpupool_has() -> None:
     for c in containers:
         code, out = _parses(c["args"])
         assert code == 0, (c["name"], out)
+    hook = (CHART / "templates" / "crd-upgrade.yaml").read_text(encoding="utf-8")
+    assert "args: [deploy, crds, --apply]" in hook and _parses(["deploy", "crds", "--apply"])[0] == 0
     code, out = _parses(["serve", "--lease-name", "x"])
     assert code == 2 and "--lease-name" in out  # the check can fail
+
+
+def test_crds_upgrade_in_place_and_settle(fake_api: Any) -> None:
+    """The chart's pre-upgrade hook (``gpupool deploy crds --apply``) against the fake API server:
+    a previous release's CRD is replaced, a missing one created, and a second run changes nothing."""
+    from gpupool.deploy.upgrade import CRDS, apply_crds
+    from gpupool.kube.client import KubeApi, load_config
+
+    old = all_crds()[:2]
+    del old[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "weight"
+    ]
+    api = KubeApi(load_config(str(fake_api.kubeconfig)))
+    try:
+        assert [a for _, a in apply_crds(api, old)] == ["created", "created"]
+        assert [a for _, a in apply_crds(api)] == ["unchanged", "updated", "created"]
+        assert [a for _, a in apply_crds(api)] == ["unchanged"] * 3
+        queue = api.get(CRDS, None, "queues.gpupool.io")
+        props = queue["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        assert "weight" in props
+    finally:
+        api.close()

@@ -8,8 +8,12 @@ refreshes them, and the tests say when someone forgot.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from gpupool.kube.client import KubeApi
 
 deploy_app = typer.Typer(
     help="Kubernetes install files generated from gpupool's sources.", no_args_is_help=True
@@ -37,9 +41,40 @@ def _emit(files: dict[str, str], out: Path | None) -> None:
 @deploy_app.command("crds")
 def crds_command(
     out: Path | None = typer.Option(None, "--out", help="write one file per CRD into this directory"),
+    apply: bool = typer.Option(
+        False, "--apply", help="create or update them in the cluster (the chart's upgrade hook)"
+    ),
+    kubeconfig: Path | None = typer.Option(
+        None, "--kubeconfig", help="with --apply; default: in-cluster, else $KUBECONFIG"
+    ),
 ) -> None:
     """gpupool's CustomResourceDefinitions (ResourcePool, Queue, Workload) as YAML."""
-    _emit(crd_files(), out)
+    if not apply:
+        _emit(crd_files(), out)
+        return
+    from gpupool.deploy.upgrade import apply_crds
+    from gpupool.kube.client import ApiError
+
+    api = _connect(kubeconfig)
+    try:
+        for name, what in apply_crds(api):
+            typer.echo(f"customresourcedefinition/{name}: {what}")
+    except ApiError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        api.close()
+
+
+def _connect(kubeconfig: Path | None) -> KubeApi:
+    """A KubeApi from --kubeconfig (or in-cluster); exits 2 naming what is missing."""
+    from gpupool.kube.client import KubeApi, KubeConfigError, load_config
+
+    try:
+        return KubeApi(load_config(str(kubeconfig) if kubeconfig else None))
+    except KubeConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
 
 
 @deploy_app.command("manifests")
@@ -74,16 +109,12 @@ def certs_command(
 ) -> None:
     """Make (or keep) the webhooks' serving certificate and write its CA into the webhook configurations."""
     from gpupool.deploy.certs import ensure_secret, read_bundle, write_ca_bundle
-    from gpupool.kube.client import ApiError, KubeApi, KubeConfigError, load_config
+    from gpupool.kube.client import ApiError
 
     if step not in ("all", "secret", "patch"):
         typer.echo(f"error: --step {step!r}: must be all, secret or patch", err=True)
         raise typer.Exit(2)
-    try:
-        api = KubeApi(load_config(str(kubeconfig) if kubeconfig else None))
-    except KubeConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    api = _connect(kubeconfig)
     try:
         if step == "patch":
             bundle = read_bundle(api, namespace, secret)
