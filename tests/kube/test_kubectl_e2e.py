@@ -201,13 +201,15 @@ spec:
 
 def test_two_replicas_only_the_lease_holder_binds(fake_server: Any, tmp_path: Path) -> None:
     """Two replicas, one fake server, one store: the first holds the Kubernetes Lease and the
-    store lease; every bound pod names the same workload once, and the standby binds nothing."""
+    store lease and binds; the standby sends no write. When the leader shuts down (releasing
+    both), the standby takes over and binds the next Job."""
     fake_server.add_gpu_nodes(2, labels=TRAINING)
     db = f"sqlite:///{tmp_path / 'shared.db'}"
-    with (
-        serving(fake_server, tmp_path / "a", database_url=db) as a,
-        serving(fake_server, tmp_path / "b", database_url=db) as b,
-    ):
+    with contextlib.ExitStack() as outer:
+        first = contextlib.ExitStack()
+        outer.callback(first.close)
+        a = first.enter_context(serving(fake_server, tmp_path / "a", database_url=db))
+        b = outer.enter_context(serving(fake_server, tmp_path / "b", database_url=db))
         ra, rb = a.state.kube, b.state.kube
         assert ra.lease.held() and not rb.lease.held()
         assert a.state.svc.leader.is_leader and not b.state.svc.leader.is_leader
@@ -217,5 +219,12 @@ def test_two_replicas_only_the_lease_holder_binds(fake_server: Any, tmp_path: Pa
             kubectl(fake_server, "get", "lease", "gpupool-scheduler", "-n", "default", "-o", "json")
         )
         assert lease["spec"]["holderIdentity"] == ra.lease.identity
-        binds_b = rb.api.requests.get("POST", 0)
-        assert binds_b == 0, f"the standby sent {binds_b} POSTs"
+        writes_b = {v: n for v, n in rb.api.requests.items() if v in ("POST", "PATCH", "PUT", "DELETE")}
+        assert writes_b == {}, f"the standby wrote: {writes_b}"
+
+        binds_before = fake_server.stats.binds
+        first.close()  # the leader shuts down: both leases released
+        wait(lambda: rb.lease.held() and b.state.svc.leader.is_leader, 30, "the standby to take over")
+        kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("after", pods=1, gpus=4))
+        wait(lambda: bound(fake_server, "job-name=after", 1), 60, "the new leader to bind")
+        assert fake_server.stats.binds == binds_before + 1  # the pair's pods were not bound again
