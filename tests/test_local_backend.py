@@ -447,7 +447,10 @@ def test_kill9_of_the_server_leaves_pods_running_and_a_restart_starts_nothing_tw
     srv = serve(state, port)
     token = (state / "admin-token").read_text().strip()
     http = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"})
-    code = f"import os, time; open({str(starts)!r}, 'a').write(os.environ['GPUPOOL_WORKLOAD'] + '\\n'); time.sleep(2.5)"
+    code = (
+        f"import os, time; open({str(starts)!r}, 'a').write(os.environ['GPUPOOL_WORKLOAD'] + '\\n'); "
+        "print('ran', os.environ['GPUPOOL_WORKLOAD'], flush=True); time.sleep(2.5)"
+    )
     for n in ("a", "b"):
         assert http.post("/v1/workloads", json=workload(n, code)).status_code in (200, 201)
     wait_for(lambda: len(starts.read_text().split()) == 2 if starts.exists() else False, 15, "both started")
@@ -468,6 +471,14 @@ def test_kill9_of_the_server_leaves_pods_running_and_a_restart_starts_nothing_tw
         wait_for(done, 15, "both to succeed")
         assert sorted(starts.read_text().split()) == ["a", "b"]  # each ran once
         assert json.loads((state / "local-backend.json").read_text())["starts"] == {"a": 1, "b": 1}
+        # gpupool logs, through the restarted server (the log was written before the kill)
+        cli = [PY, "-c", "from gpupool.cli import main; main()", "logs", "a"]
+        cli += ["--server", f"http://127.0.0.1:{port}", "--token", token]
+        for extra in ([], ["-f"]):
+            out = subprocess.run(cli + extra, capture_output=True, text=True, timeout=30, cwd=str(REPO))
+            assert out.returncode == 0 and out.stdout.count("ran a") == 1, out.stderr
+        out = subprocess.run([*cli, "--pod", "3"], capture_output=True, text=True, timeout=30, cwd=str(REPO))
+        assert out.returncode == 1 and "no log for pod 3" in out.stderr  # the server's 404, one line
     finally:
         srv.terminate()
         srv.wait(10)
