@@ -82,14 +82,7 @@ def _run(
         text = render(rep, output.value)
     except (ValueError, PolicyError) as exc:
         fail(str(exc), 2)
-    if out is None:
-        sys.stdout.write(text)
-        return
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        fail(f"--out: cannot write {out}: {exc.strerror}")
-    typer.echo(f"wrote {out} ({len(text.encode()):,} bytes)", err=True)
+    _write(text, out)
 
 
 def _command(kind: str, doc: str) -> None:
@@ -116,6 +109,59 @@ _command("chargeback", "List charges, idle, waiting cost and losses; reconciled 
 _command(
     "weekly", "The weekly review: figures, week-over-week, operations review; -o html is one offline page."
 )
+
+
+@report_app.command("tco")
+def tco_cmd(
+    params: Path | None = typer.Option(None, "--params", help="TCO assumptions, YAML (docs/cost.md)"),
+    db: str = typer.Option(..., "--db", help="the store to read (SQLAlchemy URL)"),
+    start: str | None = FromOpt,
+    end: str | None = ToOpt,
+    target_wait: float = typer.Option(0.5, "--target-wait", help="longest acceptable wait, hours"),
+    horizon_days: int = typer.Option(14, "--horizon-days", min=1, max=366),
+    output: Fmt = FmtOpt,
+    out: Path | None = FileOpt,
+) -> None:
+    """GPUs needed to hold waits under a target (demand forecast per pool) and own-vs-rent cost."""
+    import yaml
+
+    from gpupool.cost.forecast import parse_tco, tco_report
+    from gpupool.cost.metering import Window
+    from gpupool.cost.policy import CostPolicySpec
+    from gpupool.cost.render import render
+    from gpupool.cost.reports import load_store, parse_time
+    from gpupool.store import Store
+
+    try:
+        doc = None
+        if params is not None:
+            if not params.exists():
+                raise ValueError(f"--params: {params} does not exist")
+            doc = yaml.safe_load(params.read_text(encoding="utf-8"))
+            if doc is not None and not isinstance(doc, dict):
+                raise ValueError(f"--params: {params}: expected a mapping of parameters")
+        p = parse_tco(doc, "--params")
+        to = parse_time(end, "--to", datetime.now(UTC))
+        window = Window(parse_time(start, "--from", to - timedelta(days=28)), to)
+        with Store.open(db) as store:
+            text = render(
+                tco_report(load_store(store, window, CostPolicySpec()), p, target_wait, horizon_days),
+                output.value,
+            )
+    except (ValueError, yaml.YAMLError) as exc:
+        fail(str(exc), 2)
+    _write(text, out)
+
+
+def _write(text: str, out: Path | None) -> None:
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"--out: cannot write {out}: {exc.strerror}")
+    typer.echo(f"wrote {out} ({len(text.encode()):,} bytes)", err=True)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
