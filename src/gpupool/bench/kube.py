@@ -161,8 +161,11 @@ def _kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
         proc.wait(20)
 
 
-def _wait_binds(srv: Any, target: int, stall_s: float, deadline_s: float) -> tuple[int, float]:
-    """Poll the fake server's bind counter until ``target`` (or no progress for ``stall_s``)."""
+def _wait_binds(
+    srv: Any, target: int, stall_s: float, deadline_s: float, first: list[float] | None = None
+) -> tuple[int, float]:
+    """Poll the fake server's bind counter until ``target`` (or no progress for ``stall_s``);
+    (binds, when the last one was seen). ``first`` receives when the first new one was seen."""
     t0 = time.monotonic()
     last, last_at, at_target = srv.stats.binds, t0, None
     while True:
@@ -170,6 +173,8 @@ def _wait_binds(srv: Any, target: int, stall_s: float, deadline_s: float) -> tup
         n = srv.stats.binds
         now = time.monotonic()
         if n != last:
+            if first is not None and not first:
+                first.append(now)
             last, last_at = n, now
         if n >= target:
             at_target = now
@@ -225,7 +230,8 @@ def _bind_phase(srv: Any, nodes: int, jobs: int, pods: int) -> dict[str, Any]:
         srv.create(job(i, pods))
     created = time.monotonic()
     admissible = min(jobs, nodes * 8 // pods) * pods
-    n, done = _wait_binds(srv, binds0 + admissible, stall_s=60.0, deadline_s=3600.0)
+    first: list[float] = []
+    n, done = _wait_binds(srv, binds0 + admissible, stall_s=60.0, deadline_s=3600.0, first=first)
     bound = n - binds0
     reqs = {k: v - req0.get(k, 0) for k, v in srv.stats.requests.items() if v - req0.get(k, 0)}
     total = sum(reqs.values())
@@ -236,6 +242,7 @@ def _bind_phase(srv: Any, nodes: int, jobs: int, pods: int) -> dict[str, Any]:
         "admissible": admissible,
         "bound": bound,
         "create_seconds": created - t0,
+        "first_bind_s": first[0] - t0 if first else None,
         "seconds": done - t0,
         "binds_per_s": bound / (done - t0) if done > t0 else 0.0,
         "requests": total,
@@ -319,14 +326,19 @@ def run_virtual(nodes: int, jobs: int, pods: int, work: Path) -> dict[str, Any]:
     }
 
 
-def run_bench(nodes: int, jobs: int, pods: int, say: Any = lambda msg: None) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="gpupool-bench-kube-"))
+def run_bench(
+    nodes: int, jobs: int, pods: int, say: Any = lambda msg: None, keep: Path | None = None
+) -> dict[str, Any]:
+    """Both phases; ``keep``: a directory to leave the servers' logs and state in."""
+    work = keep or Path(tempfile.mkdtemp(prefix="gpupool-bench-kube-"))
+    work.mkdir(parents=True, exist_ok=True)
     try:
         kube = run_kube(nodes, jobs, pods, work, say)
         say("virtual backend: the same workloads")
         virtual = run_virtual(nodes, jobs, pods, work)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if keep is None:
+            shutil.rmtree(work, ignore_errors=True)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     return {"kubernetes": kube, "virtual": virtual, "load_average_1m": load, "cpus": os.cpu_count()}
 
@@ -339,7 +351,8 @@ def format_result(r: dict[str, Any]) -> str:
         f"fake API server, {k['nodes']} nodes x 8 GPUs; {k['jobs']} Jobs x {k['pods'] // max(1, k['jobs'])} pods"
         f" ({k['pods']} pods, {k['admissible']} admissible); {r['cpus']} CPUs, load average {r['load_average_1m']:.1f}\n"
         f"  kubernetes : {k['bound']} pods bound in {k['seconds']:.1f} s (creates took {k['create_seconds']:.1f} s)"
-        f"  -> {k['binds_per_s']:.0f} binds/s; {k['requests_per_bind']:.2f} API requests per bind\n"
+        f" -> {k['binds_per_s']:.0f} binds/s; first bind after {k['first_bind_s'] or 0:.1f} s;"
+        f" {k['requests_per_bind']:.2f} API requests per bind\n"
         f"               requests: {top}\n"
         f"  restart    : kill -9 with the cluster full, then first bind {first if first is None else f'{first:.1f}'} s"
         f" after spawning the new server (its own log: {rs['server_logged_s']} s); violations {k['violations']}\n"
@@ -355,11 +368,14 @@ def bench_kube_command(
     jobs: int = typer.Option(200, "--jobs", min=1, help="Jobs created at once (the issue's size: 2000)"),
     pods: int = typer.Option(5, "--pods", min=1, help="one-GPU pods per Job"),
     output: str = typer.Option("table", "-o", "--output", help="table or json"),
+    keep: Path | None = typer.Option(
+        None, "--keep", help="leave the servers' logs and state in this directory"
+    ),
 ) -> None:
     """Binds/s, API requests per bind and restart-to-first-bind against the fake API server,
     beside the same workloads through the virtual backend."""
     say = (lambda msg: None) if output == "json" else (lambda msg: typer.echo(msg, err=True))
-    r = run_bench(nodes, jobs, pods, say)
+    r = run_bench(nodes, jobs, pods, say, keep)
     if output == "json":
         sys.stdout.write(json.dumps(r, indent=2) + "\n")
         return

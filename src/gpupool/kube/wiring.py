@@ -160,6 +160,7 @@ class KubeRuntime:
     def start_cluster(self) -> None:
         """Informers synced and the Lease tried once, before the controller's first recovery."""
         t0 = time.monotonic()
+        log.warning("kubernetes: connecting, %.2f s after process start", process_age_s())
         from gpupool.kube.source import KubeSource
 
         self.source = KubeSource(self.informers.by_kind, _Late(), _LateEvents(), self.opts.policy)
@@ -170,9 +171,10 @@ class KubeRuntime:
         held = self.lease.start()
         self.backend.run(self.opts.sync_timeout_s)  # adopt what the cluster runs; the bind loop
         log.warning(
-            "kubernetes: caches %s in %.2f s (%s); Lease %s/%s %s",
+            "kubernetes: caches %s in %.2f s, %.2f s after process start (%s); Lease %s/%s %s",
             "synced" if synced else "NOT synced",
             time.monotonic() - t0,
+            process_age_s(),
             ", ".join(f"{k} {len(v)}" for k, v in self.informers.by_kind.items()),
             self.opts.lease.namespace,
             self.opts.lease.name,
@@ -194,13 +196,27 @@ class KubeRuntime:
         el = svc.leader
         self.source.gate = (lambda: el.is_leader) if el is not None else self.lease.held
         if self.source.gate():
-            self.source.process()  # what exists already, in one pass (resubmits are unchanged)
+            t0 = time.monotonic()
+            n = self.source.process()  # what exists already, in one pass (resubmits are unchanged)
             cancelled = self.source.reconcile()  # objects deleted while gpupool was down
-            if cancelled:
-                log.warning("kubernetes: cancelled %d workloads whose objects are gone", cancelled)
+            log.warning(
+                "kubernetes: %d objects read in %.2f s (%s), %d workloads of deleted objects cancelled;"
+                " service up %.2f s after process start",
+                n,
+                time.monotonic() - t0,
+                ", ".join(f"{k} {v}" for k, v in self.source.stats.items() if v),
+                cancelled,
+                process_age_s(),
+            )
         self.source.start()
         self.writer = StatusWriter(
-            svc.controller, svc.store, self.source, self.informers.by_kind, writes, recorder
+            svc.controller,
+            svc.store,
+            self.source,
+            self.informers.by_kind,
+            writes,
+            recorder,
+            gate=self.source.gate,
         )
         hooks = svc.controller.hooks
         before = hooks.on_cycle
