@@ -66,6 +66,32 @@ def test_a_set_the_server_refuses_is_applied_not_at_all(server: Server, tmp_path
     assert not _exists(server, "srv-good")
 
 
+def test_get_prints_data_not_markup_and_the_kubectl_habits(server: Server, tmp_path: Path) -> None:
+    pc = {
+        "apiVersion": "gpupool.io/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "bracketed"},
+        "spec": {"value": 5, "description": "runs after [/batch] work in [h100-training]"},
+    }
+    f = tmp_path / "pc.yaml"
+    f.write_text(yaml.safe_dump(pc))
+    assert cli(server, "apply", "-f", str(f))[0] == 0
+    code, out = cli(server, "get", "priorityclasses")
+    assert code == 0, out
+    assert "runs after [/batch] work in [h100-training]" in out
+    labelled = wl("habit-a", duration="1h")
+    labelled["metadata"]["labels"] = {"team": "habits"}
+    f.write_text(yaml.safe_dump_all([labelled, wl("habit-b", duration="1h")]))
+    assert cli(server, "submit", "-f", str(f))[0] == 0
+    code, out = cli(server, "get", "workloads", "-l", "team=habits", "-o", "name")
+    assert code == 0 and out.splitlines() == ["workload/habit-a"]
+    code, out = cli(server, "get", "wl", "--sort-by", ".name", "-o", "jsonpath={.items[*].name}")
+    names = out.split()
+    assert code == 0 and names == sorted(names) and {"habit-a", "habit-b"} <= set(names)
+    code, out = cli(server, "get", "workloads", "-o", "wide")
+    assert code == 0 and out.splitlines()[0].split()[:5] == ["NAME", "QUEUE", "PHASE", "OWNER", "PRIORITY"]
+
+
 def _rewrite_record(db: Path, seq: int, records: list[dict[str, object]]) -> None:
     """The database writer's forgery: edit record ``seq``, recompute every later hash and the anchor."""
     recs = [record_from_dict(r) for r in records]

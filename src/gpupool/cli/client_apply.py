@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Out, OutOpt, console, emit, fail
+from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail
 from gpupool.cli.files import FileProblem, load_documents
 from gpupool.manifests import Document, ManifestError
 
@@ -56,13 +56,15 @@ def apply_set(api: Api, docs: list[Document]) -> list[dict[str, Any]]:
     return list(data["results"])
 
 
-def print_results(results: list[dict[str, Any]], data: Any, output: Out) -> None:
+def print_results(results: list[dict[str, Any]], data: Any, output: Format) -> None:
     """One ``Kind/name: result`` line per object, or ``data`` as JSON/YAML."""
-    if output is not Out.table:
+    if output not in (Out.table, Out.wide):
         emit(data, output)
         return
     for r in results:
-        console.print(f"{r['kind']}/{r['name']}: {r['result']}", highlight=False, soft_wrap=True)
+        console.print(
+            f"{r['kind']}/{r['name']}: {r['result']}", highlight=False, soft_wrap=True, markup=False
+        )
 
 
 def apply(
@@ -71,7 +73,7 @@ def apply(
     ),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Create or update pools, queues, priority classes and clusters (and submit workloads)."""
     docs = load_set(files)
@@ -83,7 +85,7 @@ def submit(
     files: list[Path] = typer.Option(..., "-f", "--filename", help="Workload manifests ('-' for stdin)"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Submit workloads, all or none (idempotent by name: the same manifest again changes nothing)."""
     docs = load_set(files)

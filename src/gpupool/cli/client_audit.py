@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from gpupool import audit as auditlog
 from gpupool import audit_checkpoint as ckpt
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Out, OutOpt, console, emit, err_console, fail
+from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, err_console, fail
 from gpupool.cli.files import FileProblem, read_text
 
 audit_app = typer.Typer(
@@ -37,7 +38,7 @@ def audit_verify(
     public_key: Path | None = typer.Option(None, "--public-key", help="KEY.pub from `audit keygen`"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Check every record's hash and link; names the first bad record. Exit 1 when broken.
 
@@ -59,7 +60,7 @@ def audit_verify(
     r = api.call("GET", "/v1/audit/verify", params=params)
     if r["ok"] and cps:
         r = _against_checkpoints(api, r, cps)
-    if output is not Out.table:
+    if output not in (Out.table, Out.wide):
         emit(r, output)
     elif r["ok"]:
         seen = (
@@ -72,7 +73,7 @@ def audit_verify(
         )
     else:
         err_console.print(
-            f"[red]audit log broken[/] at seq {r['firstBadSeq']}: {r['problem']}",
+            f"[red]audit log broken[/] at seq {r['firstBadSeq']}: {escape(str(r['problem']))}",
             highlight=False,
             soft_wrap=True,
         )

@@ -16,7 +16,7 @@ def cordon(
 ) -> None:
     """Stop (or with --undo resume) placing new work on a node."""
     r = Api(server, token).call("POST", f"/v1/nodes/{name}/{'uncordon' if undo else 'cordon'}")
-    console.print(f"node/{r['name']}: schedulable={r['schedulable']}", highlight=False)
+    console.print(f"node/{r['name']}: schedulable={r['schedulable']}", highlight=False, markup=False)
 
 
 def drain(
@@ -28,4 +28,6 @@ def drain(
     """Cordon a node, then evict every workload on it with the reason and requeue them."""
     r = Api(server, token).call("POST", f"/v1/nodes/{name}/drain", json={"reason": reason})
     evicted = ", ".join(r["evicted"]) or "nothing"
-    console.print(f"node/{r['name']}: cordoned; evicted and requeued: {evicted}", highlight=False)
+    console.print(
+        f"node/{r['name']}: cordoned; evicted and requeued: {evicted}", highlight=False, markup=False
+    )

@@ -13,7 +13,9 @@ import typer
 import yaml
 
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Out, OutOpt, console, emit, fail, table
+from gpupool.cli.client_jsonpath import JsonPathError, sort_key
+from gpupool.cli.client_listing import labels_of, list_all, parse_selector, watch_list
+from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail, show, table
 from gpupool.cli.client_rows import rows_for
 
 RESOURCES = {
@@ -37,6 +39,19 @@ RESOURCES = {
     "approvals": "approvals",
     "token": "tokens",
     "tokens": "tokens",
+    "quota": "quota",
+}
+
+#: the singular kind of each resource, for ``-o name``
+KINDS = {
+    "pools": "pool",
+    "queues": "queue",
+    "priorityclasses": "priorityclass",
+    "clusters": "cluster",
+    "workloads": "workload",
+    "nodes": "node",
+    "approvals": "approval",
+    "tokens": "token",
     "quota": "quota",
 }
 
@@ -71,24 +86,51 @@ def get(
     name: str | None = typer.Argument(None),
     queue: str | None = typer.Option(None, "--queue", "-q", help="workloads: only this queue"),
     phase: list[str] = typer.Option([], "--phase", help="workloads: only these phases"),
+    selector: str | None = typer.Option(
+        None, "-l", "--selector", help="labels, e.g. team=vision,tier!=batch,!experimental"
+    ),
+    sort_by: str | None = typer.Option(
+        None, "--sort-by", help="a JSONPath such as .submittedAt or {.metadata.name}"
+    ),
+    watch: bool = typer.Option(False, "-w", "--watch", help="keep printing objects as they change"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """List objects (or show one by name)."""
     res = resource(kind)
     api = Api(server, token)
     if name is not None and res != "quota":
         data = api.call("GET", path(res, name))
-        emit(data, output, rows_for(res, {"items": [data]}) if res in ("workloads", "nodes") else None)
+        one = rows_for(res, {"items": [data]}, output is Out.wide) if res in ("workloads", "nodes") else None
+        emit(data, output, one, kind=KINDS.get(res, res))
         return
     params: dict[str, Any] = {}
     if queue and res in ("workloads", "quota"):
         params["queue"] = queue
     if phase and res == "workloads":
         params["phase"] = phase
-    data = api.call("GET", path(res), params=params)
-    emit(data, output, rows_for(res, data))
+    match = parse_selector(selector) if selector else None
+    key = sort_key_or_fail(sort_by) if sort_by else None
+
+    def fetch() -> dict[str, Any]:
+        data = list_all(api, res, params)
+        items = [i for i in data["items"] if match is None or match(labels_of(i))]
+        return {**data, "items": sorted(items, key=key) if key else items}
+
+    if watch:
+        watch_list(fetch, res, output)
+        return
+    data = fetch()
+    emit(data, output, rows_for(res, data, output is Out.wide), kind=KINDS.get(res, res))
+
+
+def sort_key_or_fail(path: str) -> Any:
+    """The ``--sort-by`` key, or exit 2 naming the part of the path that cannot be read."""
+    try:
+        return sort_key(path)
+    except JsonPathError as exc:
+        fail(f"--sort-by: {exc}", 2)
 
 
 def describe(
@@ -96,7 +138,7 @@ def describe(
     name: str = typer.Argument(...),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Everything about one object: spec, state, and for a workload its events and why it waits."""
     res = resource(kind)
@@ -107,7 +149,7 @@ def describe(
         data["events"] = api.call("GET", f"/v1/workloads/{name}/events")["items"]
     if res == "queues":
         data["quota"] = api.call("GET", "/v1/quota", params={"queue": name})["items"]
-    if output is not Out.table:
+    if output not in (Out.table, Out.wide):
         emit(data, output)
     elif res == "workloads":
         describe_workload(data)
@@ -139,7 +181,7 @@ def describe_workload(data: dict[str, Any]) -> None:
     if ex.get("code"):
         sys.stdout.write(f"why: {ex.get('code')}: {ex.get('reason')}\n")
     write_attempts(obj)
-    console.print(
+    show(
         table(
             ["at", "type", "reason", "message"],
             [(e["at"][:19], e["type"], e["reason"], e["message"]) for e in data["events"]],
@@ -150,7 +192,7 @@ def describe_workload(data: dict[str, Any]) -> None:
 def describe_node(obj: dict[str, Any]) -> None:
     """A node's fields, then each device's allocation and the workloads sharing it."""
     sys.stdout.write(yaml.safe_dump({k: v for k, v in obj.items() if k != "devices"}, sort_keys=False))
-    console.print(
+    show(
         table(
             ["device", "allocated", "workloads"],
             [
@@ -187,4 +229,4 @@ def delete(
     if res not in (*CONFIG_RESOURCES, "workloads"):
         fail(f"cannot delete {kind}", 2)
     r = Api(server, token).call("DELETE", path(res, name))
-    console.print(f"{kind}/{name}: {r.get('result') or r.get('phase')}", highlight=False)
+    console.print(f"{kind}/{name}: {r.get('result') or r.get('phase')}", highlight=False, markup=False)

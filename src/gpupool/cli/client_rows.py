@@ -8,13 +8,29 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from rich.table import Table
-
-from gpupool.cli.client_output import table
+from gpupool.cli.client_output import Rows, table
 
 Items = list[dict[str, Any]]
+
+
+def age(iso: str | None, now: datetime | None = None) -> str:
+    """How long ago ``iso`` was, as kubectl's AGE column writes it (``45s``, ``3m``, ``5h``, ``2d``)."""
+    if not iso:
+        return ""
+    try:
+        t = datetime.fromisoformat(iso)
+    except ValueError:
+        return ""
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=UTC)
+    s = max(0, int(((now or datetime.now(UTC)) - t).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size * (2 if unit != "m" else 1):
+            return f"{s // size}{unit}"
+    return f"{s}s"
 
 
 def _gpu_guarantees(spec: Mapping[str, Any]) -> str:
@@ -30,7 +46,7 @@ def _selector(spec: Mapping[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in (spec.get("nodeSelector") or {}).items())
 
 
-def pool_rows(items: Items) -> Table:
+def pool_rows(items: Items) -> Rows:
     return table(
         ["name", "selector", "preemptible", "approval", "price/gpu-h"],
         [
@@ -46,7 +62,7 @@ def pool_rows(items: Items) -> Table:
     )
 
 
-def queue_rows(items: Items) -> Table:
+def queue_rows(items: Items) -> Rows:
     return table(
         ["name", "parent", "weight", "strategy", "guarantees (gpu)", "approval"],
         [
@@ -63,7 +79,7 @@ def queue_rows(items: Items) -> Table:
     )
 
 
-def priority_class_rows(items: Items) -> Table:
+def priority_class_rows(items: Items) -> Rows:
     return table(
         ["name", "value", "preemptible", "description"],
         [
@@ -78,7 +94,7 @@ def priority_class_rows(items: Items) -> Table:
     )
 
 
-def cluster_rows(items: Items) -> Table:
+def cluster_rows(items: Items) -> Rows:
     return table(
         ["name", "node groups", "nodes"],
         [
@@ -88,9 +104,9 @@ def cluster_rows(items: Items) -> Table:
     )
 
 
-def workload_rows(items: Items) -> Table:
+def workload_rows(items: Items) -> Rows:
     return table(
-        ["name", "queue", "phase", "owner", "pool", "reason"],
+        ["name", "queue", "phase", "owner", "pool", "age", "reason"],
         [
             (
                 w["name"],
@@ -98,14 +114,61 @@ def workload_rows(items: Items) -> Table:
                 w["phase"],
                 w["owner"],
                 (w.get("placement") or {}).get("pool", ""),
-                (w.get("reason") or "")[:70],
+                age(w.get("submittedAt")),
+                w.get("reason") or "",
             )
             for w in items
         ],
     )
 
 
-def node_rows(items: Items) -> Table:
+def _nodes_of(w: Mapping[str, Any]) -> str:
+    return ",".join(sorted({p["node"] for p in (w.get("placement") or {}).get("pods", [])}))
+
+
+def workload_wide_rows(items: Items) -> Rows:
+    """``-o wide``: the priority class, the nodes and the GPUs placed, before the reason."""
+    return table(
+        ["name", "queue", "phase", "owner", "priority", "pool", "nodes", "age", "reason"],
+        [
+            (
+                w["name"],
+                w["queue"],
+                w["phase"],
+                w["owner"],
+                w.get("priorityClass") or "",
+                (w.get("placement") or {}).get("pool", ""),
+                _nodes_of(w),
+                age(w.get("submittedAt")),
+                w.get("reason") or "",
+            )
+            for w in items
+        ],
+    )
+
+
+def node_wide_rows(items: Items) -> Rows:
+    """``-o wide``: the rack, the NVLink domain and the device health besides the usual columns."""
+    return table(
+        ["name", "pool", "model", "gpus", "allocated", "schedulable", "rack", "nvlink", "health"],
+        [
+            (
+                n["name"],
+                n["pool"],
+                n["gpuModel"],
+                n["gpus"],
+                f"{n['gpuAllocated']:g}",
+                n["schedulable"],
+                n.get("rack") or "",
+                n.get("nvlinkDomain") or "",
+                json.dumps(n["health"]) if isinstance(n.get("health"), dict | list) else n.get("health", ""),
+            )
+            for n in items
+        ],
+    )
+
+
+def node_rows(items: Items) -> Rows:
     return table(
         ["name", "pool", "model", "gpus", "allocated", "schedulable"],
         [
@@ -115,9 +178,9 @@ def node_rows(items: Items) -> Table:
     )
 
 
-def approval_rows(items: Items) -> Table:
+def approval_rows(items: Items) -> Rows:
     return table(
-        ["id", "workload", "queue", "state", "requested by", "approver", "reason"],
+        ["id", "workload", "queue", "state", "requested by", "approver", "age", "reason"],
         [
             (
                 a["id"],
@@ -126,6 +189,7 @@ def approval_rows(items: Items) -> Table:
                 a["state"],
                 a["requestedBy"],
                 a.get("approver") or "",
+                age(a.get("requestedAt")),
                 a["reason"],
             )
             for a in items
@@ -133,10 +197,13 @@ def approval_rows(items: Items) -> Table:
     )
 
 
-def token_rows(items: Items) -> Table:
+def token_rows(items: Items) -> Rows:
     return table(
-        ["id", "name", "role", "scope", "revoked"],
-        [(t["id"], t["name"], t["role"], t.get("scope") or "", t["revoked"]) for t in items],
+        ["id", "name", "role", "scope", "revoked", "age"],
+        [
+            (t["id"], t["name"], t["role"], t.get("scope") or "", t["revoked"], age(t.get("createdAt")))
+            for t in items
+        ],
     )
 
 
@@ -146,7 +213,7 @@ def _gpu_amount(v: Mapping[str, Any] | None) -> str:
     return "unlimited" if x is None else f"{x:g}"
 
 
-def quota_rows(items: Items) -> Table:
+def quota_rows(items: Items) -> Rows:
     return table(
         ["queue", "pool", "gpu used", "guarantee", "limit"],
         [
@@ -162,13 +229,13 @@ def quota_rows(items: Items) -> Table:
     )
 
 
-def json_rows(items: Items) -> Table:
+def json_rows(items: Items) -> Rows:
     """Any kind without its own table: one JSON item per row."""
     return table(["item"], [(json.dumps(i),) for i in items])
 
 
 #: the table builder of each resource (the names ``RESOURCES`` maps the user's kinds to)
-ROW_BUILDERS: dict[str, Callable[[Items], Table]] = {
+ROW_BUILDERS: dict[str, Callable[[Items], Rows]] = {
     "pools": pool_rows,
     "queues": queue_rows,
     "priorityclasses": priority_class_rows,
@@ -181,6 +248,14 @@ ROW_BUILDERS: dict[str, Callable[[Items], Table]] = {
 }
 
 
-def rows_for(res: str, data: dict[str, Any]) -> Table:
+#: the ``-o wide`` builders; a kind without one prints its usual table
+WIDE_BUILDERS: dict[str, Callable[[Items], Rows]] = {
+    "workloads": workload_wide_rows,
+    "nodes": node_wide_rows,
+}
+
+
+def rows_for(res: str, data: dict[str, Any], wide: bool = False) -> Rows:
     """The table of a list answer (``{"items": [...]}``) of resource ``res``."""
-    return ROW_BUILDERS.get(res, json_rows)(data.get("items", []))
+    build = (wide and WIDE_BUILDERS.get(res)) or ROW_BUILDERS.get(res, json_rows)
+    return build(data.get("items", []))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Out, OutOpt, console, emit, table
+from gpupool.cli.client_output import Format, OutOpt, console, emit, table
 
 token_app = typer.Typer(help="Manage API tokens (platform-admin).", no_args_is_help=True)
 
@@ -17,7 +17,7 @@ def token_create(
     scope: str | None = typer.Option(None, "--scope", help="root queue of the subtree"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Issue a token; it is printed once."""
     r = Api(server, token).call("POST", "/v1/tokens", json={"name": name, "role": role, "scope": scope})
@@ -39,4 +39,4 @@ def token_revoke(
 ) -> None:
     """Revoke a token by id."""
     r = Api(server, token).call("DELETE", f"/v1/tokens/{token_id}")
-    console.print(f"token {r['id']} ({r['name']}) revoked")
+    console.print(f"token {r['id']} ({r['name']}) revoked", markup=False, highlight=False)

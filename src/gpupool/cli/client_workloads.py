@@ -7,14 +7,14 @@ from typing import Any
 import typer
 
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Out, OutOpt, console, emit, table
+from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, table
 
 
 def cancel(
     name: str = typer.Argument(...),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Cancel a workload (stops it if it runs)."""
     w = Api(server, token).call("POST", f"/v1/workloads/{name}/cancel")
@@ -25,19 +25,21 @@ def explain(
     name: str = typer.Argument(...),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Why a workload waits, and where it stands in its queue."""
     ex = Api(server, token).call("GET", f"/v1/workloads/{name}/explain")
-    if output is not Out.table:
+    if output not in (Out.table, Out.wide):
         emit(ex, output)
         return
     line = f"{ex['name']} ({ex['phase']}, queue {ex['queue']})"
     if ex.get("position"):
         line += f": position {ex['position']} of {ex['queueLength']}"
-    console.print(line, highlight=False)
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
     if ex.get("code") or ex.get("reason"):
-        console.print(f"  {ex.get('code', '')}: {ex.get('reason', '')}", highlight=False, soft_wrap=True)
+        console.print(
+            f"  {ex.get('code', '')}: {ex.get('reason', '')}", highlight=False, soft_wrap=True, markup=False
+        )
 
 
 def approve(
@@ -47,7 +49,7 @@ def approve(
     for_: str | None = typer.Option(None, "--for", help="exception window length, e.g. 2h"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Approve a workload waiting for approval (an exception: optionally until a time)."""
     body: dict[str, Any] = {"reason": reason}
@@ -71,7 +73,7 @@ def reject(
     reason: str = typer.Option(..., "--reason", help="why (required)"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
-    output: Out = OutOpt,
+    output: Format = OutOpt,
 ) -> None:
     """Reject a workload waiting for approval, with a reason."""
     w = Api(server, token).call("POST", f"/v1/workloads/{name}/reject", json={"reason": reason})
