@@ -25,8 +25,27 @@ from gpupool.manifests import Bundle, ManifestError, build, default_priority_cla
 from gpupool.model import Snapshot
 
 app = typer.Typer(
-    help="gpupool: a governed GPU compute scheduling platform.", no_args_is_help=True, add_completion=False
+    help="gpupool: a governed GPU compute scheduling platform.", no_args_is_help=True, add_completion=True
 )
+
+
+def _version(value: bool) -> None:
+    """``gpupool --version``: the installed package's version (what a bug report needs first)."""
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            sys.stdout.write(f"gpupool {version('gpupool')}\n")
+        except PackageNotFoundError:
+            sys.stdout.write("gpupool (not installed as a package)\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _top(
+    _: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+) -> None:
+    """gpupool: a governed GPU compute scheduling platform."""
 bench_app = typer.Typer(
     help="Benchmarks that print figures (ratios against a baseline run in the same process)."
 )
