@@ -330,3 +330,71 @@ def test_the_api_serves_the_webhooks_without_a_token(tmp_path: Path) -> None:
         assert out["spec"]["schedulerName"] == "gpupool"
         assert c.get("/v1/workloads").status_code == 401  # the rest of the API still wants a token
         assert "/webhooks/mutate" not in c.get("/openapi.json").json()["paths"]
+
+
+def test_a_bound_namespace_lends_its_queue_to_objects_naming_none() -> None:
+    queues = {"team-a": "research"}
+    with TestClient(webhook_app(queues.get)) as c:
+        out = mutated(c, job({}), "batch", "Job", "/namespace")
+        assert (
+            out["metadata"]["labels"] == {"gpupool.io/queue": "research"} and out["spec"]["suspend"] is True
+        )
+        own = mutated(c, job({"kueue.x-k8s.io/queue-name": "training"}), "batch", "Job", "/namespace")
+        assert own["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "training"}  # its own queue wins
+    with TestClient(webhook_app()) as c:  # no lookup (the API's copy of the router): no label added
+        assert mutated(c, job({}), "batch", "Job", "/namespace")["metadata"]["labels"] == {}
+
+
+def test_namespace_queues_are_cached_and_a_failed_lookup_is_none() -> None:
+    from gpupool.deploy.namespaces import NamespaceQueues
+    from gpupool.kube.client import ApiError
+
+    calls: list[str] = []
+
+    class Api:
+        def get(self, res: Any, ns: Any, name: str) -> dict[str, Any]:
+            calls.append(name)
+            if name == "gone":
+                raise ApiError(404, "NotFound", name)
+            return {
+                "metadata": {
+                    "name": name,
+                    "labels": {"gpupool.io/queue": "research"} if name == "team-a" else {},
+                }
+            }
+
+    now = [0.0]
+    lookup = NamespaceQueues(Api(), ttl_s=30, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert [lookup("team-a"), lookup("team-a"), lookup("plain"), lookup("gone")] == [
+        "research",
+        "research",
+        None,
+        None,
+    ]
+    assert calls == ["team-a", "plain", "gone"]
+    now[0] = 31.0
+    lookup("team-a")
+    assert calls[-1] == "team-a"  # expired: asked again
+
+
+def test_namespace_queues_read_the_label_from_a_cluster(tmp_path: Path) -> None:
+    fake = pytest.importorskip("gpupool.kube.fake", reason="the fake API server is not there yet")
+    from gpupool.deploy.namespaces import NamespaceQueues
+    from gpupool.kube.client import KubeApi, load_config
+
+    srv = fake.FakeApiServer(time_scale=0.01)
+    srv.start()
+    try:
+        srv.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": "team-b", "labels": {"gpupool.io/queue": "serving"}},
+            }
+        )
+        api = KubeApi(load_config(str(srv.write_kubeconfig(tmp_path / "kubeconfig"))))
+        lookup = NamespaceQueues(api)
+        assert lookup("team-b") == "serving" and lookup("missing") is None
+        api.close()
+    finally:
+        srv.stop()

@@ -143,8 +143,16 @@ def webhook_server_command(
     cert_file: Path | None = typer.Option(None, "--tls-cert-file", envvar="GPUPOOL_TLS_CERT_FILE"),
     key_file: Path | None = typer.Option(None, "--tls-key-file", envvar="GPUPOOL_TLS_KEY_FILE"),
     log_level: str = typer.Option("warning", "--log-level"),
+    namespace_labels: bool = typer.Option(
+        True,
+        "--namespace-labels/--no-namespace-labels",
+        help="read namespaces' gpupool.io/queue label from the cluster (in a pod, or with --kubeconfig)",
+    ),
+    kubeconfig: Path | None = typer.Option(None, "--kubeconfig", help="for --namespace-labels outside a pod"),
 ) -> None:
     """Serve the admission webhooks (and /healthz) over TLS, as the chart's webhook container does."""
+    import os
+
     import uvicorn
 
     from gpupool.service.routes.webhooks import webhook_app
@@ -157,4 +165,10 @@ def webhook_server_command(
             typer.echo(f"error: {opt} {f}: not a file", err=True)
             raise typer.Exit(2)
     ssl = {"ssl_certfile": str(cert_file), "ssl_keyfile": str(key_file)} if cert_file and key_file else {}
-    uvicorn.run(webhook_app(), host=host, port=port, log_level=log_level, **ssl)  # type: ignore[arg-type]
+    lookup = None
+    if namespace_labels and (kubeconfig is not None or os.environ.get("KUBERNETES_SERVICE_HOST")):
+        from gpupool.deploy.namespaces import NamespaceQueues
+
+        lookup = NamespaceQueues(_connect(kubeconfig))
+    app = webhook_app(lookup)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, **ssl)  # type: ignore[arg-type]

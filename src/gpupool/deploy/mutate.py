@@ -106,13 +106,20 @@ def _list(v: Any) -> list[dict[str, Any]]:
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
 
-def mutate(group: str, kind_name: str, obj: dict[str, Any]) -> dict[str, Any]:
+def mutate(group: str, kind_name: str, obj: dict[str, Any], queue: str | None = None) -> dict[str, Any]:
     """The object as gpupool needs it (a changed copy); unknown kinds come back unchanged.
-    Raises MutationError naming the field of an unreadable fractional-GPU request."""
+    ``queue``: the queue of the object's namespace, written as its ``gpupool.io/queue`` label
+    when it names none (the backend reads the queue from the object). Raises MutationError
+    naming the field of an unreadable fractional-GPU request."""
     kind = _BY_KIND.get((group, kind_name))
     out = copy.deepcopy(obj)
     if kind is None:
         return out
+    if queue and queue_of(out) is None:
+        meta = out.setdefault("metadata", {})
+        if isinstance(meta, dict):
+            labels: dict[str, Any] = meta["labels"] if isinstance(meta.get("labels"), dict) else {}
+            meta["labels"] = {**labels, QUEUE_LABEL: queue}
     if kind.suspend is not None:
         _set_path(out, kind.suspend, True)
     for path, template in pod_templates(kind, out):

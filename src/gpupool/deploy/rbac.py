@@ -50,7 +50,7 @@ SCHEDULER_RULES = (
     ),
     Rule("", ("events",), ("create", "patch"), "why a workload waits, was admitted or preempted, as Events"),
     Rule(
-        "", ("namespaces",), _READ, "namespaces labelled gpupool.io/queue send their workloads to that queue"
+        "", ("namespaces",), _READ, "the webhook copies a namespace's gpupool.io/queue label onto its objects"
     ),
     Rule("batch", ("jobs",), (*_READ, "patch"), "Jobs as workloads; patch suspends and unsuspends them"),
     Rule("jobset.x-k8s.io", ("jobsets",), (*_READ, "patch"), "JobSets as workloads; patch (un)suspends"),

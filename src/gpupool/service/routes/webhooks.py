@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -29,6 +30,8 @@ from gpupool.service.routes.base import ApiError, install_errors
 router = APIRouter()
 REVIEW_API = "admission.k8s.io/v1"
 _META_KEYS = ("name", "namespace", "labels", "annotations")  # what a gpupool manifest's metadata holds
+#: namespace -> the queue its gpupool.io/queue label names (None: unlabelled or unknown)
+NamespaceQueues = Callable[[str], str | None]
 
 
 def _bad(field: str, problem: str) -> ApiError:
@@ -84,11 +87,15 @@ async def mutate_webhook(request: Request) -> dict[str, Any]:
 @router.post("/webhooks/mutate/namespace", include_in_schema=False)
 async def mutate_namespace_webhook(request: Request) -> dict[str, Any]:
     """The same for every object of a namespace labelled ``gpupool.io/queue`` (the webhook entry's
-    namespaceSelector chose it, so no label on the object is needed)."""
-    return _mutated(await read_review(request), by_namespace=True)
+    namespaceSelector chose it); an object naming no queue gets the namespace's as its label."""
+    req = await read_review(request)
+    lookup: NamespaceQueues | None = getattr(request.app.state, "namespace_queues", None)
+    ns = req.get("namespace")
+    queue = lookup(ns) if lookup is not None and isinstance(ns, str) and ns else None
+    return _mutated(req, by_namespace=True, queue=queue)
 
 
-def _mutated(req: dict[str, Any], by_namespace: bool) -> dict[str, Any]:
+def _mutated(req: dict[str, Any], by_namespace: bool, queue: str | None = None) -> dict[str, Any]:
     obj = req.get("object")
     if req["operation"] != "CREATE" or not isinstance(obj, dict):
         return review(req["uid"], True)
@@ -96,7 +103,7 @@ def _mutated(req: dict[str, Any], by_namespace: bool) -> dict[str, Any]:
         return review(req["uid"], True)
     kind = req["kind"]
     try:
-        after = mutate(str(kind.get("group") or ""), kind["kind"], obj)
+        after = mutate(str(kind.get("group") or ""), kind["kind"], obj, queue)
     except MutationError as exc:
         return review(req["uid"], False, message=f"gpupool: {exc}")
     return review(req["uid"], True, json_patch(obj, after))
@@ -123,14 +130,16 @@ async def validate_webhook(request: Request) -> dict[str, Any]:
     return review(req["uid"], not errors, message="\n".join(errors))
 
 
-def webhook_app() -> FastAPI:
+def webhook_app(namespace_queues: NamespaceQueues | None = None) -> FastAPI:
     """The webhooks alone (and ``/healthz``): what the chart's webhook container serves over TLS.
+    ``namespace_queues`` reads a namespace's ``gpupool.io/queue`` label (None: not known here).
 
     Why apart from the API: the API server must reach a webhook on every replica, leader or
     standby, and before the store is up; these routes need neither."""
     from gpupool.service.guard import RequestGuard
 
     app = FastAPI(title="gpupool webhooks", openapi_url=None, docs_url=None, redoc_url=None)
+    app.state.namespace_queues = namespace_queues
     install_errors(app)
     app.add_middleware(RequestGuard)
     app.include_router(router)
