@@ -307,3 +307,27 @@ def test_service_submitter_goes_through_the_api_submission_path(tmp_path: Path) 
         assert sub.cancel("k-one") is True
         wait_for(lambda: api.phase("k-one") == "Cancelled", 5, "cancelled")
         assert sub.cancel("k-one") is False and sub.cancel("nope") is False
+
+
+@pytest.mark.usefixtures("translated")
+def test_a_standby_submits_nothing_and_catches_up_when_it_leads() -> None:
+    """The worker thread: while the gate is shut nothing is submitted; on taking over it rereads
+    every cached object and cancels what an earlier leader submitted for objects now gone."""
+    src, infs, sub, _ = make()
+    leading = [False]
+    src.gate = lambda: leading[0]
+    sub.names.add("ml-vanished")
+    src.start()
+    try:
+        infs["jobs"].put(job("train"))
+        src._wake.set()
+        import time
+
+        time.sleep(0.3)
+        assert sub.manifests == []
+        leading[0] = True
+        src._wake.set()
+        wait_for(lambda: "ml-vanished" in sub.cancelled, 5, "the takeover's reconcile")
+        assert [m["metadata"]["name"] for m in sub.manifests] == ["ml-train"]
+    finally:
+        src.stop()

@@ -288,19 +288,22 @@ class KubeSource:
             self._on_pod("ADDED", pod)
 
     def _run(self) -> None:
-        leading = True
+        leading, reconcile_due = True, False
         while not self._stop.is_set():
             self._wake.wait(1.0)
             self._wake.clear()
             if not self.gate():
                 leading = False
                 continue
-            if not leading:
-                leading = True
+            if not leading:  # took over from another replica: everything is ours to check
+                leading, reconcile_due = True, True
                 self.resync()
             try:
                 while self.process() and not self._stop.is_set():
                     pass
+                if reconcile_due and not self._dirty:
+                    reconcile_due = False
+                    self.reconcile()
             except Exception as exc:  # the worker must survive anything one pass throws
                 self.stats["errors"] += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
