@@ -456,3 +456,28 @@ def test_crds_upgrade_in_place_and_settle(fake_api: Any) -> None:
         assert "weight" in props
     finally:
         api.close()
+
+
+def _leaves(v: Any, prefix: str = "") -> list[str]:
+    if isinstance(v, dict) and v and prefix not in ("scheduler.resources", "webhook.resources"):
+        return [x for k, sub in v.items() for x in _leaves(sub, f"{prefix}.{k}" if prefix else k)]
+    return [prefix]
+
+
+def test_the_install_guide_lists_every_rule_and_value() -> None:
+    from gpupool.deploy.rbac import certgen_rules, certgen_secret_rules
+
+    doc = (REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    for r in (
+        *SCHEDULER_RULES,
+        *LEASE_RULES,
+        *certgen_rules(RELEASE),
+        *certgen_secret_rules(f"{RELEASE}-webhook-tls"),
+    ):
+        names = f" (only `{', '.join(r.names)}`)" if r.names else ""
+        group = r.group or '""'
+        resources = ", ".join(f"`{x}`" for x in r.resources)
+        row = f"| `{group}` | {resources}{names} | {', '.join(r.verbs)} | {r.why} |"
+        assert row in doc, row
+    for key in _leaves(default_values()):
+        assert f"`{key}`" in doc, f"docs/install.md does not list the value {key}"
