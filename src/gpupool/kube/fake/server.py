@@ -95,6 +95,7 @@ class FakeApiServer:
             assert self._server is not None
             loop = _new_loop()
             asyncio.set_event_loop(loop)
+            self.runtime.start(loop, threading.get_ident())
             loop.call_soon(started.set)
             loop.run_until_complete(self._server.serve(sockets=[sock]))
             loop.close()
@@ -105,7 +106,6 @@ class FakeApiServer:
         while not self._server.started and self._thread.is_alive():
             threading.Event().wait(0.01)
         self.url = f"http://{host}:{sock.getsockname()[1]}"
-        self.runtime.start()
         return self.url
 
     def stop(self) -> None:
