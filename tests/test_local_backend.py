@@ -474,9 +474,8 @@ def test_kill9_of_the_server_leaves_pods_running_and_a_restart_starts_nothing_tw
         # gpupool logs, through the restarted server (the log was written before the kill)
         cli = [PY, "-c", "from gpupool.cli import main; main()", "logs", "a"]
         cli += ["--server", f"http://127.0.0.1:{port}", "--token", token]
-        for extra in ([], ["-f"]):
-            out = subprocess.run(cli + extra, capture_output=True, text=True, timeout=30, cwd=str(REPO))
-            assert out.returncode == 0 and out.stdout.count("ran a") == 1, out.stderr
+        out = subprocess.run([*cli, "-f"], capture_output=True, text=True, timeout=30, cwd=str(REPO))
+        assert out.returncode == 0 and out.stdout.count("ran a") == 1, out.stderr
         out = subprocess.run([*cli, "--pod", "3"], capture_output=True, text=True, timeout=30, cwd=str(REPO))
         assert out.returncode == 1 and "no log for pod 3" in out.stderr  # the server's 404, one line
     finally:
@@ -521,3 +520,31 @@ def test_a_failing_command_is_retried_with_backoff_then_fails(tmp_path: Path) ->
         assert be.starts["flaky"] == 2 and w["reason"].startswith("RetriesExhausted")
         assert [f["exitCode"] for f in w["failures"]] == [4, 4]
         assert w["failures"][0]["retryAt"] is not None and w["failures"][1]["retryAt"] is None
+
+
+def test_a_host_without_gpus_serves_cpu_only_work(tmp_path: Path) -> None:
+    be = LocalBackend(tmp_path / "state", [], node=NODE, grace_s=0.5)
+    assert be.cluster_manifest()["spec"]["nodes"][0]["gpu"]["count"] == 0
+    with app_with(be, tmp_path / "svc") as (c, h):
+        c.post("/v1/workloads", json=workload("cpu", "print('no gpu needed')", gpus=0), headers=h)
+        phase(c, h, "cpu", "Succeeded")
+        assert "no gpu needed" in c.get("/v1/workloads/cpu/logs", headers=h).text
+
+
+def test_make_backend_builds_the_local_backend_from_the_service_options(tmp_path: Path) -> None:
+    from gpupool.service.backends import make_backend
+
+    opts = {"time_scale": 60.0, "failure_rates": {}, "node_mtbf_s": None, "node_repair_s": 7200.0}
+    be = make_backend("local", state_file=tmp_path / "virtual-cluster.json", **opts)
+    assert isinstance(be, LocalBackend) and be.state_dir == tmp_path
+    assert be.health().detail["backend"] == "local"
+
+
+def test_the_virtual_backend_answers_logs_with_a_clear_501(tmp_path: Path) -> None:
+    from tests.test_service_support import running_app, wl
+
+    with running_app(tmp_path) as api:
+        assert api.req("POST", "/v1/workloads", json=wl("v", duration="1h")).status_code in (200, 201)
+        r = api.req("GET", "/v1/workloads/v/logs")
+        assert r.status_code == 501 and "keeps no logs" in r.json()["error"]["message"]
+        assert api.req("GET", "/v1/workloads/nobody/logs").status_code == 404
