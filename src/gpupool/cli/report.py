@@ -36,14 +36,47 @@ ToOpt = typer.Option(None, "--to", help="end, ISO-8601 UTC (default: now; runnin
 FmtOpt = typer.Option(Fmt.table, "-o", "--output", help="table, csv, json or html")
 FileOpt = typer.Option(None, "--out", "-f", help="write to this file instead of stdout")
 DbOpt = typer.Option(None, "--db", help="read this store directly (SQLAlchemy URL) instead of a server")
-PolicyOpt = typer.Option(None, "--policy", help="CostPolicy YAML (with --db; a server reads its cost.yaml)")
+PolicyOpt = typer.Option(
+    None, "--policy", help="CostPolicy YAML (with --db/--sim; a server reads its cost.yaml)"
+)
+SimOpt = typer.Option(None, "--sim", help="report a simulator replay of this Scenario file instead")
+SimPolicyOpt = typer.Option("gpupool", "--sim-policy", help="with --sim: the scheduling policy replayed")
+VariantOpt = typer.Option(None, "--variant", help="with --sim: the cluster variant (default: the baseline)")
+
+
+def _build(kind: str, data: Any, store: Any | None) -> dict[str, Any]:
+    from gpupool.cost.reports import chargeback_report, usage_report
+    from gpupool.cost.weekly import weekly_report
+
+    if kind == "usage":
+        return usage_report(data)
+    if kind == "chargeback":
+        return chargeback_report(data)
+    return weekly_report(data, store)
+
+
+def _simulated(
+    kind: str, scenario: Path, sim_policy: str, variant: str | None, policy: Path | None
+) -> dict[str, Any]:
+    """The report of one simulated run over its whole horizon (--from/--to do not apply)."""
+    from gpupool.cost.metering import Window
+    from gpupool.cost.policy import load_policy
+    from gpupool.cost.reports import load
+    from gpupool.cost.simhistory import replay
+    from gpupool.sim.scenario import load_scenario
+
+    if not scenario.exists():
+        raise ValueError(f"--sim: {scenario} does not exist")
+    if policy is not None and not policy.exists():
+        raise ValueError(f"--policy: {policy} does not exist")
+    r = replay(load_scenario(scenario), sim_policy, variant)
+    return _build(kind, load(r.history, r.bundle, Window(r.start, r.end), load_policy(policy)), None)
 
 
 def _local(kind: str, db: str, start: str | None, end: str | None, policy: Path | None) -> dict[str, Any]:
     from gpupool.cost.metering import Window
     from gpupool.cost.policy import load_policy
-    from gpupool.cost.reports import chargeback_report, load_store, parse_time, usage_report
-    from gpupool.cost.weekly import weekly_report
+    from gpupool.cost.reports import load_store, parse_time
     from gpupool.store import Store
 
     to = parse_time(end, "--to", datetime.now(UTC))
@@ -51,12 +84,7 @@ def _local(kind: str, db: str, start: str | None, end: str | None, policy: Path 
     if policy is not None and not policy.exists():
         raise ValueError(f"--policy: {policy} does not exist")
     with Store.open(db) as store:
-        data = load_store(store, window, load_policy(policy))
-        if kind == "usage":
-            return usage_report(data)
-        if kind == "chargeback":
-            return chargeback_report(data)
-        return weekly_report(data, store)
+        return _build(kind, load_store(store, window, load_policy(policy)), store)
 
 
 def _run(
@@ -69,12 +97,15 @@ def _run(
     policy: Path | None,
     server: str | None,
     token: str | None,
+    sim: tuple[Path | None, str, str | None] = (None, "gpupool", None),
 ) -> None:
     from gpupool.cost.policy import PolicyError
     from gpupool.cost.render import render
 
     try:
-        if db is not None:
+        if sim[0] is not None:
+            rep = _simulated(kind, sim[0], sim[1], sim[2], policy)
+        elif db is not None:
             rep = _local(kind, db, start, end, policy)
         else:
             params = {k: v for k, v in (("from", start), ("to", end)) if v}
@@ -95,8 +126,11 @@ def _command(kind: str, doc: str) -> None:
         policy: Path | None = PolicyOpt,
         server: str | None = ServerOpt,
         token: str | None = TokenOpt,
+        sim: Path | None = SimOpt,
+        sim_policy: str = SimPolicyOpt,
+        variant: str | None = VariantOpt,
     ) -> None:
-        _run(kind, start, end, output, out, db, policy, server, token)
+        _run(kind, start, end, output, out, db, policy, server, token, (sim, sim_policy, variant))
 
     cmd.__doc__ = doc
     report_app.command(kind)(cmd)

@@ -16,6 +16,7 @@ Example::
       priorityMultipliers: {high: 1.5, low: 0.5}
       spreadIdleByGuarantee: true
       retentionDays: 400
+      pricePerGpuHour: {training: 2.9}
       utilization: {training: 0.9}
 """
 
@@ -45,6 +46,9 @@ class CostPolicySpec(BaseModel):
     spreadIdleByGuarantee: bool = False
     #: history older than this many days before the report's end is not reported
     retentionDays: int | None = Field(default=None, ge=1, le=36_500)
+    #: price per GPU-hour per pool, over the pool's own pricePerGPUHour (e.g. for a simulated
+    #: trial whose pools carry no price, or to try a new price list on last month's history)
+    pricePerGpuHour: dict[str, Decimal] = Field(default_factory=dict)
     #: simulated utilization per task type on the virtual backend (overrides the default table)
     utilization: dict[str, float] = Field(default_factory=dict)
 
@@ -76,6 +80,9 @@ def parse_policy(doc: Mapping[str, Any] | None, where: str = "CostPolicy") -> Co
     for cls, m in spec.priorityMultipliers.items():
         if not Decimal(0) <= m <= Decimal(100):
             raise PolicyError(f"{where}: spec.priorityMultipliers.{cls}: must be between 0 and 100")
+    for pool, price in spec.pricePerGpuHour.items():
+        if not Decimal(0) <= price <= Decimal(10**6):
+            raise PolicyError(f"{where}: spec.pricePerGpuHour.{pool}: must be between 0 and 1e6")
     for typ, u in spec.utilization.items():
         if not 0.0 <= u <= 1.0:
             raise PolicyError(f"{where}: spec.utilization.{typ}: must be between 0 and 1")

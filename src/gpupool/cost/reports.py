@@ -12,7 +12,7 @@ pool totals and other teams' rows are left out of what it is shown.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -79,13 +79,17 @@ def load(
     """Meter the history over the window (cut to the policy's retention)."""
     win = retained(window, policy.retentionDays)
     src = usage or SimulatedUsage({**SimulatedUsage().table, **policy.utilization})
+    pools = pools_of(bundle)
+    for name, price in policy.pricePerGpuHour.items():
+        if name in pools:
+            pools[name] = replace(pools[name], price=price)
     return CostData(
         win,
         bundle,
         history,
         policy,
         meter(history, win, src),
-        pools_of(bundle),
+        pools,
         {q.name: q.parent for q in bundle.queues},
         visible,
     )
