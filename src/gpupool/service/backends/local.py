@@ -268,7 +268,8 @@ class LocalBackend:
         """Why this run cannot start on this host ('' when it can)."""
         bad: list[str] = []
         use = self._device_use()
-        unhealthy = self.discovery.refresh()
+        # device health is the controller's to judge (an operator may put a device NVML
+        # reported back in service): broken devices reach it as marks, never as refusals here
         for p in spec.placement.get("pods", ()):
             if p["node"] != self.node:
                 bad.append(f"node {p['node']} is not this host ({self.node})")
@@ -277,8 +278,6 @@ class LocalBackend:
             for d in p.get("devices", ()):
                 if d not in self.devices:
                     bad.append(f"device {d} does not exist on {self.node}")
-                elif d in unhealthy:
-                    bad.append(f"device {d} is unhealthy: {unhealthy[d]}")
                 elif use.get(d, 0) + milli > 1000:
                     bad.append(f"device {d} is already fully allocated")
             if p.get("devices") and milli < 1000 and self.refusal:
