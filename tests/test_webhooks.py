@@ -398,3 +398,24 @@ def test_namespace_queues_read_the_label_from_a_cluster(tmp_path: Path) -> None:
         api.close()
     finally:
         srv.stop()
+
+
+def test_a_share_on_a_container_with_broken_resources_is_refused_not_a_500(client: TestClient) -> None:
+    for resources in (["x"], {"limits": ["x"]}):
+        p = pod({"gpupool.io/queue": "research"})
+        p["metadata"]["annotations"] = {"gpu-fraction": "0.5"}
+        p["spec"]["containers"][0]["resources"] = resources
+        r = client.post("/webhooks/mutate", json=review(p, "", "Pod"))
+        assert r.status_code == 200 and r.json()["response"]["allowed"] is False, r.text
+
+
+def test_templates_without_metadata_get_none_added(client: TestClient) -> None:
+    obj = job({"gpupool.io/queue": "training"})
+    del obj["spec"]["template"]["metadata"]
+    r = client.post("/webhooks/mutate", json=review(obj, "batch", "Job"))
+    ops = json.loads(base64.b64decode(r.json()["response"]["patch"]))
+    assert sorted(op["path"] for op in ops) == [
+        "/spec/suspend",
+        "/spec/template/spec/schedulerName",
+        "/spec/template/spec/tolerations",
+    ]

@@ -155,7 +155,7 @@ def _tolerates(t: Any) -> bool:
 
 def _translate_fractions(path: str, pod: dict[str, Any]) -> None:
     """Read the KAI, HAMi or Volcano fractional keys; write gpupool's annotations and HAMi's resources."""
-    meta = pod.setdefault("metadata", {})
+    meta = pod.get("metadata", {})
     if not isinstance(meta, dict):
         raise MutationError(f"{path}.metadata" if path else "metadata", "must be an object")
     ann: dict[str, Any] = meta["annotations"] if isinstance(meta.get("annotations"), dict) else {}
@@ -172,6 +172,7 @@ def _translate_fractions(path: str, pod: dict[str, Any]) -> None:
         return
     _check_share(target, milli, at)
     meta["annotations"] = {**ann, GPU_MILLI: str(milli), **({GPU_MEMORY_MIB: str(mem)} if mem else {})}
+    pod["metadata"] = meta
     hami = {GPU: 1, HAMI_CORES: milli // 10 or 1, **({HAMI_MEM: mem} if mem else {})}
     res = target.setdefault("resources", {})
     res["limits"] = {**(res.get("limits") or {}), **hami}
@@ -187,7 +188,10 @@ def _check_share(target: dict[str, Any], milli: int, at: str) -> None:
         )
     if not 0 < milli <= 1000:
         raise MutationError(at, "the compute share of one GPU must be between 0 and 1 (1 to 100 gpucores)")
-    limits = (target.get("resources") or {}).get("limits") or {}
+    res = target.get("resources") or {}
+    limits = (res.get("limits") or {}) if isinstance(res, dict) else None
+    if not isinstance(limits, dict):
+        raise MutationError(f"{at}: the container's resources", "must be an object with limits as a map")
     try:
         whole = qty.count(limits.get(GPU, 1))
     except qty.QuantityError as exc:
