@@ -260,11 +260,35 @@ def _restart_phase(
     t0 = time.monotonic()
     proc, _ = _serve(kc, state, cfg, log)
     procs.append(proc)
+    dumps = _stack_dumps(proc, log.parent / "restart-stacks.txt")
     n, at = _wait_binds(srv, b0 + 1, stall_s=600.0, deadline_s=600.0)
+    if dumps is not None:
+        dumps.set()
     return {
         "to_first_bind_s": at - t0 if n > b0 else None,
         "server_logged_s": _first_bind_logged(log),
     }
+
+
+def _stack_dumps(proc: subprocess.Popen[bytes], out: Path) -> Any:
+    """Where the restarted server spends its time: with ``GPUPOOL_BENCH_STACKS=1`` and py-spy
+    installed, its threads' stacks every 2 s until the first bind (diagnostics, off by default)."""
+    import threading
+
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    if not os.environ.get("GPUPOOL_BENCH_STACKS") or not Path(spy).exists():
+        return None
+    done = threading.Event()
+
+    def loop() -> None:
+        t0 = time.monotonic()
+        with out.open("a") as f:
+            while not done.wait(2.0):
+                r = subprocess.run([spy, "dump", "--pid", str(proc.pid)], capture_output=True, text=True)
+                f.write(f"==== {time.monotonic() - t0:.1f} s after spawn\n{r.stdout}{r.stderr}\n")
+
+    threading.Thread(target=loop, daemon=True).start()
+    return done
 
 
 def _workload(i: int, pods: int) -> dict[str, Any]:

@@ -153,9 +153,15 @@ class EventRecorder:
             self.stats["held"] += 1
 
     def flush(self) -> None:
-        """Write the repeats the rate limit held back, once their interval has passed."""
+        """Write the repeats the rate limit held back, once their interval has passed; forget
+        series idle for an hour (the API server's own event TTL), so memory stays bounded."""
         now = self.clock()
         with self._mu:
+            idle = [
+                k for k, s in self._series.items() if s.count == s.written_count and now - s.last_write > 3600
+            ]
+            for k in idle:
+                del self._series[k]
             due = [
                 s
                 for s in self._series.values()
@@ -387,9 +393,13 @@ class StatusWriter:
 
     def _conditions(self, names: Mapping[str, Key]) -> None:
         waiting = waiting_reasons(self.ctl, names)
-        if not waiting:
-            return
-        pods = self._waiting_pods({names[n] for n in waiting})
+        pods = self._waiting_pods({names[n] for n in waiting}) if waiting else {}
+        live = {
+            (str(_meta(p).get("namespace") or ""), str(_meta(p).get("name") or ""))
+            for ps in pods.values()
+            for p in ps
+        }
+        self._written = {ref: v for ref, v in self._written.items() if ref in live}  # bound or gone: forget
         now = self.clock()
         budget = self.max_pod_writes
         for name, w in waiting.items():
