@@ -96,12 +96,12 @@ def build(svc: Service, p: Principal, kind: str, start: str | None, end: str | N
     response_class=Response,
     responses={
         200: {
+            "model": CostReport,
             "content": {
-                "application/json": {"schema": CostReport.model_json_schema()},
                 "text/csv": {"schema": {"type": "string"}},
                 "text/html": {"schema": {"type": "string"}},
             },
-            "description": "the report",
+            "description": "the report (JSON by default; CSV or HTML with format)",
         },
         **doc(None, *AUTH, 422)["responses"],
     },
