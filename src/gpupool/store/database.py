@@ -1,0 +1,68 @@
+"""Connecting to the database and migrating it: engine settings for SQLite and PostgreSQL.
+
+Why the SQLite settings: WAL and an explicit ``BEGIN IMMEDIATE`` for writers make concurrent
+writers queue on the lock instead of deadlocking on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import StaticPool
+
+DEFAULT_URL = "sqlite:///./.gpupool/gpupool.db"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def create_engine(url: str, echo: bool) -> Engine:
+    """SQLite: WAL, foreign keys, busy timeout, explicit BEGIN (IMMEDIATE for writers). PG: pre-ping."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return sa.create_engine(u, echo=echo, pool_pre_ping=True)
+    db = u.database or ""
+    memory = db in ("", ":memory:") or "mode=memory" in db or u.query.get("mode") == "memory"
+    kwargs: dict[str, Any] = {
+        "connect_args": {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, "check_same_thread": False}
+    }
+    if memory:
+        kwargs["poolclass"] = StaticPool
+    else:
+        Path(db).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(u, echo=echo, **kwargs)
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (see _on_begin)
+        cur = dbapi_conn.cursor()
+        if not memory:
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cur.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        # Writers take the write lock up front: no lock-upgrade deadlocks, appends serialize.
+        mode = conn.get_execution_options().get("gpupool_begin", "DEFERRED")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def run_migrations(engine: Engine) -> None:
+    """Upgrade the database to head, serialized against other processes doing the same."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    locked = engine.execution_options(gpupool_begin="IMMEDIATE")
+    with locked.connect() as conn, conn.begin():
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(7461931)"))
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
