@@ -31,3 +31,16 @@ runAsNonRoot: true
 capabilities:
   drop: [ALL]
 {{- end -}}
+
+
+{{/* The mutating webhook entries' rules and policy (each entry differs only in its selectors). */}}
+{{- define "gpupool.mutateRules" }}
+    rules:
+      - {apiGroups: [""], apiVersions: [v1], resources: [pods], operations: [CREATE]}
+      - {apiGroups: [batch], apiVersions: [v1], resources: [jobs], operations: [CREATE]}
+      - {apiGroups: [jobset.x-k8s.io], apiVersions: ["*"], resources: [jobsets], operations: [CREATE]}
+      - {apiGroups: [kubeflow.org], apiVersions: ["*"], resources: [pytorchjobs], operations: [CREATE]}
+    failurePolicy: {{ .Values.webhook.failurePolicy }}
+    sideEffects: None
+    timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+{{- end }}
