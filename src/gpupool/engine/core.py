@@ -11,7 +11,7 @@ import gc
 from bisect import insort
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from typing import Literal
 
 from gpupool.engine.cycle_state import CycleState
 from gpupool.engine.decisions import (
@@ -19,25 +19,21 @@ from gpupool.engine.decisions import (
     Decisions,
     Pending,
     PendingCode,
-    Preempt,
-    PreemptRule,
-    Victim,
 )
+from gpupool.engine.hints import BlockedHints
 from gpupool.engine.holds import plan_hold
 from gpupool.engine.ordering import FairShareOrder
 from gpupool.engine.ordering import workload_order_key as workload_order_key
 from gpupool.engine.placement import Placer
-from gpupool.engine.preemption import Candidate, WholeSlots, candidate_order
+from gpupool.engine.preemption import PreemptionSearch, WholeSlots
 from gpupool.engine.reasons import no_pool_reason, quota_reason
-from gpupool.engine.running import RunningSet
+from gpupool.engine.running import RunningSet, vec_of
 from gpupool.engine.state import ClusterState, QuotaState
 from gpupool.engine.statement import Statement
 from gpupool.model import (
     Admission,
     EngineConfig,
-    PodPlacement,
     QueueingStrategy,
-    ReclaimPolicy,
     Running,
     Snapshot,
     Vec,
@@ -47,6 +43,10 @@ from gpupool.model import (
 _STATICS_MAX = 200_000  # cached workload facts before the cache starts afresh
 _WholeSlots = WholeSlots  # the name the property tests patch
 
+
+#: why a workload failed in each pool: a formatted reason, or (dimension, blocking queue) of a
+#: quota failure, formatted only if the workload ends up pending
+PoolReasons = list[tuple[str, PendingCode, tuple[object, ...] | str]]
 
 ORDER_POLICIES = ("fair-share", "fifo")
 PREEMPT_POLICIES = ("default", "none")
@@ -67,7 +67,7 @@ def validate_config(config: EngineConfig) -> None:
             )
 
 
-class Engine:
+class Engine(PreemptionSearch, BlockedHints):
     """Scheduling state for one snapshot: cluster capacity, quota tree, running workloads."""
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -354,16 +354,6 @@ class Engine:
             return True
         return False
 
-    def _skip_hinted(self, lst: list[Workload], p: int, out: Decisions) -> int:
-        """Skip the run of hinted workloads at the queue's head in one go: each would only be
-        popped and skipped in its turn (this is what makes the hint cheap)."""
-        blocked, n = self._cs.blocked, len(lst)
-        start = p
-        while p < n and lst[p].name in blocked and self._held_everywhere(lst[p]):
-            p += 1
-        out.skipped += p - start
-        return p
-
     def candidate_pools(self, w: Workload) -> list[str]:
         """Pools a workload may use: its own choice, else its queue's pools in the order they are listed."""
         order = self._pool_order.get(w.queue)
@@ -400,67 +390,6 @@ class Engine:
         """Does placement weigh the mix of pod shapes? Where only ``auto`` would, only if the GPU
         nodes differ or (``shares_gpus``) a running or waiting pod takes a GPU fraction."""
         return self._frag and (not self._auto_only or self._varied or shares_gpus)
-
-    def _held_everywhere(self, w: Workload) -> bool:
-        pools = self._static(w)[1]
-        reserved = self.placer.reserved
-        if len(pools) == 1:  # the common case, without a generator
-            return pools[0] in reserved
-        return bool(pools) and all(p in reserved for p in pools)
-
-    def blocked_at_start(self, w: Workload, memo: dict[object, Any] | None = None) -> bool:
-        """True when ``w`` can neither be placed nor preempt anything in the current (committed)
-        state, whatever its quota: an incremental caller may then pass it as ``blocked`` to the
-        next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
-        state only); the check ignores holds, which only ever take capacity away."""
-        vec, pools, ckeys = self._static(w)
-        if not pools or (w.gang_min is not None and w.gang_min < w.pod_count):
-            return False  # the cycle reports why / an elastic gang may start smaller: no proof
-        for pool, key in zip(pools, ckeys, strict=True):
-            pk = ("preempt", w.queue, w.priority, pool, vec)
-            may = None if memo is None else memo.get(pk)
-            if may is None:
-                may = self._may_preempt_at_start(w, pool, vec, memo)
-                if memo is not None:
-                    memo[pk] = may
-            if may:
-                return False
-            fits = None if memo is None else memo.get(key)
-            if fits is None:
-                st = self.cluster
-                if vec[0] > st.capacity[pool][0] - st.pool_used[pool]:
-                    fits = False  # not enough free GPU milli in the whole pool
-                else:
-                    saved, self.placer.reserved = self.placer.reserved, {}
-                    cp = st.checkpoint()
-                    try:
-                        fits = self.placer.place(w, pool, self.config.max_domain_tries).pods is not None
-                    finally:
-                        st.rollback(cp)
-                        self.placer.reserved = saved
-                if memo is not None:
-                    memo[key] = fits
-            if fits:
-                return False
-        return True
-
-    def _may_preempt_at_start(
-        self, w: Workload, pool: str, vec: Vec, memo: dict[object, Any] | None = None
-    ) -> bool:
-        """Could any preemption rule give ``w`` a victim in ``pool`` now (a cheap superset)?"""
-        if self.config.preempt == "none" or not self.pools[pool].preemptible or not self.runs.by_pq:
-            return False
-        pol = self.quota.queues[w.queue].preemption
-        if (
-            pol.within_queue is not ReclaimPolicy.NEVER
-            and self.runs.lowest_priority(pool, w.queue) < w.priority
-        ):
-            return True
-        if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
-            return True
-        return pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and self.quota.within_guarantee(
-            w.queue, pool, vec
-        )
 
     def _must_borrow(self, w: Workload) -> bool:
         """True when ``w`` needs GPUs and would take its leaf queue past its GPU guarantee in every
@@ -500,7 +429,7 @@ class Engine:
             out.pending.append(Pending(w.name, w.queue, PendingCode.NO_POOL, no_pool_reason(w, self.pools)))
             return False
         # reasons are formatted only if the workload ends up pending (most attempts never need them)
-        reasons: list[tuple[str, PendingCode, tuple[object, ...] | str]] = []
+        reasons: PoolReasons = []
         wants_borrow = False
         quota = self.quota
         fail_cache = self._cs.fail_cache
@@ -543,6 +472,11 @@ class Engine:
         for pool, ckey in zip(pools, ckeys, strict=True) if self.config.preempt != "none" else ():
             if self._try_preempt(w, pool, vec, out, ckey[1]):
                 return True
+        return self._leave_pending(w, vec, reasons, out)
+
+    def _leave_pending(self, w: Workload, vec: Vec, reasons: PoolReasons, out: Decisions) -> Literal[False]:
+        """``w`` stays pending: hold nodes for it where it is blocked by capacity (one hold per
+        pool per cycle), then say why, per pool where it had several."""
         if self.config.reserve:
             for pool, code, _ in reasons:
                 if code is not PendingCode.QUOTA and pool not in self.placer.reserved:
@@ -570,196 +504,6 @@ class Engine:
         if got is None:
             got = memo[memo_key] = quota_reason(q, w, pool, vec, d, blk)
         return got
-
-    # -- preemption ---------------------------------------------------------------------------
-    def preemption_candidates(self, w: Workload, pool: str, vec: Vec) -> list[Candidate]:
-        """Preempt extension point: who may be evicted for ``w``, in the order to try them.
-
-        Collected here, ordered by ``preemption.candidate_order`` (one rule, as in Kueue): other
-        queues' borrowed capacity first, then the lowest priority, then the most recently admitted.
-        """
-        by_pq = self.runs.by_pq
-        if not by_pq or not self.pools[pool].preemptible:
-            return []
-        q = self.quota
-        queue = q.queues[w.queue]
-        pol = queue.preemption
-        root = q.root[w.queue]
-        out: list[Candidate] = []
-        cs = self._cs
-        evicted, now = cs.evicted, cs.admitted_now
-        if (
-            pol.within_queue is not ReclaimPolicy.NEVER
-            and self.runs.lowest_priority(pool, w.queue) < w.priority
-        ):
-            for r in by_pq.get((pool, w.queue), {}).values():
-                v = r.workload
-                if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
-                    continue
-                out.append(Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root))
-        reclaim = pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and q.within_guarantee(
-            w.queue, pool, vec
-        )
-        borrow = pol.borrow_within_cohort is not ReclaimPolicy.NEVER
-        if reclaim or borrow:
-            for other in self._leaves_of_root.get(root, ()):
-                rs = by_pq.get((pool, other))
-                if other == w.queue or not rs:
-                    continue
-                # borrowing now, and already when the cycle started (victims are pre-cycle work)
-                lca = q.common_ancestor(w.queue, other)
-                key = (other, pool, lca)
-                at_start = cs.borrowing_at_start.get(key)
-                if at_start is None:
-                    at_start = cs.borrowing_at_start[key] = q.is_borrowing(
-                        other, pool, lca, cs.usage_at_start
-                    )
-                if not at_start or not q.is_borrowing(other, pool, lca):
-                    continue
-                for r in rs.values():
-                    v = r.workload
-                    if v.name in evicted or v.name in now or not v.preemptible:
-                        continue
-                    if reclaim and (
-                        pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority
-                    ):
-                        rule = PreemptRule.RECLAIM
-                    elif borrow and v.priority < w.priority:
-                        rule = PreemptRule.BORROW
-                    else:
-                        continue
-                    out.append(Candidate(r, rule, w, pool, root))
-        mine = w.queue
-        out.sort(key=lambda c: candidate_order(c.running, mine))
-        return out[: self.config.max_preemption_candidates]
-
-    def _fits_now(self, w: Workload, pool: str, vec: Vec) -> bool:
-        if not self.quota.check(w.queue, pool, vec)[0]:
-            return False
-        cp = self._stmt.checkpoint()
-        res = self.placer.place(w, pool, self.config.max_domain_tries)
-        self._stmt.rollback(cp)
-        return res.pods is not None
-
-    def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions, sid: object) -> bool:
-        """Make room for ``w`` in ``pool`` by evicting candidates (Kueue's steps: remove until
-        it fits, give back what is not needed, admit); False, with nothing changed, if no set
-        of candidates makes it fit."""
-        # Within a cycle capacity only shrinks and candidates only leave, until a preemption
-        # succeeds: a failed search for the same queue, pool, shape and priority fails again.
-        cs = self._cs
-        failed = cs.preempt_failed
-        memo = (w.queue, w.priority, pool, sid)
-        if memo in failed:
-            return False
-        cands = self.preemption_candidates(w, pool, vec)
-        slots = self._bounded_slots(w, pool, vec, cands)
-        removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots)
-        if removed is None:
-            failed.add(memo)
-            return False
-        assert slots is not False
-        victims = self._give_back(w, pool, vec, removed, slots)
-        res = self.placer.place(w, pool, self.config.max_domain_tries)
-        assert res.pods is not None
-        borrowing = self.quota.check(w.queue, pool, vec)[1]
-        self.quota.add(w.queue, pool, vec_of(res.pods))
-        self.runs.admit(Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
-        for c in victims:
-            cs.evicted.add(c.running.name)
-        cs.fail_cache.clear()
-        failed.clear()
-        _decide_preemption(w, pool, tuple(res.pods), borrowing, victims, out)
-        return True
-
-    def _bounded_slots(
-        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate]
-    ) -> WholeSlots | Literal[False] | None:
-        """The cheap bounds before any trial: False when even evicting every candidate could
-        not make room (by free GPU milli, then by whole free devices); else the device count to
-        keep during the search (None where it does not apply)."""
-        if not cands:
-            return False
-        free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
-        if free_gpu + sum(c.running.admission.quota_vec()[0] for c in cands) < vec[0]:
-            return False
-        slots = _WholeSlots.of(self.cluster, w, pool)
-        if slots is not None and not slots.could_fit_without(cands):
-            return False
-        return slots
-
-    def _remove_until_fits(
-        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate], slots: WholeSlots | None
-    ) -> list[Candidate] | None:
-        """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back)."""
-        cp = self._stmt.checkpoint()
-        free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
-        freed = 0
-        removed: list[Candidate] = []
-        for c in cands:
-            self._discharge(c.running)
-            removed.append(c)
-            freed += c.running.admission.quota_vec()[0]
-            room = slots is None or slots.enough(c)  # whole free devices for every pod, by count
-            if not room or free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
-                continue  # a placement trial cannot succeed yet
-            if self._fits_now(w, pool, vec):
-                return removed
-        self._stmt.rollback(cp)
-        return None
-
-    def _give_back(
-        self, w: Workload, pool: str, vec: Vec, removed: list[Candidate], slots: WholeSlots | None
-    ) -> list[Candidate]:
-        """Minimise: give back every victim that turns out not to be needed, newest choice
-        first (the last one removed is needed: without it ``w`` did not fit)."""
-        victims: list[Candidate] = []
-        for c in reversed(removed[:-1]):
-            self._charge(c.running)
-            if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec):
-                self._discharge(c.running)
-                if slots is not None:
-                    slots.enough(c)
-                victims.append(c)
-        victims.append(removed[-1])
-        victims.reverse()
-        return victims
-
-
-def _decide_preemption(
-    w: Workload,
-    pool: str,
-    pods: tuple[PodPlacement, ...],
-    borrowing: bool,
-    victims: list[Candidate],
-    out: Decisions,
-) -> None:
-    """Record a preemption: the victims with their rules and reasons, and the admission."""
-    names = tuple(c.running.name for c in victims)
-    out.preempted.append(
-        Preempt(
-            w.name,
-            w.queue,
-            tuple(
-                Victim(
-                    c.running.name, c.running.workload.queue, c.running.workload.priority, c.rule, c.reason
-                )
-                for c in victims
-            ),
-        )
-    )
-    why = f"admitted to pool {pool} after preempting {len(names)} workload(s): {', '.join(names)}"
-    out.admitted.append(Admit(w.name, w.queue, pool, pods, borrowing, why, after_evicting=names))
-    out.pending_after_preemption = len(out.pending)
-
-
-def vec_of(pods: Iterable[object]) -> Vec:
-    g = c = m = 0
-    for p in pods:
-        g += p.gpu_milli * len(p.devices)  # type: ignore[attr-defined]
-        c += p.cpu_milli  # type: ignore[attr-defined]
-        m += p.memory_mib  # type: ignore[attr-defined]
-    return (g, c, m)
 
 
 def decide(snapshot: Snapshot) -> Decisions:

@@ -348,7 +348,6 @@ class Placer:
 
 
 # the names these helpers had before they moved to ``engine/scoring.py``: still imported from
-# here by ``sim/simulator.py`` (``_fits_node``) and ``tests/test_fragscore.py``
-_fits_node = fits_node
+# here by ``tests/test_fragscore.py``
 _mem_for = mem_for
 _free_devices = free_devices

@@ -1,22 +1,29 @@
-"""Preemption: who may be evicted for a workload, in which order, and the cheap bounds a search
-checks before any placement trial.
+"""Preemption: who may be evicted for a workload, in which order, and the search that makes room.
 
 The order is one function, ``candidate_order``, as in Kueue's
 ``pkg/scheduler/preemption/common/ordering.go`` (``CandidatesOrdering``): the candidate search
-(``Engine.preemption_candidates``) collects the legal victims and sorts them by it; nothing else
-decides who goes first.
+(``PreemptionSearch.preemption_candidates``) collects the legal victims and sorts them by it;
+nothing else decides who goes first. The search itself follows Kueue's steps: check the cheap
+bounds (``WholeSlots``), remove candidates until the preemptor fits, give back every victim not
+needed, admit (``PreemptionSearch._try_preempt``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
-from gpupool.engine.decisions import PreemptRule
-from gpupool.model import Running, Workload
+from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
+from gpupool.engine.running import vec_of
+from gpupool.model import Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload
 
 if TYPE_CHECKING:
-    from gpupool.engine.state import ClusterState
+    from gpupool.engine.cycle_state import CycleState
+    from gpupool.engine.placement import Placer
+    from gpupool.engine.running import RunningSet
+    from gpupool.engine.state import ClusterState, QuotaState
+    from gpupool.engine.statement import Statement
+    from gpupool.model import EngineConfig, ResourcePool
 
 
 def candidate_order(victim: Running, preemptor_queue: str) -> tuple[int, int, float, str]:
@@ -111,3 +118,208 @@ class WholeSlots:
                 self.total += fw[i] // k - free[i] // k
                 free[i] = fw[i]
         return self.total >= self.n
+
+
+class PreemptionSearch:
+    """The engine's preemption steps: the candidate search and making room for one workload.
+
+    A mixin of ``core.Engine``: the steps read and change the engine's state through the
+    attributes declared here (the engine sets them), so the cycle's outline stays in core.py
+    and every step of the search is here, in the order it runs."""
+
+    config: EngineConfig
+    cluster: ClusterState
+    quota: QuotaState
+    runs: RunningSet
+    placer: Placer
+    pools: dict[str, ResourcePool]
+    now: float
+    _cs: CycleState
+    _stmt: Statement
+    _leaves_of_root: dict[str, list[str]]
+
+    if TYPE_CHECKING:
+
+        def _charge(self, r: Running) -> None: ...
+
+        def _discharge(self, r: Running) -> None: ...
+
+    def preemption_candidates(self, w: Workload, pool: str, vec: Vec) -> list[Candidate]:
+        """Preempt extension point: who may be evicted for ``w``, in the order to try them.
+
+        Collected here, ordered by ``preemption.candidate_order`` (one rule, as in Kueue): other
+        queues' borrowed capacity first, then the lowest priority, then the most recently admitted.
+        """
+        by_pq = self.runs.by_pq
+        if not by_pq or not self.pools[pool].preemptible:
+            return []
+        q = self.quota
+        queue = q.queues[w.queue]
+        pol = queue.preemption
+        root = q.root[w.queue]
+        out: list[Candidate] = []
+        cs = self._cs
+        evicted, now = cs.evicted, cs.admitted_now
+        if (
+            pol.within_queue is not ReclaimPolicy.NEVER
+            and self.runs.lowest_priority(pool, w.queue) < w.priority
+        ):
+            for r in by_pq.get((pool, w.queue), {}).values():
+                v = r.workload
+                if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
+                    continue
+                out.append(Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root))
+        reclaim = pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and q.within_guarantee(
+            w.queue, pool, vec
+        )
+        borrow = pol.borrow_within_cohort is not ReclaimPolicy.NEVER
+        if reclaim or borrow:
+            for other in self._leaves_of_root.get(root, ()):
+                rs = by_pq.get((pool, other))
+                if other == w.queue or not rs:
+                    continue
+                # borrowing now, and already when the cycle started (victims are pre-cycle work)
+                lca = q.common_ancestor(w.queue, other)
+                key = (other, pool, lca)
+                at_start = cs.borrowing_at_start.get(key)
+                if at_start is None:
+                    at_start = cs.borrowing_at_start[key] = q.is_borrowing(
+                        other, pool, lca, cs.usage_at_start
+                    )
+                if not at_start or not q.is_borrowing(other, pool, lca):
+                    continue
+                for r in rs.values():
+                    v = r.workload
+                    if v.name in evicted or v.name in now or not v.preemptible:
+                        continue
+                    if reclaim and (
+                        pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority
+                    ):
+                        rule = PreemptRule.RECLAIM
+                    elif borrow and v.priority < w.priority:
+                        rule = PreemptRule.BORROW
+                    else:
+                        continue
+                    out.append(Candidate(r, rule, w, pool, root))
+        mine = w.queue
+        out.sort(key=lambda c: candidate_order(c.running, mine))
+        return out[: self.config.max_preemption_candidates]
+
+    def _fits_now(self, w: Workload, pool: str, vec: Vec) -> bool:
+        if not self.quota.check(w.queue, pool, vec)[0]:
+            return False
+        cp = self._stmt.checkpoint()
+        res = self.placer.place(w, pool, self.config.max_domain_tries)
+        self._stmt.rollback(cp)
+        return res.pods is not None
+
+    def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions, sid: object) -> bool:
+        """Make room for ``w`` in ``pool`` by evicting candidates (Kueue's steps: remove until
+        it fits, give back what is not needed, admit); False, with nothing changed, if no set
+        of candidates makes it fit."""
+        # Within a cycle capacity only shrinks and candidates only leave, until a preemption
+        # succeeds: a failed search for the same queue, pool, shape and priority fails again.
+        cs = self._cs
+        failed = cs.preempt_failed
+        memo = (w.queue, w.priority, pool, sid)
+        if memo in failed:
+            return False
+        cands = self.preemption_candidates(w, pool, vec)
+        slots = self._bounded_slots(w, pool, vec, cands)
+        removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots)
+        if removed is None:
+            failed.add(memo)
+            return False
+        assert slots is not False
+        victims = self._give_back(w, pool, vec, removed, slots)
+        res = self.placer.place(w, pool, self.config.max_domain_tries)
+        assert res.pods is not None
+        borrowing = self.quota.check(w.queue, pool, vec)[1]
+        self.quota.add(w.queue, pool, vec_of(res.pods))
+        self.runs.admit(Running(w, Admission(pool, tuple(res.pods), borrowing, self.now)))
+        for c in victims:
+            cs.evicted.add(c.running.name)
+        cs.fail_cache.clear()
+        failed.clear()
+        _decide_preemption(w, pool, tuple(res.pods), borrowing, victims, out)
+        return True
+
+    def _bounded_slots(
+        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate]
+    ) -> WholeSlots | Literal[False] | None:
+        """The cheap bounds before any trial: False when even evicting every candidate could
+        not make room (by free GPU milli, then by whole free devices); else the device count to
+        keep during the search (None where it does not apply)."""
+        if not cands:
+            return False
+        free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
+        if free_gpu + sum(c.running.admission.quota_vec()[0] for c in cands) < vec[0]:
+            return False
+        slots = WholeSlots.of(self.cluster, w, pool)
+        if slots is not None and not slots.could_fit_without(cands):
+            return False
+        return slots
+
+    def _remove_until_fits(
+        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate], slots: WholeSlots | None
+    ) -> list[Candidate] | None:
+        """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back)."""
+        cp = self._stmt.checkpoint()
+        free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
+        freed = 0
+        removed: list[Candidate] = []
+        for c in cands:
+            self._discharge(c.running)
+            removed.append(c)
+            freed += c.running.admission.quota_vec()[0]
+            room = slots is None or slots.enough(c)  # whole free devices for every pod, by count
+            if not room or free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
+                continue  # a placement trial cannot succeed yet
+            if self._fits_now(w, pool, vec):
+                return removed
+        self._stmt.rollback(cp)
+        return None
+
+    def _give_back(
+        self, w: Workload, pool: str, vec: Vec, removed: list[Candidate], slots: WholeSlots | None
+    ) -> list[Candidate]:
+        """Minimise: give back every victim that turns out not to be needed, newest choice
+        first (the last one removed is needed: without it ``w`` did not fit)."""
+        victims: list[Candidate] = []
+        for c in reversed(removed[:-1]):
+            self._charge(c.running)
+            if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec):
+                self._discharge(c.running)
+                if slots is not None:
+                    slots.enough(c)
+                victims.append(c)
+        victims.append(removed[-1])
+        victims.reverse()
+        return victims
+
+
+def _decide_preemption(
+    w: Workload,
+    pool: str,
+    pods: tuple[PodPlacement, ...],
+    borrowing: bool,
+    victims: list[Candidate],
+    out: Decisions,
+) -> None:
+    """Record a preemption: the victims with their rules and reasons, and the admission."""
+    names = tuple(c.running.name for c in victims)
+    out.preempted.append(
+        Preempt(
+            w.name,
+            w.queue,
+            tuple(
+                Victim(
+                    c.running.name, c.running.workload.queue, c.running.workload.priority, c.rule, c.reason
+                )
+                for c in victims
+            ),
+        )
+    )
+    why = f"admitted to pool {pool} after preempting {len(names)} workload(s): {', '.join(names)}"
+    out.admitted.append(Admit(w.name, w.queue, pool, pods, borrowing, why, after_evicting=names))
+    out.pending_after_preemption = len(out.pending)

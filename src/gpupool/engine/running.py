@@ -12,8 +12,9 @@ preemption candidate, holds see it through ``fresh_ends``, and undoing it is the
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 
-from gpupool.model import Running
+from gpupool.model import Running, Vec
 
 _INF = float("inf")
 
@@ -187,3 +188,13 @@ class RunningSet:
                     if not ends:
                         del per_dev[dev]
             node_ends.pop(p.node, None)
+
+
+def vec_of(pods: Iterable[object]) -> Vec:
+    """The quota vector (GPU milli, CPU milli, memory MiB) that placed pods charge."""
+    g = c = m = 0
+    for p in pods:
+        g += p.gpu_milli * len(p.devices)  # type: ignore[attr-defined]
+        c += p.cpu_milli  # type: ignore[attr-defined]
+        m += p.memory_mib  # type: ignore[attr-defined]
+    return (g, c, m)

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpupool.engine.placement import SCORERS, NodeFilter, _fits_node, register_scorer
+from gpupool.engine.placement import SCORERS, NodeFilter, register_scorer
+from gpupool.engine.scoring import fits_node
 from gpupool.engine.state import ClusterState, PoolIndex
 from gpupool.model import EngineConfig, PodRequest
 
@@ -27,7 +28,7 @@ class FirstFit:
             for i in ix.nodes:
                 if best is not None and i >= best:
                     break
-                if st.free_whole[i] >= k and _fits_node(st, i, req) and ok(i):
+                if st.free_whole[i] >= k and fits_node(st, i, req) and ok(i):
                     best = i
                     break
         return best
@@ -41,7 +42,7 @@ class FirstFit:
             for i in ix.nodes:
                 if best is not None and i >= best[0]:
                     break
-                if not (_fits_node(st, i, req) and ok(i)):
+                if not (fits_node(st, i, req) and ok(i)):
                     continue
                 mem = req.gpu_memory_mib or m * st.nodes[i].gpu_memory_mib // 1000
                 for d, free in enumerate(st.dev_milli[i]):

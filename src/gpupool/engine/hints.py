@@ -1,0 +1,110 @@
+"""The ``blocked`` hint of ``Engine.cycle``: proving a workload cannot move in the starting
+state, and skipping such work in a cycle once it can no longer change anything.
+
+Why: an incremental caller (the simulator, the controller's windows) carries a long backlog
+that mostly cannot move; ``blocked_at_start`` proves it per workload (memoised by pool and
+shape), and the cycle then skips each such workload in its turn, once every pool it could use
+holds nodes, until something is preempted (see ``Engine.cycle`` for the exact contract).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gpupool.model import ReclaimPolicy, Vec, Workload
+
+if TYPE_CHECKING:
+    from gpupool.engine.cycle_state import CycleState
+    from gpupool.engine.decisions import Decisions
+    from gpupool.engine.placement import Placer
+    from gpupool.engine.running import RunningSet
+    from gpupool.engine.state import ClusterState, QuotaState
+    from gpupool.model import EngineConfig, ResourcePool
+
+
+class BlockedHints:
+    """A mixin of ``core.Engine``: the hint's proof and its skips, over the engine's state
+    (the attributes declared here; the engine sets them)."""
+
+    config: EngineConfig
+    cluster: ClusterState
+    quota: QuotaState
+    runs: RunningSet
+    placer: Placer
+    pools: dict[str, ResourcePool]
+    _cs: CycleState
+
+    if TYPE_CHECKING:
+
+        def _static(self, w: Workload) -> tuple[Vec, list[str], list[tuple[object, ...]]]: ...
+
+    def blocked_at_start(self, w: Workload, memo: dict[object, Any] | None = None) -> bool:
+        """True when ``w`` can neither be placed nor preempt anything in the current (committed)
+        state, whatever its quota: an incremental caller may then pass it as ``blocked`` to the
+        next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
+        state only); the check ignores holds, which only ever take capacity away."""
+        vec, pools, ckeys = self._static(w)
+        if not pools or (w.gang_min is not None and w.gang_min < w.pod_count):
+            return False  # the cycle reports why / an elastic gang may start smaller: no proof
+        for pool, key in zip(pools, ckeys, strict=True):
+            pk = ("preempt", w.queue, w.priority, pool, vec)
+            may = None if memo is None else memo.get(pk)
+            if may is None:
+                may = self._may_preempt_at_start(w, pool, vec, memo)
+                if memo is not None:
+                    memo[pk] = may
+            if may:
+                return False
+            fits = None if memo is None else memo.get(key)
+            if fits is None:
+                st = self.cluster
+                if vec[0] > st.capacity[pool][0] - st.pool_used[pool]:
+                    fits = False  # not enough free GPU milli in the whole pool
+                else:
+                    saved, self.placer.reserved = self.placer.reserved, {}
+                    cp = st.checkpoint()
+                    try:
+                        fits = self.placer.place(w, pool, self.config.max_domain_tries).pods is not None
+                    finally:
+                        st.rollback(cp)
+                        self.placer.reserved = saved
+                if memo is not None:
+                    memo[key] = fits
+            if fits:
+                return False
+        return True
+
+    def _may_preempt_at_start(
+        self, w: Workload, pool: str, vec: Vec, memo: dict[object, Any] | None = None
+    ) -> bool:
+        """Could any preemption rule give ``w`` a victim in ``pool`` now (a cheap superset)?"""
+        if self.config.preempt == "none" or not self.pools[pool].preemptible or not self.runs.by_pq:
+            return False
+        pol = self.quota.queues[w.queue].preemption
+        if (
+            pol.within_queue is not ReclaimPolicy.NEVER
+            and self.runs.lowest_priority(pool, w.queue) < w.priority
+        ):
+            return True
+        if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
+            return True
+        return pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and self.quota.within_guarantee(
+            w.queue, pool, vec
+        )
+
+    def _held_everywhere(self, w: Workload) -> bool:
+        pools = self._static(w)[1]
+        reserved = self.placer.reserved
+        if len(pools) == 1:  # the common case, without a generator
+            return pools[0] in reserved
+        return bool(pools) and all(p in reserved for p in pools)
+
+    def _skip_hinted(self, lst: list[Workload], p: int, out: Decisions) -> int:
+        """Skip the run of hinted workloads at the queue's head in one go: each would only be
+        popped and skipped in its turn (this is what makes the hint cheap)."""
+        blocked, n = self._cs.blocked, len(lst)
+        start = p
+        while p < n and lst[p].name in blocked and self._held_everywhere(lst[p]):
+            p += 1
+        out.skipped += p - start
+        return p
