@@ -158,3 +158,20 @@ def test_crd_then_pytorchjob(tmp_path: Path) -> None:
         assert "pod/bert-master-0" in names and "pod/bert-worker-0" in names
         kubectl("delete", "pytorchjob", "bert")
         srv.wait_for(lambda: not srv.list("pods"), what="pods deleted with their PyTorchJob")
+
+
+def test_get_prints_server_side_tables(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
+    node = fake_server.add_gpu_nodes(1, hami=False)[0]
+    kubectl("apply", "-f", "-", stdin=JOB.format(parallelism=1))
+    name = fake_server.wait_for(lambda: fake_server.list("pods", "default"), what="a pod")[0]["metadata"][
+        "name"
+    ]
+    fake_server.bind("default", name, node)
+    fake_server.wait_for(
+        lambda: fake_server.get("pods", "default", name)["status"]["phase"] == "Running", what="running"
+    )
+    rows = [line.split() for line in kubectl("get", "pods", "-o", "wide").splitlines()]
+    assert rows[0][:3] == ["NAME", "READY", "STATUS"] and "NODE" in rows[0]
+    assert rows[1][0] == name and rows[1][1] == "1/1" and rows[1][2] == "Running" and node in rows[1]
+    assert kubectl("get", "nodes").split()[:3] == ["NAME", "STATUS", "ROLES"]
+    assert "Running" in kubectl("get", "job", "train")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from gpupool.kube.fake import discovery, errors, subresources
+from gpupool.kube.fake import discovery, errors, subresources, tables
 from gpupool.kube.fake.errors import ApiError
 from gpupool.kube.fake.faults import FaultConfig
 from gpupool.kube.fake.ops import Ops
@@ -85,7 +85,15 @@ class FakeApp:
         body = await _read_body(receive) if method in ("POST", "PUT", "PATCH", "DELETE") else None
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         code, out = self._dispatch(method, tgt, q, body, headers.get("content-type", ""))
+        if method == "GET" and "as=Table" in headers.get("accept", "") and not tgt.sub:
+            out = self._table(tgt, out)
         await _respond(send, code, out)
+
+    def _table(self, t: Target, out: Obj) -> Obj:
+        """kubectl's ``as=Table`` view of a list or of one object."""
+        if t.name:
+            return tables.table(t.rt, [out], {"resourceVersion": out["metadata"].get("resourceVersion", "")})
+        return tables.table(t.rt, out["items"], out["metadata"])
 
     def _discovery(self, path: str) -> dict[str, Any] | None:
         parts = [p for p in path.split("/") if p]
