@@ -59,9 +59,10 @@ def test_a_locally_bad_set_creates_nothing(server: Server, tmp_path: Path) -> No
 
 def test_a_set_the_server_refuses_is_applied_not_at_all(server: Server, tmp_path: Path) -> None:
     f = tmp_path / "refused.yaml"
-    f.write_text(yaml.safe_dump_all([wl("srv-good"), wl("srv-bad", queue="no-such-queue")]))
+    # a request no pool can ever hold: only the server knows the cluster's nodes
+    f.write_text(yaml.safe_dump_all([wl("srv-good"), wl("srv-bad", gpus=4096)]))
     code, out = cli(server, "submit", "-f", str(f))
-    assert code == 1 and "(HTTP 4" in out and "no-such-queue" in out
+    assert code == 1 and "(HTTP 4" in out and "fits no node" in out, out
     assert "nothing was applied" in out
     assert not _exists(server, "srv-good")
 
@@ -90,6 +91,45 @@ def test_get_prints_data_not_markup_and_the_kubectl_habits(server: Server, tmp_p
     assert code == 0 and names == sorted(names) and {"habit-a", "habit-b"} <= set(names)
     code, out = cli(server, "get", "workloads", "-o", "wide")
     assert code == 0 and out.splitlines()[0].split()[:5] == ["NAME", "QUEUE", "PHASE", "OWNER", "PRIORITY"]
+
+
+def test_submit_reports_every_problem_before_sending_with_the_servers_names(
+    server: Server, tmp_path: Path
+) -> None:
+    typo = wl("typo-a", queue="llm-reserch")
+    odd = wl("typo-b")
+    odd["spec"]["podGroup"] = []
+    f = tmp_path / "typo.yaml"
+    f.write_text(yaml.safe_dump_all([wl("typo-good"), typo, odd]))
+    code, out = cli(server, "submit", "-f", str(f))
+    assert code == 2 and "nothing was sent" in out
+    assert "queue 'llm-reserch' does not exist (did you mean 'llm-research'?)" in out
+    assert "spec.podGroup: unknown field (did you mean 'podGroups'?)" in out
+    assert not _exists(server, "typo-good")
+
+
+def test_submit_takes_a_kueue_job_as_the_kubernetes_backend_converts_it(
+    server: Server, tmp_path: Path
+) -> None:
+    from gpupool.kube.workloads import workload_from_object
+
+    container = {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "kjob", "labels": {"kueue.x-k8s.io/queue-name": "llm-research"}},
+        "spec": {"template": {"spec": {"containers": [container]}}},
+    }
+    f = tmp_path / "job.yaml"
+    f.write_text(yaml.safe_dump(job))
+    code, out = cli(server, "submit", "-f", str(f))
+    expected = workload_from_object({**job, "metadata": {**job["metadata"], "namespace": "default"}})
+    assert expected is not None
+    name = expected.manifest["metadata"]["name"]
+    assert code == 0 and out.splitlines() == [f"Workload/{name}: created"]
+    with server.client() as c:
+        got = c.get(f"/v1/workloads/{name}").json()
+    assert got["queue"] == "llm-research"
 
 
 def _rewrite_record(db: Path, seq: int, records: list[dict[str, object]]) -> None:

@@ -11,22 +11,40 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import typer
 
+from gpupool.cli.checks import Known
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
 from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail
 from gpupool.cli.files import FileProblem, load_documents
 from gpupool.manifests import Document, ManifestError
 
 
-def load_set(files: list[Path]) -> list[Document]:
+def server_names(api: Api) -> Known | None:
+    """The queues, pools and priority classes the server has, to check a set's references
+    before sending it; None when the caller may not read them (the server checks then)."""
+    k = Known()
+    for res, names in (("queues", k.queues), ("pools", k.pools), ("priorityclasses", k.classes)):
+        try:
+            r = api.http.get(f"/v1/config/{res}")
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            return None
+        names.update(i["metadata"]["name"] for i in r.json().get("items", []))
+    return k
+
+
+def load_set(files: list[Path], api: Api | None = None) -> list[Document]:
     """Every document of the files, validated locally as the server would; exit 2 on any problem.
 
     Why: nothing is sent unless the whole set is good, so a bad document or a duplicate name
-    cannot leave the rest of the set applied.
+    cannot leave the rest of the set applied; with ``api``, names the set refers to are checked
+    against the server's in the same round.
     """
     try:
-        return load_documents(files)
+        return load_documents(files, server_names(api) if api is not None else None)
     except FileProblem as exc:
         fail(str(exc), 2)
     except ManifestError as exc:
@@ -76,24 +94,30 @@ def apply(
     output: Format = OutOpt,
 ) -> None:
     """Create or update pools, queues, priority classes and clusters (and submit workloads)."""
-    docs = load_set(files)
-    results = apply_set(Api(server, token), docs)
+    api = Api(server, token)
+    results = apply_set(api, load_set(files, api))
     print_results(results, {"results": results}, output)
 
 
 def submit(
-    files: list[Path] = typer.Option(..., "-f", "--filename", help="Workload manifests ('-' for stdin)"),
+    files: list[Path] = typer.Option(
+        ...,
+        "-f",
+        "--filename",
+        help="Workload manifests or Kubernetes Jobs with a Kueue queue ('-' for stdin)",
+    ),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     output: Format = OutOpt,
 ) -> None:
     """Submit workloads, all or none (idempotent by name: the same manifest again changes nothing)."""
-    docs = load_set(files)
+    api = Api(server, token)
+    docs = load_set(files, api)
     bad = [d for d in docs if d.kind != "Workload"]
     if bad:
         fail(
             f"{bad[0].source}: submit takes Workload manifests only; use `gpupool apply -f` for configuration",
             2,
         )
-    results = apply_set(Api(server, token), docs)
+    results = apply_set(api, docs)
     print_results(results, results, output)

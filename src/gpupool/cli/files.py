@@ -8,10 +8,16 @@ duplicate name never leaves half of a set applied.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from gpupool.cli.checks import Known, merge, reference_problems, with_hints
+from gpupool.cli.kubeobjects import is_kube_object, to_workload
 from gpupool.manifests import (
     Bundle,
     Document,
@@ -65,8 +71,12 @@ def expand(files: Iterable[Path]) -> list[Path]:
     return paths
 
 
-def load_documents(files: Iterable[Path]) -> list[Document]:
+def load_documents(files: Iterable[Path], known: Known | None = None) -> list[Document]:
     """Every document of every file, validated; ManifestError lists every located problem.
+
+    ``known`` (the names a server has) makes references to queues, pools and priority classes
+    checked in the same round, each unknown name with the nearest known one. Kubernetes
+    objects (a Job with Kueue's queue label) are read as the Workloads they become.
 
     Duplicates (same kind and name) are refused across files as well as within one, since the
     set is applied as one: a second copy would either change nothing or conflict.
@@ -74,22 +84,88 @@ def load_documents(files: Iterable[Path]) -> list[Document]:
     given = list(files)
     docs: list[Document] = []
     errors: list[str] = []
+    raws: list[tuple[str, dict[str, Any]]] = []
     for p in expand(given):
         source = "<stdin>" if str(p) == STDIN else str(p)
-        got, bad = collect_documents(read_text(p), source)
+        text, converted, bad_kube = _converted(read_text(p), source)
+        raws += converted
+        got, bad = collect_documents(text, source)
         docs.extend(got)
-        errors.extend(bad)
+        errors.extend(bad_kube + bad)
     errors += _duplicates(docs)
+    if errors or known is not None:
+        errors = _one_round(docs, raws, errors, known)
     if errors:
-        # the documents that parsed are converted too: every problem in one round
-        try:
-            build(docs, Bundle(priority_classes=list(default_priority_classes())), references=False)
-        except ManifestError as exc:
-            errors.extend(exc.errors)
-        raise ManifestError(errors)
+        raise ManifestError(with_hints(sorted(errors, key=_document_order), _known_of(docs, known)))
     if not docs:
         raise FileProblem("no manifests found in " + ", ".join(map(str, given)))
     return docs
+
+
+def _document_order(problem: str) -> tuple[str, int]:
+    """Problems in file and document order, whichever check found them."""
+    m = re.match(r"(.*?): document (\d+)", problem)
+    return (m[1], int(m[2])) if m else (problem.split(":", 1)[0], 0)
+
+
+def _converted(text: str, source: str) -> tuple[str, list[tuple[str, dict[str, Any]]], list[str]]:
+    """The text with each Kubernetes object replaced by its Workload; the documents; the problems.
+
+    Why rewrite the text: the documents keep their numbers, so every problem still names the
+    document the user wrote."""
+    try:
+        raw_docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError:
+        return text, [], []  # collect_documents reports where the YAML breaks
+    out: list[Any] = []
+    labelled: list[tuple[str, dict[str, Any]]] = []
+    problems: list[str] = []
+    for n, raw in enumerate(raw_docs, start=1):
+        if is_kube_object(raw):
+            manifest, problem = to_workload(raw)
+            if problem is not None:
+                md = raw.get("metadata") or {}
+                problems.append(
+                    f"{source}: document {n} ({raw.get('kind')}/{md.get('name', '?')}): {problem}"
+                )
+                continue
+            raw = manifest
+        out.append(raw)
+        if isinstance(raw, dict):
+            md = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+            here = f"{source}: document {n} ({raw.get('kind') or '?'}/{(md or {}).get('name') or '?'})"
+            labelled.append((here, raw))
+    if not problems and len(labelled) == len(raw_docs) and not any(map(is_kube_object, raw_docs)):
+        return text, labelled, []
+    return yaml.safe_dump_all(out, sort_keys=False), labelled, problems
+
+
+def _known_of(docs: list[Document], known: Known | None) -> Known:
+    """The names the set may refer to: the server's (when asked), the built-ins, the set's own."""
+    k = Known(set(known.queues), set(known.pools), set(known.classes)) if known else Known()
+    for d in docs:
+        k.add(d.kind, d.name)
+    return k
+
+
+def _one_round(
+    docs: list[Document], raws: list[tuple[str, dict[str, Any]]], errors: list[str], known: Known | None
+) -> list[str]:
+    """Every problem of the set at once: each document's own, then the names nothing defines."""
+    names = _known_of(docs, known)
+    try:
+        # the documents that parsed are converted too, checked against the names known
+        base = Bundle(priority_classes=list(default_priority_classes()))
+        build(docs, base, references=False)
+    except ManifestError as exc:
+        errors = errors + list(exc.errors)
+    for _src, raw in raws:  # names defined by documents that failed still count as defined
+        md = raw.get("metadata")
+        if isinstance(md, dict) and isinstance(md.get("name"), str):
+            names.add(str(raw.get("kind")), md["name"])
+    if known is None and not names.queues - Known().queues:
+        names.queues = set()  # no queue in the set and no server asked: nothing to check against
+    return merge(errors, reference_problems(raws, names))
 
 
 def _duplicates(docs: list[Document]) -> list[str]:

@@ -46,6 +46,8 @@ def _top(
     _: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
 ) -> None:
     """gpupool: a governed GPU compute scheduling platform."""
+
+
 bench_app = typer.Typer(
     help="Benchmarks that print figures (ratios against a baseline run in the same process)."
 )
@@ -92,12 +94,29 @@ def _load(paths: list[Path]) -> Snapshot:
 def validate(
     files: list[Path] = typer.Option(..., "-f", "--filename", help="YAML files or directories"),
 ) -> None:
-    """Check manifests and report every problem with its file, object and field."""
-    s = _load(files)
-    console.print(
-        f"[green]valid[/]: {len(s.nodes)} nodes, {len(s.pools)} pools, {len(s.queues)} queues, "
-        f"{len(s.priority_classes)} priority classes, {len(s.pending)} workloads"
-    )
+    """Check manifests and report every problem with its file, object and field.
+
+    A simulator Scenario and the cluster files it names are checked as a set of their own
+    (gpupool.cli.bundles says why)."""
+    from gpupool.cli.bundles import validation_sets
+
+    try:
+        sets = validation_sets(files)
+    except FileProblem as exc:
+        fail(str(exc))
+        raise AssertionError from exc  # unreachable
+    if sets.problems:
+        fail(f"{len(sets.problems)} problem(s) in the scenarios:\n  " + "\n  ".join(sets.problems))
+    named = [("", sets.config)] + [(f" (scenario {escape(str(p))})", fs) for p, fs in sets.scenarios.items()]
+    for label, paths in named:
+        if not paths and label:
+            console.print(f"[green]valid[/]{label}: the scenario (its cluster is inline)")
+        elif paths:
+            s = _load(paths)
+            console.print(
+                f"[green]valid[/]{label}: {len(s.nodes)} nodes, {len(s.pools)} pools, {len(s.queues)} queues, "
+                f"{len(s.priority_classes)} priority classes, {len(s.pending)} workloads"
+            )
 
 
 @app.command()
