@@ -548,3 +548,16 @@ def test_the_virtual_backend_answers_logs_with_a_clear_501(tmp_path: Path) -> No
         r = api.req("GET", "/v1/workloads/v/logs")
         assert r.status_code == 501 and "keeps no logs" in r.json()["error"]["message"]
         assert api.req("GET", "/v1/workloads/nobody/logs").status_code == 404
+
+
+def test_a_stop_in_progress_is_finished_by_the_next_backend_after_a_restart(tmp_path: Path) -> None:
+    be = backend(tmp_path, grace_s=0.3)
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, lambda *a: None)\nwhile True: time.sleep(0.05)"
+    be.start([run("stubborn", pods([0]), code)])
+    pid = pod_pids(be, "stubborn")[0]
+    time.sleep(0.3)  # let the command install its SIGTERM handler
+    be.stop(["stubborn"])
+    nxt = backend(tmp_path, grace_s=0.3)  # the controller died during the grace period
+    assert nxt.next_finish() is not None  # it wakes the controller for the SIGKILL
+    wait_for(lambda: not nxt.poll(time.time()) and not nxt._stopping, 10, "the SIGKILL")
+    wait_for(lambda: not proc.alive(pid, proc.start_ticks(pid)), 5, "the pod gone")
