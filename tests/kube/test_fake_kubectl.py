@@ -175,3 +175,25 @@ def test_get_prints_server_side_tables(kubectl: Kubectl, fake_server: FakeApiSer
     assert rows[1][0] == name and rows[1][1] == "1/1" and rows[1][2] == "Running" and node in rows[1]
     assert kubectl("get", "nodes").split()[:3] == ["NAME", "STATUS", "ROLES"]
     assert "Running" in kubectl("get", "job", "train")
+
+
+def test_get_watch_streams_table_rows(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
+    proc = subprocess.Popen(
+        [*kubectl.base, "get", "pods", "-w"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        fake_server.wait_for(lambda: fake_server.store.watch_count() > 0, what="kubectl's watch")
+        fake_server.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": "watched", "namespace": "default"},
+                "spec": {"containers": [{"name": "c", "image": "x"}]},
+            }
+        )
+        header, row = proc.stdout.readline().split(), proc.stdout.readline().split()
+        assert header[:3] == ["NAME", "READY", "STATUS"] and row[:3] == ["watched", "0/1", "Pending"]
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from gpupool.kube.fake.faults import FaultConfig
 from gpupool.kube.fake.ops import Ops
 from gpupool.kube.fake.resources import ResourceType
 from gpupool.kube.fake.selectors import combine, field_selector, label_selector
-from gpupool.kube.fake.storage import Obj, Store
+from gpupool.kube.fake.storage import Event, Obj, Store
 from gpupool.kube.fake.watch import WatchStream
 
 Scope = dict[str, Any]
@@ -81,7 +82,8 @@ class FakeApp:
             return await _respond(send, 200, doc)
         tgt = self._parse(path)
         if method == "GET" and not tgt.name and q.get("watch") in ("1", "true"):
-            return await self._watch(tgt, q, receive, send)
+            table = "as=Table" in dict(scope["headers"]).get(b"accept", b"").decode()
+            return await self._watch(tgt, q, receive, send, table)
         body = await _read_body(receive) if method in ("POST", "PUT", "PATCH", "DELETE") else None
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         code, out = self._dispatch(method, tgt, q, body, headers.get("content-type", ""))
@@ -221,7 +223,7 @@ class FakeApp:
             )
         return {"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version, "metadata": {}, "items": items}
 
-    async def _watch(self, t: Target, q: dict[str, str], receive: Receive, send: Send) -> None:
+    async def _watch(self, t: Target, q: dict[str, str], receive: Receive, send: Send, table: bool) -> None:
         self.store.stats.count(f"watch {t.rt.key}")
         rv = q.get("resourceVersion", "")
         initial = q.get("sendInitialEvents") == "true"
@@ -234,6 +236,8 @@ class FakeApp:
             "drop_after": self.faults.drop_watches_after_s,
         }
         stream = WatchStream(self.store, t.rt, asyncio.get_running_loop())
+        if table:
+            stream.encode = functools.partial(_table_event, t.rt)
         self.streams.add(stream)
         try:
             await stream.run(send, receive, t.ns, self._selector(q), since, opts)
@@ -243,6 +247,16 @@ class FakeApp:
     def close_streams(self) -> None:
         for s in list(self.streams):
             s.close()
+
+
+def _table_event(rt: ResourceType, ev: Event) -> bytes:
+    """A watch event whose object is a one-row Table (what ``kubectl get -w`` asks for)."""
+    obj = (
+        ev.obj
+        if ev.type in ("BOOKMARK", "ERROR")
+        else tables.table(rt, [ev.obj], {"resourceVersion": ev.obj["metadata"].get("resourceVersion", "")})
+    )
+    return json.dumps({"type": ev.type, "object": obj}, separators=(",", ":")).encode() + b"\n"
 
 
 def _int(v: str, name: str) -> int:

@@ -44,6 +44,8 @@ class WatchStream:
         self.wake = asyncio.Event()
         self.closed = False
         self._loop_thread = threading.get_ident()
+        #: re-encodes each event (kubectl's ``as=Table`` watch); None: the shared line
+        self.encode: Callable[[Event], bytes] | None = None
 
     def offer(self, ev: Event) -> None:
         self.buf.append(ev)
@@ -81,7 +83,8 @@ class WatchStream:
             return
         watcher = asyncio.ensure_future(self._watch_disconnect(receive))
         try:
-            chunk = b"".join(event_line(e) for e in replay)
+            encode = self.encode or event_line
+            chunk = b"".join(encode(e) for e in replay)
             if opts.get("initial_events_end") and since is None:
                 chunk += self._bookmark(start_rv, initial_end=True)
             if chunk:
@@ -125,8 +128,9 @@ class WatchStream:
                 continue
             self.wake.clear()
             lines = []
+            encode = self.encode or event_line
             while self.buf:
-                lines.append(event_line(self.buf.popleft()))
+                lines.append(encode(self.buf.popleft()))
             if lines and not self.closed:
                 await send({"type": "http.response.body", "body": b"".join(lines), "more_body": True})
 
