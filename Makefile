@@ -17,9 +17,10 @@ RUN_STAMP := $(VENV)/.installed-run
 PORT ?= 8080
 
 $(RUN_STAMP): pyproject.toml
+	@echo "make run: installing gpupool and its dependencies into $(VENV) (first run only, a few minutes)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -e .
 	touch $(RUN_STAMP)
 
 # The platform on its embedded defaults: SQLite under .gpupool/, the virtual cluster from

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +18,9 @@ from rich.markup import escape
 
 from gpupool.service.config import DEFAULT_STATE_DIR, EXAMPLES, ServiceConfig, seed_config, write_token_file
 
-console = Console()
-err_console = Console(stderr=True)
+# a log file or journald gets each banner line whole, never wrapped at 80 columns
+console = Console(soft_wrap=not sys.stdout.isatty())
+err_console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())
 
 
 def _fault_options(
@@ -287,7 +289,9 @@ def serve(
         console.print(f"configuration: {seeded} objects from {cfg.config_dir}")
     if token is not None:
         write_token_file(cfg.token_file, token)
-        console.print(f"bootstrap admin token: {token}")
+        # a token on stdout ends up in journald and CI logs: print it only to a person
+        shown = token if console.is_terminal else "created (not printed: stdout is not a terminal)"
+        console.print(f"bootstrap admin token: {shown}", markup=False)
         console.print(f"  saved to {cfg.token_file} (mode 0600); the CLI reads it from there by default")
     else:
         console.print(f"admin token: in {cfg.token_file} (created on first start)")
