@@ -170,6 +170,11 @@ class KubeRuntime:
         self.first_bind.mark_synced(self.informers.pods.items())
         held = self.lease.start()
         self.backend.run(self.opts.sync_timeout_s)  # adopt what the cluster runs; the bind loop
+        # every node's inventory built (or the bind loop's build waited for) before the controller
+        # recovers: a recovery that saw a half-built node view would evict the work on the rest
+        view = getattr(self.backend, "nodes", None)
+        if callable(getattr(view, "refresh", None)):
+            view.refresh()
         log.warning(
             "kubernetes: caches %s in %.2f s, %.2f s after process start (%s); Lease %s/%s %s",
             "synced" if synced else "NOT synced",
