@@ -172,9 +172,9 @@ class KubeRuntime:
         self.backend.run(self.opts.sync_timeout_s)  # adopt what the cluster runs; the bind loop
         # every node's inventory built (or the bind loop's build waited for) before the controller
         # recovers: a recovery that saw a half-built node view would evict the work on the rest
-        view = getattr(self.backend, "nodes", None)
-        if callable(getattr(view, "refresh", None)):
-            view.refresh()
+        refresh = getattr(getattr(self.backend, "nodes", None), "refresh", None)
+        if callable(refresh):
+            refresh()
         log.warning(
             "kubernetes: caches %s in %.2f s, %.2f s after process start (%s); Lease %s/%s %s",
             "synced" if synced else "NOT synced",
