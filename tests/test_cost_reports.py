@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -188,3 +190,23 @@ def test_render_formats_share_one_shape() -> None:
     assert json.loads(render(rep, "json")) == rep
     with pytest.raises(ValueError, match="output"):
         render(rep, "pdf")
+
+
+def test_evidence_bundle_from_the_live_store(world: tuple[Api, dict[str, str], Path], tmp_path: Path) -> None:
+    _, _, state = world
+    out = tmp_path / "poc.zip"
+    res = runner.invoke(app, ["evidence", "--db", f"sqlite:///{state}/gpupool.db", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    with zipfile.ZipFile(out) as z:
+        manifest = json.loads(z.read("MANIFEST.json"))
+        for name, meta in manifest["files"].items():
+            assert hashlib.sha256(z.read(name)).hexdigest() == meta["sha256"]
+        admitted = [
+            json.loads(line)["name"] for line in z.read("allocation/admissions.jsonl").decode().splitlines()
+        ]
+        assert sorted(admitted) == ["a1", "a2", "b1", "live"]
+        assert json.loads(z.read("audit/verify.json"))["ok"] is True
+        runs = z.read("run/runs.csv").decode().splitlines()
+        assert runs[0].startswith("workload,attempt,pool") and len(runs) == 5
+    both = runner.invoke(app, ["evidence", "-o", str(out)])
+    assert both.exit_code == 2 and "exactly one of --db" in both.output

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import zipfile
 from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
@@ -61,3 +63,16 @@ def test_cli_weekly_from_a_simulator_run(tmp_path: Path) -> None:
     assert bad.exit_code == 2 and "--variant" in bad.output
     missing = CliRunner().invoke(app, ["report", "usage", "--sim", str(tmp_path / "none.yaml")])
     assert missing.exit_code == 2 and "--sim" in missing.output
+
+
+def test_evidence_bundle_from_a_replay(tmp_path: Path) -> None:
+    out = tmp_path / "sim.zip"
+    res = CliRunner().invoke(app, ["evidence", "--sim", str(POC), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    with zipfile.ZipFile(out) as z:
+        assert json.loads(z.read("audit/verify.json"))["ok"] is None  # said, not pretended
+        pre = z.read("allocation/preemptions.jsonl").decode().splitlines()
+        assert pre and all(json.loads(p)["victim"] for p in pre)
+        assert (
+            z.read("recovery/failures.csv").decode().startswith("workload,queue,at,reason,minutesToRunAgain")
+        )
