@@ -26,6 +26,8 @@ def gpu_uuid(node: str, index: int) -> str:
 
 
 def hami_register(node: str, gpus: int, product: str, memory_mib: int) -> str:
+    """HAMi's register JSON. ``type`` is ``NVIDIA-`` + NVML's device name, which is the GFD
+    product label with spaces (``NVIDIA-NVIDIA H100 80GB HBM3``)."""
     devs = [
         {
             "id": gpu_uuid(node, i),
@@ -33,7 +35,7 @@ def hami_register(node: str, gpus: int, product: str, memory_mib: int) -> str:
             "count": HAMI_SPLIT,
             "devmem": memory_mib,
             "devcore": 100,
-            "type": f"NVIDIA-{product}",
+            "type": "NVIDIA-" + product.replace("-", " "),
             "numa": 0 if i < max(1, gpus // 2) else 1,
             "mode": "hami-core",
             "health": True,
