@@ -298,3 +298,32 @@ def test_events_core_and_events_k8s_io(api: httpx.Client) -> None:
     assert api.post("/apis/events.k8s.io/v1/namespaces/default/events", json=new).status_code == 201
     core = api.get("/api/v1/namespaces/default/events", params={"fieldSelector": "reason=R"}).json()["items"]
     assert [(e["message"], e["involvedObject"]["name"]) for e in core] == [("n", "p")]
+
+
+def test_write_that_changes_nothing_keeps_the_resource_version(api: httpx.Client) -> None:
+    rv = api.post(CM, json={"metadata": {"name": "same", "labels": {"a": "1"}}}).json()["metadata"][
+        "resourceVersion"
+    ]
+    again = api.patch(
+        f"{CM}/same",
+        json={"metadata": {"labels": {"a": "1"}}},
+        headers={"content-type": "application/merge-patch+json"},
+    )
+    assert again.json()["metadata"]["resourceVersion"] == rv
+
+
+def test_foreground_delete_waits_for_dependents(api: httpx.Client, fake_server: FakeApiServer) -> None:
+    owner = fake_server.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owner"}})
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+    dep = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "dep", "ownerReferences": [ref], "finalizers": ["x/hold"]},
+    }
+    fake_server.create(dep)
+    out = api.delete(f"{CM}/owner", params={"propagationPolicy": "Foreground"}).json()
+    assert out["metadata"]["deletionTimestamp"] and "foregroundDeletion" in out["metadata"]["finalizers"]
+    assert fake_server.get("configmaps", "default", "dep")["metadata"]["deletionTimestamp"]
+    fake_server.patch("configmaps", "default", "dep", {"metadata": {"finalizers": None}})
+    assert api.get(f"{CM}/dep").status_code == 404
+    assert api.get(f"{CM}/owner").status_code == 404
