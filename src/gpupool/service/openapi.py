@@ -205,8 +205,17 @@ class WorkloadView(BaseModel):
     manifest: dict[str, Any]
 
 
+class ListMeta(BaseModel):
+    """Where a paged list goes on: pass ``continue`` back, unchanged, for the next page."""
+
+    continue_: str | None = Field(
+        None, alias="continue", description="token of the next page; null on the last page"
+    )
+
+
 class WorkloadList(BaseModel):
     items: list[WorkloadView]
+    metadata: ListMeta
 
 
 class Event(BaseModel):

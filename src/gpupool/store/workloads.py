@@ -150,6 +150,45 @@ class WorkloadMethods(StoreBase):
         with self._read() as s:
             return [workload_record(r) for r in s.execute(q).scalars()]
 
+    def page_workloads(
+        self,
+        *,
+        queues: Collection[str] | None = None,
+        phases: Collection[str] | None = None,
+        owner: str | None = None,
+        types: Collection[str] | None = None,
+        newest_first: bool = True,
+        from_seq: int | None = None,
+        limit: int = 500,
+    ) -> tuple[list[WorkloadRecord], bool]:
+        """One page of workloads and whether more follow; ``from_seq`` is the last seq of the
+        page before (exclusive), in the page's order (newest first by default).
+
+        Why a page and a flag: a list answers at most ``limit`` objects however many exist, and
+        says whether to ask again, so no caller drops what lies past its first page."""
+        if phases is not None and sorted(set(phases) - set(PHASES)):
+            raise ValidationFailed("phase", f"unknown phases {sorted(set(phases) - set(PHASES))}")
+        if limit < 1:
+            raise ValidationFailed("limit", "must be >= 1")
+        seq = WorkloadRow.seq
+        q = sa.select(WorkloadRow).order_by(seq.desc() if newest_first else seq)
+        if from_seq is not None:
+            q = q.where(seq < from_seq if newest_first else seq > from_seq)
+        if queues is not None:
+            q = q.where(WorkloadRow.queue.in_(list(queues)))
+        if phases is not None:
+            q = q.where(WorkloadRow.phase.in_(list(phases)))
+        if owner is not None:
+            q = q.where(WorkloadRow.owner == owner)
+        if types is not None:
+            kind = WorkloadRow.manifest[("spec", "type")].as_string()
+            # a manifest that names no type has the schema's default, batch
+            match = kind.in_(list(types))
+            q = q.where(sa.or_(match, kind.is_(None)) if "batch" in types else match)
+        with self._read() as s:
+            rows = list(s.execute(q.limit(limit + 1)).scalars())
+        return [workload_record(r) for r in rows[:limit]], len(rows) > limit
+
     def phase_counts(self) -> dict[str, int]:
         """How many workloads are in each phase (phases with none are absent); for the metrics."""
         with self.engine.connect() as c:

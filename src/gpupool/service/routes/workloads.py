@@ -44,6 +44,7 @@ from gpupool.service.routes.base import (
     principal,
     refusal_error,
 )
+from gpupool.service.routes.paging import Order, make_continue, read_continue
 from gpupool.service.view import ConfigView
 from gpupool.store import StoreError, WorkloadRecord
 
@@ -201,16 +202,31 @@ def list_workloads(
     svc: Svc,
     queue: str | None = None,
     phase: Annotated[list[str] | None, Query()] = None,
-    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    after: Annotated[int, Query(ge=0, le=MAX_ID, description="seq to page after")] = 0,
+    owner: str | None = None,
+    types: Annotated[list[str] | None, Query(alias="type", description="workload types, e.g. training")] = None,
+    order: Annotated[Order, Query(description="newest (the default) or oldest first")] = "newest",
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    cont: Annotated[
+        str | None, Query(alias="continue", max_length=200, description="from the last page")
+    ] = None,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="seq to page after (oldest first)")] = 0,
 ) -> dict[str, Any]:
-    """Workloads the caller may see, in arrival order."""
+    """Workloads the caller may see, one page at a time: ``metadata.continue`` asks for the next.
+
+    Newest first by default, so the work just submitted is on the first page; ``after`` keeps
+    the older arrival-order paging by seq."""
     visible = svc.visible_queues(p)
     queues = visible
     if queue is not None:
         queues = [queue] if visible is None or queue in visible else []
-    recs = svc.store.list_workloads(queues=queues, phases=phase, after_seq=after, limit=limit)
-    return {"items": [workload_view(r) for r in recs]}
+    newest, start = order == "newest" and not after, after or None
+    if cont is not None:
+        newest, start = read_continue(cont)
+    recs, more = svc.store.page_workloads(
+        queues=queues, phases=phase, owner=owner, types=types, newest_first=newest, from_seq=start, limit=limit
+    )
+    token = make_continue(newest, recs[-1].seq) if more and recs else None
+    return {"items": [workload_view(r) for r in recs], "metadata": {"continue": token}}
 
 
 @router.get("/v1/workloads/{name}", tags=["workloads"], **doc(oa.WorkloadView, *READ, 422))
