@@ -47,7 +47,16 @@ CLASSES = (
 
 def build_snapshot(n_nodes: int, n_queues: int, n_cohorts: int, n_workloads: int, seed: int) -> Snapshot:
     """A deterministic large cluster and workload mix (see the module docstring of the bench)."""
-    rng = np.random.default_rng(seed)
+    nodes = _nodes(n_nodes)
+    pools = tuple(ResourcePool(m, (("pool", m),)) for m, _ in MODELS)
+    queues = _queues(nodes, n_queues, n_cohorts)
+    leaf_names = [q.name for q in queues if q.parent is not None]
+    workloads = _workloads(np.random.default_rng(seed), leaf_names, n_workloads)
+    return Snapshot(tuple(nodes), pools, tuple(queues), CLASSES, tuple(workloads))
+
+
+def _nodes(n_nodes: int) -> list[Node]:
+    """8-GPU nodes split evenly over the GPU models, 32 to a rack, NVLink domains of two."""
     nodes = []
     per_model = n_nodes // len(MODELS)
     for mi, (model, mem) in enumerate(MODELS):
@@ -70,7 +79,11 @@ def build_snapshot(n_nodes: int, n_queues: int, n_cohorts: int, n_workloads: int
                     rack,
                 )
             )
-    pools = tuple(ResourcePool(m, (("pool", m),)) for m, _ in MODELS)
+    return nodes
+
+
+def _queues(nodes: list[Node], n_queues: int, n_cohorts: int) -> list[Queue]:
+    """Cohorts that split each pool's GPUs evenly, each with leaf queues splitting its share."""
     cap = {m: sum(1 for n in nodes if n.gpu_model == m) * 8000 for m, _ in MODELS}
     queues: list[Queue] = []
     leaves_per_cohort = max(1, n_queues // n_cohorts)
@@ -90,7 +103,13 @@ def build_snapshot(n_nodes: int, n_queues: int, n_cohorts: int, n_workloads: int
                 for m, _ in MODELS
             )
             queues.append(Queue(f"{root}-q{leaf:03d}", parent=root, weight=float(1 + leaf % 3), quotas=g))
-    leaf_names = [q.name for q in queues if q.parent is not None]
+    return queues
+
+
+def _workloads(rng: np.random.Generator, leaf_names: list[str], n_workloads: int) -> list[Workload]:
+    """The pending mix: whole-GPU pods of 1-8 GPUs, GPU fractions, and rack-preferring gangs.
+
+    Every random draw is made here, in this order: the mix depends on the seed alone."""
     shapes = rng.choice(6, size=n_workloads, p=[0.35, 0.15, 0.10, 0.10, 0.20, 0.10])
     qidx = rng.integers(0, len(leaf_names), size=n_workloads)
     cidx = rng.choice(len(CLASSES), size=n_workloads, p=[0.05, 0.25, 0.2, 0.3, 0.2])
@@ -100,22 +119,7 @@ def build_snapshot(n_nodes: int, n_queues: int, n_cohorts: int, n_workloads: int
     gang = rng.integers(2, 5, size=n_workloads)
     workloads = []
     for i in range(n_workloads):
-        s = int(shapes[i])
-        topo = None
-        if s < 4:
-            req = PodRequest(
-                gpus=(1, 2, 4, 8)[s],
-                cpu_milli=8000 * (1, 2, 4, 8)[s],
-                memory_mib=65536 * (1, 2, 4, 8)[s] // 2,
-            )
-            groups = (PodGroup("main", 1, req),)
-        elif s == 4:
-            req = PodRequest(gpu_milli=int(frac[i]), cpu_milli=2000, memory_mib=16384)
-            groups = (PodGroup("main", 1, req),)
-        else:
-            req = PodRequest(gpus=8, cpu_milli=64000, memory_mib=524288, rdma=2)
-            groups = (PodGroup("worker", int(gang[i]), req),)
-            topo = Topology(TopologyScope.RACK, TopologyMode.PREFERRED)
+        groups, topo = _pod_groups(int(shapes[i]), int(frac[i]), int(gang[i]))
         pc = CLASSES[int(cidx[i])]
         workloads.append(
             Workload(
@@ -131,7 +135,23 @@ def build_snapshot(n_nodes: int, n_queues: int, n_cohorts: int, n_workloads: int
                 arrival=float(i),
             )
         )
-    return Snapshot(tuple(nodes), pools, tuple(queues), CLASSES, tuple(workloads))
+    return workloads
+
+
+def _pod_groups(s: int, frac: int, gang: int) -> tuple[tuple[PodGroup, ...], Topology | None]:
+    """The pods of shape ``s``: 0-3 one pod of 1/2/4/8 GPUs, 4 a GPU fraction, 5 a gang of 8-GPU pods."""
+    if s < 4:
+        req = PodRequest(
+            gpus=(1, 2, 4, 8)[s],
+            cpu_milli=8000 * (1, 2, 4, 8)[s],
+            memory_mib=65536 * (1, 2, 4, 8)[s] // 2,
+        )
+        return (PodGroup("main", 1, req),), None
+    if s == 4:
+        req = PodRequest(gpu_milli=frac, cpu_milli=2000, memory_mib=16384)
+        return (PodGroup("main", 1, req),), None
+    req = PodRequest(gpus=8, cpu_milli=64000, memory_mib=524288, rdma=2)
+    return (PodGroup("worker", gang, req),), Topology(TopologyScope.RACK, TopologyMode.PREFERRED)
 
 
 def first_fit(snapshot: Snapshot) -> int:

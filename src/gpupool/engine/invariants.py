@@ -13,9 +13,12 @@ from gpupool.engine.state import QuotaState
 from gpupool.model import (
     ZERO,
     Node,
+    PodPlacement,
+    PodRequest,
     Running,
     Snapshot,
     TopologyMode,
+    Workload,
     vadd,
     vle,
 )
@@ -97,9 +100,13 @@ def check_quota(snapshot: Snapshot, running: tuple[Running, ...] | list[Running]
 
 def check_decisions(before: Snapshot, decisions: Decisions) -> list[str]:
     """Gang all-or-nothing, legal victims, nothing admitted twice, topology honoured."""
-    errs: list[str] = []
     pending = {w.name: w for w in before.pending}
-    running = {r.name: r for r in before.running}
+    return _check_admissions(before, decisions, pending) + _check_victims(before, decisions, pending)
+
+
+def _check_admissions(before: Snapshot, decisions: Decisions, pending: dict[str, Workload]) -> list[str]:
+    """Each admission: of a pending workload, once, its gang whole, each pod as requested."""
+    errs: list[str] = []
     nodes = {n.name: n for n in before.nodes}
     seen: set[str] = set()
     for a in decisions.admitted:
@@ -122,32 +129,38 @@ def check_decisions(before: Snapshot, decisions: Decisions) -> list[str]:
                 errs.append(f"{a.workload}: placed a pod {p.group}-{p.index} that does not exist")
                 continue
             keys.add((p.group, p.index))
-            r = g.request
-            if r.gpus and (len(p.devices) != r.gpus or p.gpu_milli != 1000):
-                errs.append(
-                    f"{a.workload}: pod {p.group}-{p.index} got {len(p.devices)} devices for {r.gpus} GPUs"
-                )
-            if r.fractional and (len(p.devices) != 1 or p.gpu_milli != r.gpu_milli):
-                errs.append(
-                    f"{a.workload}: fractional pod {p.group}-{p.index} not on exactly one device share"
-                )
-            if r.gpu_memory_mib and p.gpu_memory_mib < r.gpu_memory_mib:
-                errs.append(f"{a.workload}: pod {p.group}-{p.index} got less GPU memory than requested")
-            n = nodes.get(p.node)
-            if n is not None:
-                for t in n.taints:
-                    if t.effect != "PreferNoSchedule" and not any(tol.tolerates(t) for tol in w.tolerations):
-                        errs.append(
-                            f"{a.workload}: placed on {n.name} whose taint {t.key} it does not tolerate"
-                        )
-                if not n.schedulable:
-                    errs.append(f"{a.workload}: placed on unschedulable node {n.name}")
+            errs.extend(_check_pod(a.workload, w, g.request, p, nodes.get(p.node)))
         if len(keys) != len(a.pods):
             errs.append(f"{a.workload}: a pod was placed twice")
         if w.topology is not None and w.topology.mode is TopologyMode.REQUIRED and a.pods:
             doms = {nodes[p.node].domain(w.topology.scope) for p in a.pods if p.node in nodes}
             if len(doms) > 1:
                 errs.append(f"{a.workload}: required topology {w.topology.scope} spans {sorted(doms)}")
+    return errs
+
+
+def _check_pod(name: str, w: Workload, r: PodRequest, p: PodPlacement, n: Node | None) -> list[str]:
+    """One placed pod: the devices and memory it asked for, on a node it may use."""
+    errs: list[str] = []
+    if r.gpus and (len(p.devices) != r.gpus or p.gpu_milli != 1000):
+        errs.append(f"{name}: pod {p.group}-{p.index} got {len(p.devices)} devices for {r.gpus} GPUs")
+    if r.fractional and (len(p.devices) != 1 or p.gpu_milli != r.gpu_milli):
+        errs.append(f"{name}: fractional pod {p.group}-{p.index} not on exactly one device share")
+    if r.gpu_memory_mib and p.gpu_memory_mib < r.gpu_memory_mib:
+        errs.append(f"{name}: pod {p.group}-{p.index} got less GPU memory than requested")
+    if n is not None:
+        for t in n.taints:
+            if t.effect != "PreferNoSchedule" and not any(tol.tolerates(t) for tol in w.tolerations):
+                errs.append(f"{name}: placed on {n.name} whose taint {t.key} it does not tolerate")
+        if not n.schedulable:
+            errs.append(f"{name}: placed on unschedulable node {n.name}")
+    return errs
+
+
+def _check_victims(before: Snapshot, decisions: Decisions, pending: dict[str, Workload]) -> list[str]:
+    """Each victim: running, evicted once, preemptible, and legal for the rule that chose it."""
+    errs: list[str] = []
+    running = {r.name: r for r in before.running}
     pools = {p.name: p for p in before.pools}
     qs = _quota_state(before, before.running)
     victims: set[str] = set()

@@ -35,6 +35,17 @@ def _ts() -> sa.DateTime:
 
 def upgrade() -> None:
     """Create every table (the ORM in gpupool.store.schema must match; a test checks)."""
+    _create_objects()
+    _create_workloads()
+    _create_events()
+    _create_audit()
+    _create_audit_anchor()
+    _create_tokens()
+    _create_approvals()
+
+
+def _create_objects() -> None:
+    """Configuration objects (pools, queues, priority classes, clusters), unique by kind and name."""
     op.create_table(
         "objects",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -49,6 +60,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_objects"),
         sa.UniqueConstraint("kind", "name", name="uq_objects_kind_name"),
     )
+
+
+def _create_workloads() -> None:
+    """Workloads in arrival order (``seq``), unique by name, with the two indexes the store filters by."""
     op.create_table(
         "workloads",
         sa.Column("seq", sa.Integer(), autoincrement=True, nullable=False),
@@ -71,6 +86,10 @@ def upgrade() -> None:
     )
     op.create_index("ix_workloads_queue_phase", "workloads", ["queue", "phase"])
     op.create_index("ix_workloads_phase_seq", "workloads", ["phase", "seq"])
+
+
+def _create_events() -> None:
+    """Workload events, indexed by workload."""
     op.create_table(
         "events",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -83,6 +102,10 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["workload"], ["workloads.name"], name="fk_events_workload_workloads"),
     )
     op.create_index("ix_events_workload", "events", ["workload"])
+
+
+def _create_audit() -> None:
+    """The hash-chained audit records."""
     op.create_table(
         "audit",
         sa.Column("seq", sa.Integer(), autoincrement=False, nullable=False),
@@ -97,6 +120,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("seq", name="pk_audit"),
         sa.UniqueConstraint("hash", name="uq_audit_hash"),
     )
+
+
+def _create_audit_anchor() -> None:
+    """The audit chain's anchor row (count and head hash), created with the empty chain."""
     anchor = op.create_table(
         "audit_anchor",
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
@@ -105,6 +132,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_audit_anchor"),
     )
     op.bulk_insert(anchor, [{"id": 1, "count": 0, "head_hash": "0" * 64}])
+
+
+def _create_tokens() -> None:
+    """API tokens, kept as their hash."""
     op.create_table(
         "tokens",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -118,6 +149,10 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_tokens"),
         sa.UniqueConstraint("token_hash", name="uq_tokens_token_hash"),
     )
+
+
+def _create_approvals() -> None:
+    """Approval requests, indexed by workload."""
     op.create_table(
         "approvals",
         sa.Column("id", sa.Integer(), primary_key=True),
