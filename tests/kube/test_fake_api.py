@@ -327,3 +327,11 @@ def test_foreground_delete_waits_for_dependents(api: httpx.Client, fake_server: 
     fake_server.patch("configmaps", "default", "dep", {"metadata": {"finalizers": None}})
     assert api.get(f"{CM}/dep").status_code == 404
     assert api.get(f"{CM}/owner").status_code == 404
+
+
+def test_delete_collection_by_label(api: httpx.Client) -> None:
+    for name, app in (("a", "x"), ("b", "x"), ("c", "y")):
+        api.post(CM, json={"metadata": {"name": name, "labels": {"app": app}}})
+    r = api.delete(CM, params={"labelSelector": "app=x"})
+    assert r.status_code == 200 and [o["metadata"]["name"] for o in r.json()["items"]] == ["a", "b"]
+    assert [o["metadata"]["name"] for o in api.get(CM).json()["items"]] == ["c"]

@@ -197,3 +197,13 @@ def test_get_watch_streams_table_rows(kubectl: Kubectl, fake_server: FakeApiServ
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_server_side_apply_and_server_dry_run(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
+    assert "deployment.apps/web serverside-applied" in kubectl(
+        "apply", "--server-side", "-f", "-", stdin=DEPLOYMENT
+    )
+    assert fake_server.get("deployments.apps", "default", "web")["spec"]["replicas"] == 2
+    out = kubectl("apply", "--dry-run=server", "-f", "-", stdin=JOB.format(parallelism=1))
+    assert "job.batch/train created (server dry run)" in out
+    assert fake_server.list("jobs.batch") == []

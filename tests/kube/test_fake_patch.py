@@ -118,8 +118,51 @@ def test_patch_with_stale_resource_version_conflicts(api: httpx.Client) -> None:
 
 
 def test_unknown_patch_type_is_415(api: httpx.Client) -> None:
-    r = patch(api, {"metadata": {}}, "application/apply-patch+yaml")
+    r = patch(api, {"metadata": {}}, "application/x-yaml")
     assert r.status_code == 415 and r.json()["reason"] == "UnsupportedMediaType"
+
+
+def test_server_side_apply_creates_then_merges(api: httpx.Client) -> None:
+    cm = "/api/v1/namespaces/default/configmaps/applied"
+    ctype = {"content-type": "application/apply-patch+yaml"}
+    body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: '1'\n"
+    r = api.patch(cm, content=body, headers=ctype, params={"fieldManager": "t"})
+    assert r.status_code == 200 and r.json()["data"] == {"a": "1"} and r.json()["metadata"]["uid"]
+    r = api.patch(cm, content=body.replace("a: '1'", "b: '2'"), headers=ctype, params={"fieldManager": "t"})
+    assert r.json()["data"] == {"a": "1", "b": "2"}
+    got = patch(
+        api, {"spec": {"containers": [{"name": "side", "image": "s9"}]}}, "application/apply-patch+yaml"
+    )
+    assert [c["image"] for c in got.json()["spec"]["containers"]] == ["v1", "s9"]
+
+
+def test_dry_run_checks_but_stores_nothing(api: httpx.Client, fake_server: FakeApiServer) -> None:
+    rv = fake_server.store.rv
+    r = api.post(
+        "/api/v1/namespaces/default/configmaps", params={"dryRun": "All"}, json={"metadata": {"name": "d"}}
+    )
+    assert r.status_code == 201 and r.json()["metadata"]["name"] == "d"
+    assert patch_dry(api).json()["metadata"]["labels"]["dry"] == "1"
+    assert api.delete(f"{PODS}/p", params={"dryRun": "All"}).status_code == 200
+    dup = api.post(
+        PODS,
+        params={"dryRun": "All"},
+        json={"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+    )
+    assert dup.status_code == 409
+    assert (
+        fake_server.store.rv == rv and api.get("/api/v1/namespaces/default/configmaps/d").status_code == 404
+    )
+    assert "dry" not in api.get(f"{PODS}/p").json()["metadata"]["labels"]
+
+
+def patch_dry(api: httpx.Client) -> httpx.Response:
+    return api.patch(
+        f"{PODS}/p",
+        params={"dryRun": "All"},
+        json={"metadata": {"labels": {"dry": "1"}}},
+        headers={"content-type": MERGE},
+    )
 
 
 def test_patch_functions_do_not_modify_their_inputs() -> None:

@@ -86,10 +86,22 @@ class FakeApp:
             return await self._watch(tgt, q, receive, send, table)
         body = await _read_body(receive) if method in ("POST", "PUT", "PATCH", "DELETE") else None
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        code, out = self._dispatch(method, tgt, q, body, headers.get("content-type", ""))
+        if "dryRun" in q and method != "GET":
+            code, out = self._dry_run(method, tgt, q, body, headers.get("content-type", ""))
+        else:
+            code, out = self._dispatch(method, tgt, q, body, headers.get("content-type", ""))
         if method == "GET" and "as=Table" in headers.get("accept", "") and not tgt.sub:
             out = self._table(tgt, out)
         await _respond(send, code, out)
+
+    def _dry_run(self, method: str, t: Target, q: dict[str, str], body: Any, ctype: str) -> tuple[int, Any]:
+        """``dryRun=All``: every check and default of the write, nothing stored or sent to watches."""
+        with self.store.lock:
+            self.store.dry_run = True
+            try:
+                return self._dispatch(method, t, q, body, ctype)
+            finally:
+                self.store.dry_run = False
 
     def _table(self, t: Target, out: Obj) -> Obj:
         """kubectl's ``as=Table`` view of a list or of one object."""

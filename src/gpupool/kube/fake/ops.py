@@ -13,7 +13,7 @@ from typing import Any
 from gpupool.kube.fake import errors
 from gpupool.kube.fake.defaults import apply_defaults
 from gpupool.kube.fake.patch import apply_patch
-from gpupool.kube.fake.resources import ResourceType, from_crd
+from gpupool.kube.fake.resources import BUILTINS, ResourceType, from_crd
 from gpupool.kube.fake.storage import Obj, Store, new_metadata, now_rfc3339
 
 #: metadata fields clients cannot change by update
@@ -26,6 +26,8 @@ _SERVER_OWNED = (
     "namespace",
     "name",
 )
+APPLY = "application/apply-patch+yaml"
+BUILTIN_KEYS = frozenset(rt.key for rt in BUILTINS)
 _STALE = "the object has been modified; please apply your changes to the latest version and try again"
 
 
@@ -60,7 +62,7 @@ class Ops:
             if self.store.find(rt, ns, md["name"]) is not None:
                 raise errors.already_exists(rt.plural, md["name"], rt.group)
             apply_defaults(rt.key, obj)
-            if rt.key == "customresourcedefinitions.apiextensions.k8s.io":
+            if rt.key == "customresourcedefinitions.apiextensions.k8s.io" and not self.store.dry_run:
                 self._register_crd(obj)
             out = self.store.commit(rt, "ADDED", obj)
             if rt.key == "events.events.k8s.io":
@@ -142,7 +144,13 @@ class Ops:
             return self._write(rt, cur, obj, sub)
 
     def patch(self, rt: ResourceType, ns: str, name: str, content_type: str, body: Any, sub: str = "") -> Obj:
-        """PATCH of the three kinds; a resourceVersion in the patch is a precondition."""
+        """PATCH of the three kinds; a resourceVersion in the patch is a precondition.
+
+        Server-side apply (``application/apply-patch+yaml``) is served simply: it creates the
+        object when absent, else merges the applied fields in (strategic merge for built-in
+        kinds, JSON merge for custom ones); field managers and apply conflicts are not tracked."""
+        if content_type.split(";")[0].strip() == APPLY:
+            return self._apply(rt, ns, name, body, sub)
         with self.store.lock:
             cur = self.store.get(rt, ns, name)
             new = apply_patch(content_type, cur, body)
@@ -150,6 +158,28 @@ class Ops:
                 raise errors.invalid(rt.kind, name, "metadata", "the patch removed the object's metadata")
             if new["metadata"].get("resourceVersion") != cur["metadata"]["resourceVersion"]:
                 raise errors.conflict(rt.plural, name, _STALE, rt.group)
+            return self._write(rt, cur, new, sub)
+
+    def _apply(self, rt: ResourceType, ns: str, name: str, body: Any, sub: str) -> Obj:
+        if not isinstance(body, dict):
+            raise errors.bad_request("server-side apply: the body must be an object")
+        if (body.get("metadata") or {}).get("name") not in (None, name):
+            raise errors.bad_request("server-side apply: the name of the object does not match the URL")
+        with self.store.lock:
+            cur = self.store.find(rt, ns, name)
+            if cur is None:
+                if sub:
+                    raise errors.not_found(rt.plural, name, rt.group)
+                body.setdefault("metadata", {})["name"] = name
+                return self.create(rt, ns, body)
+            ctype = (
+                "application/strategic-merge-patch+json"
+                if rt.key in BUILTIN_KEYS
+                else "application/merge-patch+json"
+            )
+            md = body.get("metadata") or {}
+            md.pop("resourceVersion", None)
+            new = apply_patch(ctype, cur, body)
             return self._write(rt, cur, new, sub)
 
     def _write(self, rt: ResourceType, cur: Obj, new: Obj, sub: str) -> Obj:

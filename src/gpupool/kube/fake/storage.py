@@ -101,6 +101,8 @@ class Store:
         self._owned: dict[str, set[tuple[str, Key]]] = {}
         self.listeners: list[Listener] = []
         self.stats = Stats()
+        #: set while a ``dryRun`` request runs: writes are computed, checked and not stored
+        self.dry_run = False
         for rt in BUILTINS:
             self.register(rt)
 
@@ -154,6 +156,8 @@ class Store:
     def commit(self, rt: ResourceType, etype: str, obj: Obj, old: Obj | None = None) -> Obj:
         """Store (or remove, for DELETED) ``obj`` under the next resourceVersion and tell watches."""
         with self.lock:
+            if self.dry_run:
+                return obj
             self.rv += 1
             md = obj["metadata"]
             md["resourceVersion"] = str(self.rv)

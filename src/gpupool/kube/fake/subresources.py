@@ -71,7 +71,7 @@ def bind(ops: Ops, ns: str, name: str, body: Any) -> Obj:
         status["conditions"] = conds
         new = {**pod, "metadata": new_md, "spec": {**spec, "nodeName": node}, "status": status}
         store.commit(pods, "MODIFIED", new, pod)
-        store.stats.binds += 1
+        store.stats.binds += 0 if store.dry_run else 1
     return errors.success(name, "pods", 201)
 
 
@@ -136,5 +136,5 @@ def evict(ops: Ops, ns: str, name: str, body: Any) -> Obj:
             opts.get("propagationPolicy"),
             opts.get("preconditions"),
         )
-        store.stats.evictions += 1
+        store.stats.evictions += 0 if store.dry_run else 1
     return errors.success(name, "pods", 201)
