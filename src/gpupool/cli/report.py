@@ -244,7 +244,64 @@ def evidence_cmd(
     typer.echo(f"wrote {out}: {len(manifest['files'])} files, {source}", err=True)
 
 
+def profile_cmd(
+    scenario: Path = typer.Argument(..., help="a Scenario file: its trace and its current design"),
+    fit_share: float = typer.Option(
+        0.7, "--fit-share", help="share of the trace (by submit time) the design is fitted on"
+    ),
+    percentile: float = typer.Option(
+        50.0, "--percentile", min=1, max=99, help="guarantee = this percentile of hourly demand"
+    ),
+    out_dir: Path | None = typer.Option(
+        None, "--out-dir", help="write suggested.yaml (ResourcePool and Queues) here"
+    ),
+    do_replay: bool = typer.Option(
+        False, "--replay", help="replay both designs on the held-out part (slow on big traces)"
+    ),
+    output: Fmt = FmtOpt,
+) -> None:
+    """Task profile (梳理任务画像): demand per type and queue, rhythm, preemption advice, and a
+    suggested queue design fitted on the first part of the trace, replayed on the rest."""
+    import yaml
+
+    from gpupool.cost import profile as prof
+    from gpupool.cost.render import render
+    from gpupool.sim.scenario import load_scenario
+
+    try:
+        if not scenario.exists():
+            raise ValueError(f"scenario: {scenario} does not exist")
+        sc = load_scenario(scenario)
+        fit, rest, cut = prof.split(sc.trace.jobs, fit_share)
+        docs, variant = prof.suggested_design(sc, fit, percentile)
+        tables = [*prof.profile_tables(fit), prof.preemption_advice(fit)]
+        if do_replay:
+            tables.append(prof.compare(sc, rest, variant))
+    except ValueError as exc:
+        fail(str(exc), 2)
+    summary = {
+        "jobs": len(sc.trace.jobs),
+        "fittedOn": len(fit),
+        "heldOut": len(rest),
+        "cutAtS": round(cut, 1),
+    }
+    rep: dict[str, Any] = {
+        "kind": "profile",
+        "from": "trace start",
+        "to": "trace end",
+        "currency": "",
+        "scope": str(scenario),
+    }
+    rep |= {"summary": summary, "tables": tables}
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "suggested.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
+        typer.echo(f"wrote {out_dir / 'suggested.yaml'} ({len(docs)} documents)", err=True)
+    sys.stdout.write(render(rep, output.value))
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add ``report`` and ``evidence`` to the gpupool command."""
+    """Add ``report``, ``evidence`` and ``profile`` to the gpupool command."""
     app.add_typer(report_app, name="report")
     app.command("evidence")(evidence_cmd)
+    app.command("profile")(profile_cmd)
