@@ -209,6 +209,9 @@ def test_waiting_pods_carry_explains_reason_and_position_admitted_gets_an_event(
         assert w.reason in cond["message"] and f"position {w.position} of {w.length}" in cond["message"]
         pending = [b for _, b in writes.created if b["reason"] == "Pending"]
         assert len(pending) == 1 and pending[0]["involvedObject"]["kind"] == "Job"
+        on_pods = [b for _, b in writes.created if b["reason"] == "FailedScheduling"]
+        assert sorted(b["involvedObject"]["name"] for b in on_pods) == [f"{huge}-0", f"{huge}-1"]
+        assert all(b["type"] == "Warning" and b["message"] == cond["message"] for b in on_pods)
         sw.step()
         assert len(writes.pods) == 2  # unchanged message: no second patch
 
