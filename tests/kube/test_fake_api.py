@@ -335,3 +335,18 @@ def test_delete_collection_by_label(api: httpx.Client) -> None:
     r = api.delete(CM, params={"labelSelector": "app=x"})
     assert r.status_code == 200 and [o["metadata"]["name"] for o in r.json()["items"]] == ["a", "b"]
     assert [o["metadata"]["name"] for o in api.get(CM).json()["items"]] == ["c"]
+
+
+def test_bad_query_values_are_400_with_the_parameter_named(
+    api: httpx.Client, fake_server: FakeApiServer
+) -> None:
+    for params in (
+        {"limit": "many"},
+        {"watch": "1", "timeoutSeconds": "soon"},
+        {"watch": "1", "resourceVersion": "x"},
+    ):
+        r = api.get(CM, params=params)
+        assert r.status_code == 400 and next(iter(params.keys() - {"watch"})) in r.json()["message"]
+    assert api.post(CM, content=b"{not json", headers={"content-type": "application/json"}).status_code == 400
+    assert api.post(CM, json=["a", "list"]).status_code == 400
+    assert fake_server.stats.server_errors == []

@@ -64,6 +64,13 @@ class FakeApp:
             await self._serve(scope, receive, send)
         except ApiError as exc:
             await _respond(send, exc.code, exc.status())
+        except Exception as exc:  # a fake-server bug: a Status the client can show, and a record for tests
+            self.store.stats.server_errors.append(
+                f"fake server error on {scope['method']} {scope['path']}: {exc!r}"
+            )
+            await _respond(
+                send, 500, ApiError(500, f"fake server error: {type(exc).__name__}: {exc}").status()
+            )
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         faults = self.faults
@@ -194,7 +201,7 @@ class FakeApp:
                 rt,
                 t.ns,
                 t.name,
-                None if grace is None else int(grace),
+                None if grace is None else _int(str(grace), "gracePeriodSeconds"),
                 q.get("propagationPolicy", opts.get("propagationPolicy")),
                 opts.get("preconditions"),
             )
@@ -214,7 +221,7 @@ class FakeApp:
             except (ValueError, KeyError, TypeError) as exc:
                 raise errors.bad_request("invalid continue token") from exc
             items = [o for o in items if (o["metadata"].get("namespace", ""), o["metadata"]["name"]) > after]
-        limit = int(q.get("limit") or 0)
+        limit = _int(q.get("limit") or "0", "limit")
         if limit > 0 and len(items) > limit:
             last = items[limit - 1]["metadata"]
             tok = {"rv": int(md["resourceVersion"]), "ns": last.get("namespace", ""), "name": last["name"]}
@@ -230,7 +237,7 @@ class FakeApp:
                 t.rt,
                 o["metadata"].get("namespace", ""),
                 o["metadata"]["name"],
-                int(q["gracePeriodSeconds"]) if "gracePeriodSeconds" in q else None,
+                _int(q["gracePeriodSeconds"], "gracePeriodSeconds") if "gracePeriodSeconds" in q else None,
                 q.get("propagationPolicy"),
             )
         return {"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version, "metadata": {}, "items": items}

@@ -71,6 +71,7 @@ class Stats:
     watches_dropped: int = 0
     faults_injected: int = 0
     violations: list[str] = field(default_factory=list)
+    server_errors: list[str] = field(default_factory=list)  # requests that hit a fake-server bug (500)
 
     def count(self, what: str) -> None:
         self.requests[what] = self.requests.get(what, 0) + 1

@@ -98,11 +98,23 @@ def _pdb_refusal(ops: Ops, ns: str, pod: Obj) -> str:
         sel = spec.get("selector")
         matching, _ = store.list(store.types["pods"], ns, functools.partial(_selected, sel))
         healthy = sum(1 for p in matching if _healthy(p))
-        if "minAvailable" in spec and healthy - 1 < int(spec["minAvailable"]):
+        total = len(matching)
+        if "minAvailable" in spec and healthy - 1 < _count(spec["minAvailable"], total):
             return pdb["metadata"]["name"]
-        if "maxUnavailable" in spec and len(matching) - healthy + 1 > int(spec["maxUnavailable"]):
+        if "maxUnavailable" in spec and total - healthy + 1 > _count(spec["maxUnavailable"], total):
             return pdb["metadata"]["name"]
     return ""
+
+
+def _count(value: Any, total: int) -> int:
+    """A PDB's int-or-percent field as a pod count (percentages round up, as the real one does)."""
+    text = str(value).strip()
+    try:
+        return -(-int(text[:-1]) * total // 100) if text.endswith("%") else int(text)
+    except ValueError:
+        raise errors.invalid(
+            "PodDisruptionBudget", "", "spec", f"{value!r} is not an integer or percentage"
+        ) from None
 
 
 def evict(ops: Ops, ns: str, name: str, body: Any) -> Obj:
