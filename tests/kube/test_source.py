@@ -331,3 +331,32 @@ def test_a_standby_submits_nothing_and_catches_up_when_it_leads() -> None:
         assert [m["metadata"]["name"] for m in sub.manifests] == ["ml-train"]
     finally:
         src.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--backend", "kubernetes", "--kubeconfig", "/no/such/kubeconfig"],
+            "--kubeconfig /no/such/kubeconfig: no such file",
+        ),
+        (
+            ["--backend", "kubernetes", "--namespace-queue", "ml"],
+            "--namespace-queue 'ml': expected NAMESPACE=QUEUE",
+        ),
+        (["--backend", "kubernetes", "--restrict-namespace-queues"], "needs at least one --namespace-queue"),
+        (["--context", "prod"], "--context applies to --backend kubernetes only"),
+        (["--namespace-queue", "ml=q"], "--namespace-queue applies to --backend kubernetes only"),
+    ],
+)
+def test_serve_kubernetes_options_are_checked(args: list[str], message: str, tmp_path: Path) -> None:
+    """``gpupool serve`` refuses bad Kubernetes options with exit 2 naming the option, before it
+    opens a database or connects anywhere."""
+    from typer.testing import CliRunner
+
+    from gpupool.cli.main import app
+
+    r = CliRunner().invoke(app, ["serve", "--state-dir", str(tmp_path), *args])
+    assert r.exit_code == 2, r.output
+    assert message in " ".join(r.output.split()), r.output
+    assert not (tmp_path / "gpupool.db").exists()
