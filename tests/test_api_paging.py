@@ -4,7 +4,6 @@ filters (queue, phase, owner, type) applied by the server, and nothing dropped o
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest

@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
+from gpupool.service import openapi as oa
 from gpupool.service.backends import Backend, make_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
@@ -103,6 +104,8 @@ def create_app(
         version="0.1.0",
         description="GPU compute scheduling platform: pools, queues, workloads, approvals, audit.",
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc are served from the package (gpupool.web), not a CDN
+        redoc_url=None,
     )
     install_errors(app)
     install_standby_guard(app)
@@ -118,6 +121,7 @@ def create_app(
     from gpupool.web import mount as mount_web
 
     mount_web(app)
+    oa.install_bearer(app)
     return app
 
 
