@@ -224,3 +224,35 @@ def test_waiting_pods_carry_explains_reason_and_position_admitted_gets_an_event(
         admitted = [b for _, b in writes.created if b["reason"] == "Admitted"]
         assert len(admitted) == 1 and admitted[0]["involvedObject"]["name"] == "small"
         assert "pool" in admitted[0]["message"] and "nodes" in admitted[0]["message"]
+
+
+def test_a_preempted_workload_gets_a_warning_event_naming_the_preemptor(tmp_path: Path) -> None:
+    """Real controller: experiment work fills the queue's GPUs; a training workload in the same
+    queue preempts one of them; the victim's owner gets a Warning Event Preempted with the
+    preemptor and the rule, taken from the audit record."""
+    with running_app(tmp_path) as api:
+        svc = api.c.app.state.svc  # type: ignore[attr-defined]
+        names = [f"low{i:02}" for i in range(12)]
+        for n in names:
+            assert api.req("POST", "/v1/workloads", json=wl(n, gpus=8, duration="10h")).status_code == 201
+        wait_for(lambda: svc.controller.reasons, 10, "the queue full")
+        writes, clk = Rec(), Clock()
+        rec = EventRecorder(writes, clock=clk)
+        jobs = Cache(*({"metadata": {"name": n, "namespace": "ml", "uid": f"u-{n}"}} for n in names))
+        source = Source({("jobs", "ml", n): n for n in names})
+        sw = StatusWriter(
+            svc.controller, svc.store, source, {"jobs": jobs, "pods": Cache()}, writes, rec, clock=clk
+        )
+        sw.start()
+        sw.stop()
+        urgent = wl("urgent", gpus=8, duration="1h", priorityClass="training")
+        assert api.req("POST", "/v1/workloads", json=urgent).status_code == 201
+
+        def preempted() -> list[Any]:
+            sw.step()
+            return [b for _, b in writes.created if b["reason"] == "Preempted"]
+
+        got = wait_for(preempted, 15, "a Preempted Event")
+        ev = got[0]
+        assert ev["type"] == "Warning" and ev["involvedObject"]["name"] in names
+        assert "preempted by urgent" in ev["message"], ev["message"]
