@@ -174,3 +174,17 @@ def test_window_and_retention_errors_name_the_field() -> None:
         retained(w, 0)
     with pytest.raises(ValueError, match=r"^by: unknown grouping"):
         rollup([], "colour")
+
+
+def test_a_same_phase_update_continues_the_run(store: Store) -> None:
+    bundle = example_bundle()
+    h100 = node_of(bundle, "H100")
+    store.submit_workload(workload("again", "llm-research", 2), owner="u", at=s(0))
+    admit(store, "again", "h100-training", h100, 2, s(10))
+    step(store, "again", "Admitted", s(20), "placement refreshed")
+    step(store, "again", "Running", s(30))
+    step(store, "again", "Succeeded", s(100))
+    h = load_history(store, bundle)
+    assert [(r.start, r.end, r.res.gpu_milli, r.res.cpu_milli) for r in h.runs] == [
+        (s(10), s(100), 2000, 8000)
+    ]

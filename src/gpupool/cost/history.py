@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -122,6 +122,15 @@ def _admit_resources(
     return Resources(pool, model, gpu_milli, devices, fraction, cpu, mem)
 
 
+def _admit_detail(unused: list[AuditRecord], at: datetime) -> Mapping[str, Any]:
+    """The admit record written with this Admitted event (same transaction: same time), else the
+    oldest one not yet paired; {} when the audit has none (the manifest's requests stand in)."""
+    for i, r in enumerate(unused):
+        if r.at == at:
+            return unused.pop(i).detail
+    return unused.pop(0).detail if unused else {}
+
+
 def workload_runs(
     info: WorkloadInfo,
     events: Sequence[EventRecord],
@@ -129,36 +138,42 @@ def workload_runs(
     models: Mapping[str, str],
     placement: Mapping[str, Any] | None,
 ) -> tuple[list[Run], list[Wait]]:
-    """Pair each Admitted event with its admit audit record (same transaction, same order) and
-    close it at the next run-ending phase; every waiting stretch likewise up to its admission."""
+    """Pair each Admitted event with its admit audit record and close it at the next run-ending
+    phase; every waiting stretch likewise up to its admission. An Admitted event while a run is
+    open (a same-phase update) continues that run."""
     runs: list[Run] = []
     waits: list[Wait] = []
-    open_run: tuple[datetime, Resources] | None = None
+    unused = list(admits)
+    open_run: tuple[datetime, Mapping[str, Any]] | None = None
     open_wait: tuple[datetime, str] | None = None
-    phase_events = [e for e in events if e.reason in PHASE_EVENTS]
-    n_admits = sum(1 for e in phase_events if e.reason == "Admitted")
-    for e in phase_events:
-        if e.reason == "Admitted":
+    for e in (e for e in events if e.reason in PHASE_EVENTS):
+        if e.reason == "Admitted" and open_run is None:
             if open_wait is not None:
                 waits.append(Wait(info.name, open_wait[0], e.at, True, open_wait[1]))
                 open_wait = None
-            k = len(runs) + (open_run is not None)
-            detail = admits[k].detail if k < len(admits) else {}
-            last = k == n_admits - 1
-            open_run = (e.at, _admit_resources(detail, info, models, placement if last else None))
+            open_run = (e.at, _admit_detail(unused, e.at))
         elif e.reason in RUN_ENDS and open_run is not None:
-            runs.append(Run(info.name, len(runs) + 1, open_run[0], e.at, e.reason, open_run[1]))
+            res = _admit_resources(open_run[1], info, models, None)
+            runs.append(Run(info.name, len(runs) + 1, open_run[0], e.at, e.reason, res))
             open_run = None
         if e.reason in WAITING and open_wait is None:
             open_wait = (e.at, "" if e.reason == "Submitted" else e.message)
         elif e.reason not in WAITING and e.reason != "Admitted" and open_wait is not None:
             waits.append(Wait(info.name, open_wait[0], e.at, False, open_wait[1]))
             open_wait = None
-    if open_run is not None:
-        runs.append(Run(info.name, len(runs) + 1, open_run[0], None, "Running", open_run[1]))
+    if open_run is not None:  # still holding its GPUs: the stored placement is this run's
+        res = _admit_resources(open_run[1], info, models, placement)
+        runs.append(Run(info.name, len(runs) + 1, open_run[0], None, "Running", res))
+    elif runs and placement:  # a finished run keeps its placement on the row: its detail is exact
+        last = runs[-1]
+        runs[-1] = replace(last, res=_admit_resources(_detail_of(last, admits), info, models, placement))
     if open_wait is not None:
         waits.append(Wait(info.name, open_wait[0], None, False, info.reason or open_wait[1]))
     return runs, waits
+
+
+def _detail_of(run: Run, admits: Sequence[AuditRecord]) -> Mapping[str, Any]:
+    return next((r.detail for r in admits if r.at == run.start), {})
 
 
 def _info(w: WorkloadRecord, bundle: Bundle) -> WorkloadInfo:
