@@ -133,21 +133,19 @@ class KubeRuntime:
     """Everything of the Kubernetes backend around the service, in start order."""
 
     def __init__(self, opts: KubeOptions, api: Any = None) -> None:
+        from gpupool.kube.backend import KubernetesBackend
         from gpupool.kube.client import KubeApi, make_client
         from gpupool.kube.informer import Informers
         from gpupool.kube.lease import KubeApiLeases
-        from gpupool.service.backends import make_backend
 
         self.opts = opts
         self.api = api if api is not None else KubeApi(make_client(opts.kubeconfig, opts.context))
         self.informers = Informers(self.api)
         self.lease = KubeLease(KubeApiLeases(self.api), opts.lease)
-        try:
-            backend: Any = make_backend("kubernetes", client=self.api, informers=self.informers)
-        except ValueError:  # make_backend does not know the kind yet: the class itself
-            from gpupool.kube.backend import KubernetesBackend
-
-            backend = KubernetesBackend(self.api, self.informers)
+        # the backend class itself rather than make_backend("kubernetes"), which opens its own
+        # connection and caches: here one connection and one set of caches serve the backend,
+        # the source, the status writer and the Lease
+        backend: Any = KubernetesBackend(self.api, self.informers)
         # only the Lease holder binds or evicts; the store elector reads the same gate
         backend.leader_gate = self.lease.held
         self.backend = backend
