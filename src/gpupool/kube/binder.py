@@ -63,9 +63,11 @@ class Binder:
         informers: Informers,
         *,
         concurrency: int = 32,
+        lock_wait_s: float = 5.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.api = api
+        self.lock_wait_s = lock_wait_s
         self.informers = informers
         self.clock = clock
         self.pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="gpupool-bind")
@@ -158,25 +160,42 @@ class Binder:
         return inventory.HAMI_REGISTER in ann
 
     def _lock(self, node: str, ns: str, pod: str, now: float) -> str:
-        """Take the node lock for this pod ('' when taken, else why not)."""
-        obj = self.api.get(RESOURCES["nodes"], None, node)  # fresh: the lock is a race by design
-        md = obj.get("metadata") or {}
-        held = str((md.get("annotations") or {}).get(kube_ann.HAMI_NODE_LOCK) or "")
-        if held and not self._stale(held, ns, pod, now, node):
-            return f"node {node} is locked by {held}"
-        patch = {
-            "metadata": {
-                "resourceVersion": md.get("resourceVersion", ""),
-                "annotations": {kube_ann.HAMI_NODE_LOCK: kube_ann.node_lock_value(ns, pod, now)},
-            }
-        }
-        try:
-            self.api.patch(RESOURCES["nodes"], None, node, patch)
-        except ApiError as exc:
-            if exc.code == 409:
-                return f"node {node} lock taken concurrently"
-            raise
-        return ""
+        """Take the node lock for this pod ('' when taken, else why not). A lock held by the
+        pod this lane bound just before is waited for (up to ``lock_wait_s``, watching the
+        cache, no requests) rather than failed: the device plugin frees it within moments."""
+        deadline = time.monotonic() + self.lock_wait_s
+        while True:
+            obj = self.api.get(RESOURCES["nodes"], None, node)  # fresh: the lock is a race by design
+            md = obj.get("metadata") or {}
+            held = str((md.get("annotations") or {}).get(kube_ann.HAMI_NODE_LOCK) or "")
+            if not held or self._stale(held, ns, pod, now, node):
+                patch = {
+                    "metadata": {
+                        "resourceVersion": md.get("resourceVersion", ""),
+                        "annotations": {kube_ann.HAMI_NODE_LOCK: kube_ann.node_lock_value(ns, pod, now)},
+                    }
+                }
+                try:
+                    self.api.patch(RESOURCES["nodes"], None, node, patch)
+                    return ""
+                except ApiError as exc:
+                    if exc.code != 409:
+                        raise
+                    held = "a concurrent writer"
+            if time.monotonic() >= deadline:
+                return f"node {node} is locked by {held}"
+            self._wait_release(node, held, deadline)
+
+    def _wait_release(self, node: str, held: str, deadline: float) -> None:
+        """Until the cached node shows another lock value (or none), or the deadline."""
+        while time.monotonic() < deadline:
+            obj = self.informers.nodes.get("", node) or {}
+            now_held = str(
+                ((obj.get("metadata") or {}).get("annotations") or {}).get(kube_ann.HAMI_NODE_LOCK) or ""
+            )
+            if now_held != held:
+                return
+            time.sleep(0.005)
 
     def _stale(self, held: str, ns: str, pod: str, now: float, node: str = "") -> bool:
         """Whether a node lock may be taken over: it is ours, expired, unreadable, or its
@@ -192,13 +211,14 @@ class Binder:
             return True
         if now - at > LOCK_EXPIRE_S:
             return True
+        cached = self.informers.pods.get(parts[1], parts[2])
+        if cached is not None and _waiting_on(cached, node):
+            return False  # bound here, its devices not yet allocated: the usual case, no request
         try:
             holder = self.api.get(RESOURCES["pods"], parts[1], parts[2])
         except ApiError as exc:
             return exc.code == 404
-        phase = str((holder.get("status") or {}).get("phase", ""))
-        on = str((holder.get("spec") or {}).get("nodeName") or "")
-        return on != node or phase in ("Running", "Succeeded", "Failed")
+        return not _waiting_on(holder, node)
 
     def _unlock(self, node: str, ns: str, pod: str) -> None:
         """Release the lock a refused bind took (only if it is still ours)."""
@@ -217,6 +237,13 @@ class Binder:
             self.api.patch(RESOURCES["nodes"], None, node, patch)
         except ApiError as exc:
             log.info("node %s lock not released (it expires): %s", node, exc)
+
+
+def _waiting_on(pod: Mapping[str, Any], node: str) -> bool:
+    """Bound to ``node`` and not started: HAMi's plugin has not allocated its devices yet."""
+    phase = str((pod.get("status") or {}).get("phase", ""))
+    on = str((pod.get("spec") or {}).get("nodeName") or "")
+    return on == node and phase not in ("Running", "Succeeded", "Failed")
 
 
 __all__ = ["BindJob", "BindResult", "Binder"]
