@@ -481,3 +481,153 @@ def test_the_install_guide_lists_every_rule_and_value() -> None:
         assert row in doc, row
     for key in _leaves(default_values()):
         assert f"`{key}`" in doc, f"docs/install.md does not list the value {key}"
+
+
+# -- end to end on the fake cluster: the webhook's output is what the backend schedules ----------
+def _pods(srv: Any, ns: str) -> list[dict[str, Any]]:
+    got = srv.list("pods", ns)
+    return list(got["items"] if isinstance(got, dict) else got)
+
+
+def _events(srv: Any, ns: str) -> list[dict[str, Any]]:
+    got = srv.list("events", ns)
+    return list(got["items"] if isinstance(got, dict) else got)
+
+
+def _serve_kube(kubeconfig: Path, cfg: Path, state: Path) -> tuple[subprocess.Popen[bytes], int]:
+    import socket
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpupool.cli.main",
+        "serve",
+        "--backend",
+        "kubernetes",
+        "--kubeconfig",
+        str(kubeconfig),
+    ]
+    cmd += ["--config", str(cfg), "--state-dir", str(state), "--port", str(port), "--tick", "0.2"]
+    with (state.parent / "serve.log").open("wb") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), port
+
+
+def _up(proc: subprocess.Popen[bytes], port: int, log: Path) -> bool:
+    import httpx
+
+    assert proc.poll() is None, f"gpupool serve exited: {log.read_text(encoding='utf-8')[-2000:]}"
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def _until(what: str, fn: Any, timeout_s: float = 120.0) -> Any:
+    import time
+
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:  # a wait for the cluster to settle, not a speed claim
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_jobs_and_shares_through_the_webhook_run_on_the_fake_cluster(fake_api: Any, tmp_path: Path) -> None:
+    """The install's pieces together: the chart's example pool and queue as the configuration, a
+    GPU node labelled and tainted as docs/install.md says, objects mutated by the webhook as the
+    API server would, and ``gpupool serve --backend kubernetes`` scheduling them."""
+    import base64
+
+    from fastapi.testclient import TestClient
+
+    from gpupool.service.routes.webhooks import webhook_app
+    from tests.test_webhooks import apply_patch, review
+
+    (node,) = fake_api.add_gpu_nodes(1, labels={"gpupool.io/managed": "true"})
+    obj = fake_api.get("nodes", "", node)
+    obj["spec"]["taints"] = [{"key": "gpupool.io/managed", "value": "true", "effect": "NoSchedule"}]
+    fake_api.update("nodes", obj)
+    cfg = tmp_path / "cfg"
+    cfg.mkdir()
+    shutil.copy(REPO / "deploy" / "manifests" / "examples.yaml", cfg / "examples.yaml")
+    run = {"fake.gpupool.io/run-seconds": "36000"}
+    container = {"name": "main", "image": "trainer:1"}
+
+    def job(name: str, pods: int, gpus: int) -> dict[str, Any]:
+        tmpl = {
+            "metadata": {"annotations": run},
+            "spec": {
+                "restartPolicy": "Never",
+                "containers": [{**container, "resources": {"limits": {"nvidia.com/gpu": gpus}}}],
+            },
+        }
+        meta = {"name": name, "namespace": "default", "labels": {"kueue.x-k8s.io/queue-name": "default"}}
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": meta,
+            "spec": {"parallelism": pods, "completions": pods, "template": tmpl},
+        }
+
+    kai = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "kai",
+            "namespace": "default",
+            "labels": {"gpupool.io/queue": "default"},
+            "annotations": {**run, "gpu-fraction": "0.5"},
+        },
+        "spec": {"containers": [container]},
+    }
+    volcano = copy.deepcopy(kai)
+    volcano["metadata"].update(name="volcano", annotations=run)
+    volcano["spec"]["containers"] = [
+        {**container, "resources": {"limits": {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 50}}}
+    ]
+    proc, port = _serve_kube(Path(fake_api.kubeconfig), cfg, tmp_path / "state")
+    try:
+        _until("gpupool serve", lambda: _up(proc, port, tmp_path / "serve.log"))
+        with TestClient(webhook_app()) as c:
+            for o, group in (
+                (job("train", 2, 1), "batch"),
+                (kai, ""),
+                (volcano, ""),
+                (job("too-big", 2, 8), "batch"),
+            ):
+                resp = c.post("/webhooks/mutate", json=review(o, group, o["kind"])).json()["response"]
+                fake_api.create(apply_patch(o, json.loads(base64.b64decode(resp["patch"]))))
+        bound = _until(
+            "four pods bound",
+            lambda: (
+                [p for p in _pods(fake_api, "default") if p["spec"].get("nodeName")]
+                if sum(1 for p in _pods(fake_api, "default") if p["spec"].get("nodeName")) >= 4
+                else None
+            ),
+        )
+        milli = {p["metadata"]["name"]: p["metadata"]["annotations"]["gpupool.io/gpu-milli"] for p in bound}
+        assert milli["kai"] == "500" and milli["volcano"] == "500"
+        assert (
+            fake_api.get("jobs.batch", "default", "train")["spec"]["suspend"] is False
+        )  # admitted: unsuspended
+        assert (
+            fake_api.get("jobs.batch", "default", "too-big")["spec"]["suspend"] is True
+        )  # 16 GPUs > the queue's 8
+        why = _until(
+            "an Event on the waiting Job",
+            lambda: [
+                e
+                for e in _events(fake_api, "default")
+                if e.get("involvedObject", {}).get("name") == "too-big"
+            ],
+        )
+        assert all(e.get("message") for e in why)
+    finally:
+        proc.terminate()
+        proc.wait(30)

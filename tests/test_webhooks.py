@@ -183,35 +183,39 @@ def test_jobset_and_pytorchjob_are_suspended_in_their_own_fields(client: TestCli
         assert out["spec"]["pytorchReplicaSpecs"][role]["template"]["spec"]["tolerations"] == [TOLERATION]
 
 
-def test_kai_fraction_annotations_become_gpupool_and_hami_keys(client: TestClient) -> None:
+def test_kai_fraction_annotations_become_hami_resources(client: TestClient) -> None:
     p = pod({"gpupool.io/queue": "research"})
-    p["metadata"]["annotations"] = {"gpu-fraction": "0.5", "gpu-memory": "20000"}
+    p["metadata"]["annotations"] = {"gpu-fraction": "0.5", "gpu-memory": "20000", "team": "a"}
     out = mutated(client, p, "", "Pod")
-    ann = out["metadata"]["annotations"]
-    assert ann["gpupool.io/gpu-milli"] == "500" and ann["gpupool.io/gpu-memory-mib"] == "20000"
-    assert ann["gpu-fraction"] == "0.5"  # KAI's own keys stay
+    assert out["metadata"]["annotations"] == {"team": "a"}  # moved, not stated twice
     limits = out["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 50, "nvidia.com/gpumem": 20000}
 
 
-def test_hami_keys_are_read_and_kept(client: TestClient) -> None:
+def test_hami_keys_are_gpupools_form_already(client: TestClient) -> None:
     p = pod({"gpupool.io/queue": "research"})
-    p["spec"]["containers"].append(
-        {
-            "name": "gpu",
-            "image": "i",
-            "resources": {
-                "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 30, "nvidia.com/gpumem": "10Gi"}
-            },
-        }
-    )
-    out = mutated(client, p, "", "Pod")
-    assert out["metadata"]["annotations"] == {
-        "gpupool.io/gpu-milli": "300",
-        "gpupool.io/gpu-memory-mib": "10240",
+    gpu = {
+        "name": "gpu",
+        "image": "i",
+        "resources": {
+            "limits": {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 30, "nvidia.com/gpumem": "10Gi"}
+        },
     }
-    assert "resources" not in out["spec"]["containers"][0]  # the share is the container's that asked
-    assert out["spec"]["containers"][1]["resources"]["limits"]["nvidia.com/gpucores"] == 30
+    p["spec"]["containers"].append(gpu)
+    out = mutated(client, p, "", "Pod")
+    assert "annotations" not in out["metadata"] and "resources" not in out["spec"]["containers"][0]
+    assert out["spec"]["containers"][1]["resources"]["limits"] == {
+        "nvidia.com/gpu": 1,
+        "nvidia.com/gpucores": 30,
+        "nvidia.com/gpumem": 10240,
+    }
+
+
+def test_memory_alone_gets_the_whole_devices_compute(client: TestClient) -> None:
+    p = pod({"gpupool.io/queue": "research"})
+    p["spec"]["containers"][0]["resources"] = {"limits": {"volcano.sh/vgpu-memory": 4096}}
+    limits = mutated(client, p, "", "Pod")["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 100, "nvidia.com/gpumem": 4096}
 
 
 def test_volcano_keys_are_replaced_by_gpupool_form(client: TestClient) -> None:
@@ -223,7 +227,6 @@ def test_volcano_keys_are_replaced_by_gpupool_form(client: TestClient) -> None:
     out = mutated(client, p, "", "Pod")
     limits = out["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": 1, "nvidia.com/gpucores": 25, "nvidia.com/gpumem": 4096}
-    assert out["metadata"]["annotations"]["gpupool.io/gpu-milli"] == "250"
 
 
 @pytest.mark.parametrize(
@@ -231,7 +234,7 @@ def test_volcano_keys_are_replaced_by_gpupool_form(client: TestClient) -> None:
     [
         ({"gpu-fraction": "1.5"}, {}, "metadata.annotations.gpu-fraction"),
         ({"gpu-fraction": "half"}, {}, "metadata.annotations.gpu-fraction"),
-        ({}, {"nvidia.com/gpumem": 4096}, "metadata.annotations"),
+        ({"gpu-memory": "lots"}, {}, "metadata.annotations.gpu-memory"),
         ({}, {"nvidia.com/gpu": 2, "nvidia.com/gpucores": 50}, "metadata.annotations"),
     ],
 )

@@ -5,11 +5,13 @@ know nothing of gpupool. Three changes make them gpupool's: pods name gpupool as
 scheduler (kube-scheduler leaves them alone), owners that can be suspended start suspended
 (gpupool unsuspends them when the gang is admitted, as Kueue does), and pods tolerate the taint
 that keeps other schedulers off gpupool's GPU nodes. Fractional-GPU requests written for KAI,
-HAMi or Volcano are rewritten into gpupool's form: the ``gpupool.io/gpu-milli`` and
-``gpupool.io/gpu-memory-mib`` annotations plus HAMi's container resources (one
-``nvidia.com/gpu`` device slot, ``nvidia.com/gpucores``, ``nvidia.com/gpumem``), which the HAMi
-device plugin on the node enforces. Volcano's resources are replaced (no Volcano device plugin
-serves them); KAI's annotations and HAMi's resources are kept.
+HAMi or Volcano are rewritten into gpupool's form, HAMi's container resources (one
+``nvidia.com/gpu`` device slot, ``nvidia.com/gpucores``, ``nvidia.com/gpumem``): the one form
+the backend's translation reads for a share (``gpupool.kube.translate_resources``; it refuses a
+pod that states a share twice) and the one the HAMi device plugin on the node enforces. KAI's
+annotations and Volcano's resources are replaced (neither scheduler's device plugin serves
+them); HAMi's are kept. gpupool's own ``gpupool.io/gpu-milli`` annotations are written when it
+binds the pod, not here.
 
 Everything here is pure: an object in, the changed copy out; :func:`json_patch` turns the
 difference into the RFC 6902 patch the API server applies.
@@ -31,8 +33,6 @@ QUEUE_LABELS = (KUEUE_QUEUE_LABEL, QUEUE_LABEL)
 TAINT_KEY = "gpupool.io/managed"
 TOLERATION = {"key": TAINT_KEY, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 GPU = "nvidia.com/gpu"
-GPU_MILLI = "gpupool.io/gpu-milli"
-GPU_MEMORY_MIB = "gpupool.io/gpu-memory-mib"
 VOLCANO_NUMBER = "volcano.sh/vgpu-number"
 VOLCANO_MEMORY = "volcano.sh/vgpu-memory"
 VOLCANO_CORES = "volcano.sh/vgpu-cores"
@@ -154,7 +154,7 @@ def _tolerates(t: Any) -> bool:
 
 
 def _translate_fractions(path: str, pod: dict[str, Any]) -> None:
-    """Read the KAI, HAMi or Volcano fractional keys; write gpupool's annotations and HAMi's resources."""
+    """Read the KAI, HAMi or Volcano fractional keys; write them as HAMi's container resources."""
     meta = pod.get("metadata", {})
     if not isinstance(meta, dict):
         raise MutationError(f"{path}.metadata" if path else "metadata", "must be an object")
@@ -170,9 +170,13 @@ def _translate_fractions(path: str, pod: dict[str, Any]) -> None:
             target, milli, mem = c, m, g
     if target is None:
         return
+    if (
+        mem and not milli
+    ):  # memory alone: the whole device's compute (HAMi: no core limit), as the backend reads it
+        milli = 1000
     _check_share(target, milli, at)
-    meta["annotations"] = {**ann, GPU_MILLI: str(milli), **({GPU_MEMORY_MIB: str(mem)} if mem else {})}
-    pod["metadata"] = meta
+    if any(k in ann for k in (KAI_FRACTION, KAI_MEMORY)):  # moved into the container's resources
+        meta["annotations"] = {k: v for k, v in ann.items() if k not in (KAI_FRACTION, KAI_MEMORY)}
     hami = {GPU: 1, HAMI_CORES: milli // 10 or 1, **({HAMI_MEM: mem} if mem else {})}
     res = target.setdefault("resources", {})
     res["limits"] = {**(res.get("limits") or {}), **hami}
@@ -181,11 +185,7 @@ def _translate_fractions(path: str, pod: dict[str, Any]) -> None:
 
 
 def _check_share(target: dict[str, Any], milli: int, at: str) -> None:
-    """The rules ``gpupool validate`` applies to a fractional request, located in the object."""
-    if not milli:
-        raise MutationError(
-            at, f"a GPU memory request needs a compute share too: set {KAI_FRACTION} or {HAMI_CORES}"
-        )
+    """The rules the backend applies to a share (gpupool.kube.translate_resources), located in the object."""
     if not 0 < milli <= 1000:
         raise MutationError(at, "the compute share of one GPU must be between 0 and 1 (1 to 100 gpucores)")
     res = target.get("resources") or {}
