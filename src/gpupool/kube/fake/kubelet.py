@@ -223,6 +223,7 @@ def _running_status(pod: Obj) -> Obj:
             "image": c.get("image", ""),
             "ready": True,
             "restartCount": 0,
+            "imageID": "",
             "started": True,
             "state": {"running": {"startedAt": now}},
         }
@@ -249,6 +250,7 @@ def _terminated_status(pod: Obj, code: int) -> Obj:
             "image": c.get("image", ""),
             "ready": False,
             "restartCount": 0,
+            "imageID": "",
             "started": False,
             "state": {
                 "terminated": {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now}

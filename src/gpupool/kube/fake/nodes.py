@@ -45,6 +45,23 @@ def hami_register(node: str, gpus: int, product: str, memory_mib: int) -> str:
     return json.dumps(devs, separators=(",", ":"))
 
 
+def _node_info(name: str) -> dict[str, str]:
+    """Every field of NodeSystemInfo: typed clients (lightkube's msgspec models) require them all."""
+    ident = str(uuid.uuid5(uuid.NAMESPACE_DNS, name))
+    return {
+        "architecture": "amd64",
+        "bootID": ident,
+        "containerRuntimeVersion": "containerd://1.7.0-fake",
+        "kernelVersion": "6.1.0-fake",
+        "kubeProxyVersion": "v1.32.0-fake",
+        "kubeletVersion": "v1.32.0-fake",
+        "machineID": ident.replace("-", ""),
+        "operatingSystem": "linux",
+        "osImage": "gpupool fake node",
+        "systemUUID": ident,
+    }
+
+
 def ready_condition(ready: bool) -> dict[str, Any]:
     now = now_rfc3339()
     return {
@@ -101,11 +118,8 @@ def gpu_node(
             "capacity": dict(res),
             "allocatable": dict(res),
             "conditions": [ready_condition(True)],
-            "nodeInfo": {
-                "kubeletVersion": "v1.32.0-fake",
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-            },
+            "nodeInfo": _node_info(name),
+            "addresses": [{"type": "Hostname", "address": name}],
         },
     }
 
