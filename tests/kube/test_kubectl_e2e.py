@@ -228,3 +228,33 @@ def test_two_replicas_only_the_lease_holder_binds(fake_server: Any, tmp_path: Pa
         kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("after", pods=1, gpus=4))
         wait(lambda: bound(fake_server, "job-name=after", 1), 60, "the new leader to bind")
         assert fake_server.stats.binds == binds_before + 1  # the pair's pods were not bound again
+
+
+def test_deployment_for_inference_gets_its_replicas_bound(fake_server: Any, tmp_path: Path) -> None:
+    """A Deployment (no suspend: its pods wait for gpupool) becomes one inference workload whose
+    replicas are bound with device annotations."""
+    fake_server.add_gpu_nodes(1, labels=TRAINING)
+    with serving(fake_server, tmp_path / "a"):
+        kubectl(
+            fake_server,
+            "apply",
+            "-f",
+            "-",
+            stdin="""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: chat, namespace: default, labels: {kueue.x-k8s.io/queue-name: llm-research}}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: chat}}
+  template:
+    metadata: {labels: {app: chat}}
+    spec:
+      schedulerName: gpupool
+      containers:
+        - {name: server, image: vllm, resources: {limits: {nvidia.com/gpu: 1}}}
+""",
+        )
+        got = wait(lambda: bound(fake_server, "app=chat", 2), 60, "the Deployment's 2 replicas bound")
+        for p in got:
+            assert device_annotations(p).get("gpupool.io/gpu-indices"), p["metadata"]
