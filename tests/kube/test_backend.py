@@ -363,3 +363,19 @@ def test_preempting_a_deployment_evicts_its_pods(cluster: Cluster) -> None:
     )
     time.sleep(0.3)
     assert bound(pods_of(srv, "app=serve")) == {}
+
+
+def test_make_backend_kubernetes_connects_and_syncs(cluster: Cluster) -> None:
+    from gpupool.service.backends import Backend, make_backend
+
+    be = make_backend("kubernetes", kubeconfig=str(cluster.srv.kubeconfig), bind_deadline_s=5.0)
+    try:
+        assert isinstance(be, KubernetesBackend) and isinstance(be, Backend)
+        assert {n.name for n in be.observed_nodes()} == {NODE0, NODE1}
+        h = be.health()
+        assert h.ok and h.detail["nodes"] == 2
+    finally:
+        assert isinstance(be, KubernetesBackend)
+        be.close()
+        be.informers.stop()
+        be.api.close()
