@@ -258,3 +258,24 @@ spec:
         got = wait(lambda: bound(fake_server, "app=chat", 2), 60, "the Deployment's 2 replicas bound")
         for p in got:
             assert device_annotations(p).get("gpupool.io/gpu-indices"), p["metadata"]
+
+
+def test_refused_job_shows_the_located_error_in_describe(fake_server: Any, tmp_path: Path) -> None:
+    """A Job naming a queue that does not exist stays suspended; `kubectl describe job` shows a
+    Warning Event with the field at fault, once."""
+    fake_server.add_gpu_nodes(1, labels=TRAINING)
+    with serving(fake_server, tmp_path / "a") as app:
+        bad = kueue_job("lost", pods=1, gpus=1).replace(
+            "queue-name: llm-research", "queue-name: no-such-queue"
+        )
+        kubectl(fake_server, "apply", "-f", "-", stdin=bad)
+
+        def described() -> str | None:
+            out = kubectl(fake_server, "describe", "job", "lost", "-n", "default")
+            return out if "GpupoolRefused" in out else None
+
+        out = " ".join(wait(described, 30, "the refusal in kubectl describe job").split())
+        assert "Warning" in out and "no-such-queue" in out and "spec.queue" in out, out
+        job = json.loads(kubectl(fake_server, "get", "job", "lost", "-o", "json"))
+        assert job["spec"]["suspend"] is True
+        assert app.state.kube.source.stats["refused"] == 1
