@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpupool import oidc
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource, Role, authorize, parse_bearer
 from gpupool.manifests import ManifestError
@@ -97,6 +98,8 @@ class Service:
         self._tlock = threading.Lock()
         #: what the routes show of the controller's state (never ``controller.engine`` directly)
         self.read = ControllerReadModel(self.controller)
+        #: single sign-on (gpupool.oidc): ID tokens from the configured issuer; None when off
+        self.oidc = oidc.from_env()
 
     # -- auth ---------------------------------------------------------------------------------
     def authenticate(self, header: str | None) -> Principal:
@@ -117,7 +120,8 @@ class Service:
             hit = self._tokens.get(token)
         if hit is not None and now - hit[0] < TOKEN_CACHE_S:
             return hit[1]
-        p = self.store.authenticate(token)
+        p = self._oidc_principal(token) if self.oidc and oidc.looks_like_jwt(token) else None
+        p = p or self.store.authenticate(token)
         if p is None:
             raise ApiError(401, "authentication failed: the token is not recognised or has been revoked")
         with self._tlock:
@@ -125,6 +129,14 @@ class Service:
                 self._tokens.clear()
             self._tokens[token] = (now, p)
         return p
+
+    def _oidc_principal(self, token: str) -> Principal:
+        """The caller an OIDC ID token names; 401 with the reason it is refused."""
+        assert self.oidc is not None
+        try:
+            return self.oidc.principal(token)
+        except oidc.OidcError as exc:
+            raise ApiError(401, f"authentication failed: {exc}") from None
 
     def cached_principal(self, token: str) -> Principal | None:
         with self._tlock:
