@@ -117,10 +117,12 @@ def suggest_queues(
                               "quotas": [{"pool": pool.name, "guarantee": {"nvidia.com/gpu": 0}}]}})  # fmt: skip
     for q, d in sorted(demand.items()):
         g = math.floor(want[q] * scale)
-        peak = math.ceil(_pct(d, 99))
+        # never below the widest job seen: a limit narrower than a job would strand it for good
+        widest = max((j.gpu_total_milli for j in jobs if j.queue == q), default=0) / 1000
+        peak = math.ceil(max(_pct(d, 99), widest))
         quota: dict[str, Any] = {"pool": pool.name, "guarantee": {"nvidia.com/gpu": g}}
         quota["borrowingLimit"] = {"nvidia.com/gpu": max(0, min(capacity, peak) - g)}
-        desc = f"guarantee p{percentile:g} of hourly demand {want[q]:.1f} GPUs (x{scale:.2f}), p99 {peak}"
+        desc = f"guarantee p{percentile:g} of hourly demand {want[q]:.1f} GPUs (x{scale:.2f}), limit {peak}"
         docs.append({"apiVersion": API_VERSION, "kind": "Queue", "metadata": {"name": q},
                      "spec": {"parent": root, "description": desc, "quotas": [quota]}})  # fmt: skip
     return docs
