@@ -379,3 +379,50 @@ def test_make_backend_kubernetes_connects_and_syncs(cluster: Cluster) -> None:
         be.close()
         be.informers.stop()
         be.api.close()
+
+
+def test_a_pytorchjob_gang_binds_each_replica_to_its_slot(cluster: Cluster) -> None:
+    srv = cluster.srv
+    be = cluster.fresh()
+    tpl = template(run_s=10_000)
+    srv.create(
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "pt", "namespace": "default", "labels": dict(QUEUE)},
+            "spec": {
+                "runPolicy": {"suspend": True},
+                "pytorchReplicaSpecs": {
+                    "Master": {"replicas": 1, "template": tpl},
+                    "Worker": {"replicas": 2, "template": tpl},
+                },
+            },
+        }
+    )
+    name = "default.pytorchjob.pt"
+    wait_for(lambda: known(be, name), what="the PyTorchJob in the cache")
+    be.start(
+        [
+            RunSpec(
+                name,
+                placement(("master", 0, NODE0, [0]), ("worker", 0, NODE1, [0]), ("worker", 1, NODE1, [1])),
+            )
+        ]
+    )
+    assert srv.get("pytorchjobs.kubeflow.org", "default", "pt")["spec"]["runPolicy"]["suspend"] is False
+    sel = "training.kubeflow.org/job-name=pt"
+    pods = wait_for(lambda: len(bound(p := pods_of(srv, sel))) == 3 and p, what="the gang bound")
+    where = {
+        (
+            p["metadata"]["labels"]["training.kubeflow.org/replica-type"].lower(),
+            p["metadata"]["labels"]["training.kubeflow.org/replica-index"],
+        ): (p["spec"]["nodeName"], p["metadata"]["annotations"]["gpupool.io/gpu-indices"])
+        for p in pods
+    }
+    assert where == {
+        ("master", "0"): (NODE0, "0"),
+        ("worker", "0"): (NODE1, "0"),
+        ("worker", "1"): (NODE1, "1"),
+    }
+    be.stop([name])
+    assert srv.get("pytorchjobs.kubeflow.org", "default", "pt")["spec"]["runPolicy"]["suspend"] is True

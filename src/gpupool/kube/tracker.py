@@ -88,7 +88,7 @@ class Tracker:
 
     # -- owners -----------------------------------------------------------------------------
     def _on_owner(self, kind: str, typ: str, obj: Mapping[str, Any]) -> None:
-        if kind == "Job" and controller_owner(obj) is not None:
+        if kind == "Job" and (controller_owner(obj) or ("", ""))[0] == "JobSet":
             return  # a JobSet's child: the JobSet stands for the workload
         ns, name = object_key(obj)
         top = (kind, ns, name)
