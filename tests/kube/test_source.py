@@ -19,11 +19,11 @@ from gpupool.kube.source import (
     REFUSED,
     KubeSource,
     Outcome,
-    ServiceSubmitter,
     SourcePolicy,
     parse_namespace_queues,
     policy_from_options,
 )
+from gpupool.kube.wiring import ServiceSubmitter
 from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError, ObjectRef
 from tests.test_service_support import running_app, wait_for, wl
 

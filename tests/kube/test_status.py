@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gpupool.kube.status import EventRecorder, StatusWriter, top_owner_key, waiting_reasons
+from gpupool.kube.source import top_owner_key
+from gpupool.kube.status import EventRecorder, StatusWriter, waiting_reasons
 from tests.test_service_support import running_app, wait_for, wl
 
 

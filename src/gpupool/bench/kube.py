@@ -326,7 +326,7 @@ def run_virtual(nodes: int, jobs: int, pods: int, work: Path) -> dict[str, Any]:
     """The same workloads through the virtual backend in-process: submit all, until admitted."""
     from fastapi.testclient import TestClient
 
-    from gpupool.kube.source import ServiceSubmitter
+    from gpupool.kube.wiring import ServiceSubmitter
     from gpupool.service.api import create_app
     from gpupool.service.config import ServiceConfig
 

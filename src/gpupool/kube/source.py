@@ -1,8 +1,9 @@
 """Workloads created with kubectl become gpupool submissions; deleted ones are cancelled.
 
-Why through the API's own submission path (``routes.workloads.prepare`` and the batcher): a Job
-created with kubectl must meet exactly the validation, admission policy and approval rules a
-``gpupool submit`` meets, and land in the same store with the same audit record. The source
+Why through the API's own submission path (``routes.workloads.prepare`` and the batcher, in
+``wiring.ServiceSubmitter``): a Job created with kubectl must meet exactly the validation,
+admission policy and approval rules a ``gpupool submit`` meets, and land in the same store with
+the same audit record. The source
 submits as one system principal (``system:kubernetes``, a platform admin: it may submit to any
 queue); which namespace may use which queue is the source's own policy (``SourcePolicy``).
 
@@ -28,20 +29,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from gpupool.auth import Principal, Role
 from gpupool.kube import workloads as kw
 from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError, WorkloadDefaults
-from gpupool.service.routes.base import ApiError
-from gpupool.service.routes.workloads import Prepared, after, prepare
-from gpupool.store import TERMINAL_PHASES, NotFound, StoreError
-from gpupool.store.schema import PHASES
-
-if TYPE_CHECKING:
-    from gpupool.service.routes.base import Service
 
 log = logging.getLogger("gpupool.kube.source")
 
@@ -456,6 +448,43 @@ class KubeSource:
             self.stats["submitted" if out.result == "created" else "unchanged"] += 1
 
 
+#: controller kind of a pod's owner -> the source's informer name of the top owner
+OWNER_KINDS = {
+    "Job": "jobs",
+    "PyTorchJob": "pytorchjobs",
+    "JobSet": "jobsets",
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+}
+
+
+def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for o in _meta(obj).get("ownerReferences") or []:
+        if isinstance(o, Mapping) and o.get("controller"):
+            return o
+    return None
+
+
+def top_owner_key(pod: Mapping[str, Any], jobs: Any, group_of: Callable[[Mapping[str, Any]], str]) -> Key:
+    """The source key of the workload a pod belongs to: its top owner (a Job's JobSet, a
+    ReplicaSet's Deployment by the pod-template-hash suffix), or its bare pod group."""
+    m = _meta(pod)
+    ns = str(m.get("namespace") or "")
+    owner = _controller(pod)
+    if owner is None:
+        return ("pods", ns, group_of(pod))
+    kind, name = str(owner.get("kind") or ""), str(owner.get("name") or "")
+    if kind == "Job" and jobs is not None:
+        job = jobs.get(ns, name)
+        up = _controller(job) if job is not None else None
+        if up is not None and up.get("kind") == "JobSet":
+            return ("jobsets", ns, str(up.get("name")))
+    if kind == "ReplicaSet":
+        suffix = "-" + str((m.get("labels") or {}).get("pod-template-hash") or "")
+        return ("deployments", ns, name[: -len(suffix)] if name.endswith(suffix) and suffix != "-" else name)
+    return (OWNER_KINDS.get(kind, kind.lower() + "s"), ns, name)
+
+
 def _queue_of(manifest: Mapping[str, Any]) -> str:
     spec = manifest.get("spec") or {}
     labels = _meta(manifest).get("labels") or {}
@@ -467,56 +496,3 @@ def _queue_of(manifest: Mapping[str, Any]) -> str:
 
 def _name_of(w: KubeWorkload) -> str:
     return str(_meta(w.manifest).get("name") or "")
-
-
-class ServiceSubmitter:
-    """``Submitter`` over a running service: ``prepare`` (validation, authorization, admission
-    policy, approval) and the batcher (group commit), then the controller, as the API does."""
-
-    def __init__(self, svc: Service) -> None:
-        self.svc = svc
-        self.principal = Principal(SYSTEM_NAME, Role.PLATFORM_ADMIN)
-
-    def submit_many(self, manifests: Sequence[Mapping[str, Any]]) -> list[Outcome]:
-        out: list[Outcome | None] = [None] * len(manifests)
-        waiting: list[tuple[int, Prepared, Future[Any]]] = []
-        for i, m in enumerate(manifests):
-            name = str(_meta(m).get("name") or "")
-            try:
-                prep = prepare(self.svc, self.principal, m)
-                phase = "AwaitingApproval" if prep.approval else "Pending"
-                fut = self.svc.batcher.submit(prep.body, owner=SYSTEM_NAME, phase=phase, audit=prep.audit)
-            except ApiError as exc:
-                out[i] = Outcome(
-                    name, "refused", exc.message, tuple((e["field"], e["problem"]) for e in exc.errors)
-                )
-                continue
-            except StoreError as exc:
-                out[i] = Outcome(name, "refused", str(exc))
-                continue
-            waiting.append((i, prep, fut))
-        for i, prep, fut in waiting:  # one group commit for the whole batch
-            out[i] = self._committed(prep, fut)
-        return [o if o is not None else Outcome("", "refused", "not submitted") for o in out]
-
-    def _committed(self, prep: Prepared, fut: Future[Any]) -> Outcome:
-        try:
-            rec, created = fut.result()
-            after(self.svc, prep, rec, created)
-        except StoreError as exc:
-            return Outcome(prep.model.name, "refused", str(exc))
-        return Outcome(rec.name, "created" if created else "unchanged")
-
-    def cancel(self, name: str) -> bool:
-        try:
-            rec = self.svc.store.get_workload(name)
-        except NotFound:
-            return False
-        if rec.phase in TERMINAL_PHASES:
-            return False
-        self.svc.controller.cancel(name, SYSTEM_NAME)
-        return True
-
-    def active(self) -> set[str]:
-        phases = [p for p in PHASES if p not in TERMINAL_PHASES]
-        return {r.name for r in self.svc.store.list_workloads(owner=SYSTEM_NAME, phases=phases)}

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpupool.kube.source import Key, top_owner_key
+
 log = logging.getLogger("gpupool.kube.status")
 
 COMPONENT = "gpupool"
@@ -228,45 +230,6 @@ def involved_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     if m.get("uid"):
         out["uid"] = str(m["uid"])
     return out
-
-
-#: controller kind of a pod's owner -> the source's informer name of the top owner
-OWNER_KINDS = {
-    "Job": "jobs",
-    "PyTorchJob": "pytorchjobs",
-    "JobSet": "jobsets",
-    "Deployment": "deployments",
-    "StatefulSet": "statefulsets",
-}
-
-Key = tuple[str, str, str]
-
-
-def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for o in _meta(obj).get("ownerReferences") or []:
-        if isinstance(o, Mapping) and o.get("controller"):
-            return o
-    return None
-
-
-def top_owner_key(pod: Mapping[str, Any], jobs: Any, group_of: Callable[[Mapping[str, Any]], str]) -> Key:
-    """The source key of the workload a pod belongs to: its top owner (a Job's JobSet, a
-    ReplicaSet's Deployment by the pod-template-hash suffix), or its bare pod group."""
-    m = _meta(pod)
-    ns = str(m.get("namespace") or "")
-    owner = _controller(pod)
-    if owner is None:
-        return ("pods", ns, group_of(pod))
-    kind, name = str(owner.get("kind") or ""), str(owner.get("name") or "")
-    if kind == "Job" and jobs is not None:
-        job = jobs.get(ns, name)
-        up = _controller(job) if job is not None else None
-        if up is not None and up.get("kind") == "JobSet":
-            return ("jobsets", ns, str(up.get("name")))
-    if kind == "ReplicaSet":
-        suffix = "-" + str((m.get("labels") or {}).get("pod-template-hash") or "")
-        return ("deployments", ns, name[: -len(suffix)] if name.endswith(suffix) and suffix != "-" else name)
-    return (OWNER_KINDS.get(kind, kind.lower() + "s"), ns, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,6 +481,5 @@ __all__ = [
     "StatusWriter",
     "Waiting",
     "Writes",
-    "top_owner_key",
     "waiting_reasons",
 ]

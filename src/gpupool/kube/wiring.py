@@ -20,14 +20,20 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpupool.auth import Principal, Role
 from gpupool.kube.lease import KubeLease, KubeLeaseSettings
-from gpupool.kube.source import SourcePolicy, policy_from_options
+from gpupool.kube.source import SYSTEM_NAME, Outcome, SourcePolicy, policy_from_options
+from gpupool.service.routes.base import ApiError
+from gpupool.service.routes.workloads import Prepared, after, prepare
+from gpupool.store import TERMINAL_PHASES, NotFound, StoreError
+from gpupool.store.schema import PHASES
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -187,7 +193,6 @@ class KubeRuntime:
     # ------------------------------------------------------------------ after the service
     def start_service(self, svc: Service) -> None:
         """The source submits through the service; the status writer follows the controller."""
-        from gpupool.kube.source import ServiceSubmitter
         from gpupool.kube.status import EventRecorder, KubeWrites, StatusWriter
 
         writes = KubeWrites(self.api)
@@ -282,3 +287,56 @@ def kube_app(cfg: ServiceConfig, opts: KubeOptions) -> FastAPI:
     app.router.lifespan_context = lifespan
     app.state.kube = rt
     return app
+
+
+class ServiceSubmitter:
+    """``Submitter`` over a running service: ``prepare`` (validation, authorization, admission
+    policy, approval) and the batcher (group commit), then the controller, as the API does."""
+
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self.principal = Principal(SYSTEM_NAME, Role.PLATFORM_ADMIN)
+
+    def submit_many(self, manifests: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+        out: list[Outcome | None] = [None] * len(manifests)
+        waiting: list[tuple[int, Prepared, Future[Any]]] = []
+        for i, m in enumerate(manifests):
+            name = str((m.get("metadata") or {}).get("name") or "")
+            try:
+                prep = prepare(self.svc, self.principal, m)
+                phase = "AwaitingApproval" if prep.approval else "Pending"
+                fut = self.svc.batcher.submit(prep.body, owner=SYSTEM_NAME, phase=phase, audit=prep.audit)
+            except ApiError as exc:
+                out[i] = Outcome(
+                    name, "refused", exc.message, tuple((e["field"], e["problem"]) for e in exc.errors)
+                )
+                continue
+            except StoreError as exc:
+                out[i] = Outcome(name, "refused", str(exc))
+                continue
+            waiting.append((i, prep, fut))
+        for i, prep, fut in waiting:  # one group commit for the whole batch
+            out[i] = self._committed(prep, fut)
+        return [o if o is not None else Outcome("", "refused", "not submitted") for o in out]
+
+    def _committed(self, prep: Prepared, fut: Future[Any]) -> Outcome:
+        try:
+            rec, created = fut.result()
+            after(self.svc, prep, rec, created)
+        except StoreError as exc:
+            return Outcome(prep.model.name, "refused", str(exc))
+        return Outcome(rec.name, "created" if created else "unchanged")
+
+    def cancel(self, name: str) -> bool:
+        try:
+            rec = self.svc.store.get_workload(name)
+        except NotFound:
+            return False
+        if rec.phase in TERMINAL_PHASES:
+            return False
+        self.svc.controller.cancel(name, SYSTEM_NAME)
+        return True
+
+    def active(self) -> set[str]:
+        phases = [p for p in PHASES if p not in TERMINAL_PHASES]
+        return {r.name for r in self.svc.store.list_workloads(owner=SYSTEM_NAME, phases=phases)}
