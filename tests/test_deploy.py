@@ -103,7 +103,7 @@ def _simple_render(path: Path) -> list[dict[str, Any]]:
         if not (ln.strip().startswith("{{") and ln.strip().endswith("}}"))
     ]
     text = (
-        "\n".join(lines)
+        ("\n".join(lines) + "\n")
         .replace("{{ .Release.Name }}", RELEASE)
         .replace("{{ .Release.Namespace }}", NAMESPACE)
     )
@@ -159,6 +159,21 @@ def test_plain_templates_render_what_the_generator_does(name: str) -> None:
     rendered = _simple_render(CHART / "templates" / name)
     generated = {(o["kind"], o["metadata"]["name"]): o for o in chart_objects(default_values(), NAMESPACE)}
     assert rendered and all(generated[(o["kind"], o["metadata"]["name"])] == o for o in rendered)
+
+
+def test_the_chart_seeds_the_example_pool_and_queue_the_generator_does() -> None:
+    (rendered,) = _simple_render(CHART / "templates" / "configmap.yaml")
+    (cm,) = [o for o in chart_objects(default_values(), NAMESPACE) if o["kind"] == "ConfigMap"]
+    assert rendered["data"] == cm["data"] and set(cm["data"]) == {"examples.yaml"}
+    docs = [d for d in yaml.safe_load_all(cm["data"]["examples.yaml"]) if d]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("ResourcePool", "default"),
+        ("Queue", "default"),
+    ]
+    assert all(resource_problems(d, all_crds()) == [] for d in docs)
+    none = default_values()
+    none["examples"]["create"] = False
+    assert next(o for o in chart_objects(none, NAMESPACE) if o["kind"] == "ConfigMap")["data"] == {}
 
 
 def test_the_chart_runs_the_scheduler_with_the_generators_arguments() -> None:
@@ -539,7 +554,7 @@ def _until(what: str, fn: Any, timeout_s: float = 120.0) -> Any:
 
 
 def test_jobs_and_shares_through_the_webhook_run_on_the_fake_cluster(fake_api: Any, tmp_path: Path) -> None:
-    """The install's pieces together: the chart's example pool and queue as the configuration, a
+    """The install's pieces together: the chart's ConfigMap (the example pool and queue) as the configuration, a
     GPU node labelled and tainted as docs/install.md says, objects mutated by the webhook as the
     API server would, and ``gpupool serve --backend kubernetes`` scheduling them."""
     import base64
@@ -553,9 +568,11 @@ def test_jobs_and_shares_through_the_webhook_run_on_the_fake_cluster(fake_api: A
     obj = fake_api.get("nodes", "", node)
     obj["spec"]["taints"] = [{"key": "gpupool.io/managed", "value": "true", "effect": "NoSchedule"}]
     fake_api.update("nodes", obj)
-    cfg = tmp_path / "cfg"
+    cfg = tmp_path / "cfg"  # what the pod mounts from the ConfigMap gpupool-config
     cfg.mkdir()
-    shutil.copy(REPO / "deploy" / "manifests" / "examples.yaml", cfg / "examples.yaml")
+    (cm,) = [o for o in chart_objects(default_values(), NAMESPACE) if o["kind"] == "ConfigMap"]
+    for name, text in cm["data"].items():
+        (cfg / name).write_text(text, encoding="utf-8")
     run = {"fake.gpupool.io/run-seconds": "36000"}
     container = {"name": "main", "image": "trainer:1"}
 

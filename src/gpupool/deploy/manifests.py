@@ -56,13 +56,42 @@ def _binding(
     }
 
 
+#: the example pool and queue as gpupool manifests, for the store's first start; the chart's
+#: configmap.yaml holds the same text (tests/test_deploy.py compares them)
+EXAMPLE_CONFIG = """\
+# The example pool and queue (values examples.*), applied on the store's first start.
+apiVersion: gpupool.io/v1alpha1
+kind: ResourcePool
+metadata: {name: default}
+spec:
+  description: The GPU nodes labelled gpupool.io/managed=true
+  nodeSelector: {gpupool.io/managed: "true"}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Queue
+metadata: {name: default}
+spec:
+  description: The default queue
+  quotas:
+    - pool: default
+      guarantee: {nvidia.com/gpu: GPUS}
+"""
+
+
 def config_map(v: dict[str, Any], ns: str) -> dict[str, Any]:
-    """Manifests applied on the store's first start (``serve --config``); empty: all from the cluster."""
+    """Manifests applied on the store's first start (``serve --config``): the example pool and
+    queue (the backend does not read ResourcePool and Queue objects from the cluster yet), and
+    the ``config`` value's files."""
+    data = (
+        {"examples.yaml": EXAMPLE_CONFIG.replace("GPUS", str(v["examples"]["gpus"]))}
+        if v["examples"]["create"]
+        else {}
+    )
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": meta(f"{RELEASE}-config", ns, "scheduler"),
-        "data": dict(v["config"]),
+        "data": {**data, **v["config"]},
     }
 
 
