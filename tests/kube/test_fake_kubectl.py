@@ -207,3 +207,7 @@ def test_server_side_apply_and_server_dry_run(kubectl: Kubectl, fake_server: Fak
     out = kubectl("apply", "--dry-run=server", "-f", "-", stdin=JOB.format(parallelism=1))
     assert "job.batch/train created (server dry run)" in out
     assert fake_server.list("jobs.batch") == []
+
+
+def test_auth_can_i_says_yes(kubectl: Kubectl) -> None:
+    assert kubectl("auth", "can-i", "create", "pods/binding").strip() == "yes"

@@ -92,6 +92,14 @@ class FakeApp:
             table = "as=Table" in dict(scope["headers"]).get(b"accept", b"").decode()
             return await self._watch(tgt, q, receive, send, table)
         body = await _read_body(receive) if method in ("POST", "PUT", "PATCH", "DELETE") else None
+        if tgt.rt.kind == "SelfSubjectAccessReview":
+            body = body if isinstance(body, dict) else {}  # kubectl sends these as protobuf
+        elif isinstance(body, bytes):
+            raise ApiError(
+                415,
+                "the fake API server takes JSON (or YAML for apply), not protobuf",
+                "UnsupportedMediaType",
+            )
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         if "dryRun" in q and method != "GET":
             code, out = self._dry_run(method, tgt, q, body, headers.get("content-type", ""))
@@ -174,6 +182,12 @@ class FakeApp:
             if method == "POST" and rt.plural == "bindings":
                 name = ((body or {}).get("metadata") or {}).get("name", "")
                 return 201, subresources.bind(self.ops, t.ns, name, body)
+            if method == "POST" and rt.kind == "SelfSubjectAccessReview":
+                # no RBAC here: every token may do everything (``kubectl auth can-i`` says so)
+                return 201, {
+                    **(body or {}),
+                    "status": {"allowed": True, "reason": "the fake server allows all"},
+                }
             if method == "POST":
                 obj = self.ops.create(rt, t.ns, body)
                 return 201, obj
@@ -292,6 +306,8 @@ def _or_404(doc: dict[str, Any] | None) -> dict[str, Any]:
 
 
 async def _read_body(receive: Receive) -> Any:
+    """The request body as JSON (or YAML, for server-side apply); a protobuf body is kept as
+    the raw bytes, which only the access-review stub accepts."""
     chunks = []
     while True:
         msg = await receive()
@@ -301,6 +317,8 @@ async def _read_body(receive: Receive) -> Any:
     raw = b"".join(chunks)
     if not raw:
         return None
+    if raw[:4] == b"k8s\x00":  # Kubernetes' protobuf envelope
+        return raw
     try:
         return json.loads(raw)
     except ValueError as exc:

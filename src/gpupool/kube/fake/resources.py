@@ -64,6 +64,7 @@ BUILTINS: tuple[ResourceType, ...] = (
     _r("apps/v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale")),
     _r("apps/v1", "replicasets", "ReplicaSet", True, ("rs",), ("status", "scale")),
     _r("apps/v1", "statefulsets", "StatefulSet", True, ("sts",), ("status", "scale")),
+    _r("authorization.k8s.io/v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview", False),
     _r("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",)),
     _r(
         "apiextensions.k8s.io/v1",
@@ -85,6 +86,7 @@ GROUP_ORDER = (
     "scheduling.k8s.io",
     "coordination.k8s.io",
     "apiextensions.k8s.io",
+    "authorization.k8s.io",
 )
 
 
