@@ -198,6 +198,16 @@ spec:
         assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
         assert cond["message"].startswith("gpupool: ")
 
+        # a suspended Job has no pods while it waits: its reason is on the Job
+        kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("later", pods=1, gpus=8))
+
+        def job_described() -> str | None:
+            out = kubectl(fake_server, "describe", "job", "later", "-n", "default")
+            return out if "gpupool:" in out else None
+
+        out = wait(job_described, 60, "gpupool's reason in kubectl describe job")
+        assert "Pending" in out and "in queue llm-research" in out, out
+
 
 def test_two_replicas_only_the_lease_holder_binds(fake_server: Any, tmp_path: Path) -> None:
     """Two replicas, one fake server, one store: the first holds the Kubernetes Lease and the
