@@ -300,8 +300,47 @@ def profile_cmd(
     sys.stdout.write(render(rep, output.value))
 
 
+def plan_cmd(
+    add: list[str] = typer.Option(
+        ..., "--add", help="COUNTxGPU-MODEL: that many nodes like today's (repeatable)"
+    ),
+    db: str = typer.Option(..., "--db", help="the store whose history is replayed (SQLAlchemy URL)"),
+    start: str | None = typer.Option(
+        None, "--from", help="replay workloads submitted since (default: 7 days before --to)"
+    ),
+    end: str | None = ToOpt,
+    policy: Path | None = PolicyOpt,
+    output: Fmt = FmtOpt,
+) -> None:
+    """What-if (容量规划): replay the recorded workloads on today's design and with more nodes."""
+    from gpupool.cost import plan as planner
+    from gpupool.cost.metering import Window
+    from gpupool.cost.policy import load_policy
+    from gpupool.cost.render import render
+    from gpupool.cost.reports import load_store, parse_time, report
+    from gpupool.store import Store
+
+    try:
+        if policy is not None and not policy.exists():
+            raise ValueError(f"--policy: {policy} does not exist")
+        to = parse_time(end, "--to", datetime.now(UTC))
+        window = Window(parse_time(start, "--from", to - timedelta(days=7)), to)
+        with Store.open(db) as store:
+            data = load_store(store, window, load_policy(policy))
+            jobs = planner.jobs_of(data.history, store.list_workloads(), data.bundle, window.start)
+        added = planner.parse_add(add, data.bundle.nodes)
+        prices = {name: p.price for name, p in data.pools.items()}
+        table = planner.plan(jobs, data.bundle, added, prices)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    sys.stdout.write(
+        render(report("plan", data, [table], {"added": ", ".join(add), "workloads": len(jobs)}), output.value)
+    )
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     """Add ``report``, ``evidence`` and ``profile`` to the gpupool command."""
     app.add_typer(report_app, name="report")
     app.command("evidence")(evidence_cmd)
     app.command("profile")(profile_cmd)
+    app.command("plan")(plan_cmd)
