@@ -648,3 +648,43 @@ def test_jobs_and_shares_through_the_webhook_run_on_the_fake_cluster(fake_api: A
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+#: the writes the Kubernetes backend makes (read from gpupool.kube.binder, evictor, status, lease)
+BACKEND_WRITES = (
+    ("", "nodes", "patch"),  # binder: HAMi's node lock
+    ("", "pods/binding", "create"),  # binder
+    ("", "pods/status", "patch"),  # status writer, evictor (DisruptionTarget)
+    ("", "pods/eviction", "create"),  # evictor
+    ("", "pods", "delete"),  # evictor
+    ("", "pods", "patch"),  # evictor: the admission record on a bare pod
+    ("", "events", "create"),  # status writer, evictor
+    ("", "events", "patch"),  # status writer: a repeated Event's count
+    *(
+        (g, r, "patch")  # evictor: admission record, (un)suspension
+        for g, r in (
+            ("batch", "jobs"),
+            ("jobset.x-k8s.io", "jobsets"),
+            ("kubeflow.org", "pytorchjobs"),
+            ("apps", "deployments"),
+            ("apps", "statefulsets"),
+        )
+    ),
+)
+
+
+def _granted(rules: Any) -> set[tuple[str, str, str]]:
+    return {(r.group, res, v) for r in rules for res in r.resources for v in r.verbs}
+
+
+def test_the_scheduler_may_do_what_the_backend_does() -> None:
+    from gpupool.kube.client import RESOURCES
+    from gpupool.kube.informer import WATCHED
+
+    granted = _granted(SCHEDULER_RULES)
+    for kind in WATCHED:
+        res = RESOURCES[kind]
+        assert {(res.group, res.plural, "list"), (res.group, res.plural, "watch")} <= granted, kind
+    assert set(BACKEND_WRITES) <= granted
+    lease = _granted(LEASE_RULES)
+    assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")} <= lease

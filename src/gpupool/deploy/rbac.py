@@ -35,8 +35,8 @@ SCHEDULER_RULES = (
     Rule(
         "",
         ("pods",),
-        (*_READ, "delete"),
-        "the pods to place; delete preempts a pod with no suspendable owner",
+        (*_READ, "patch", "delete"),
+        "the pods to place; patch records the admission on a bare pod; delete preempts a pod with no suspendable owner",
     ),
     Rule("", ("pods/binding",), ("create",), "binding a pod to its node, with the device annotations"),
     Rule(
@@ -50,22 +50,31 @@ SCHEDULER_RULES = (
     ),
     Rule("", ("events",), ("create", "patch"), "why a workload waits, was admitted or preempted, as Events"),
     Rule(
-        "", ("namespaces",), _READ, "the webhook copies a namespace's gpupool.io/queue label onto its objects"
+        "",
+        ("namespaces",),
+        _READ,
+        "the webhook reads a namespace's gpupool.io/queue label (get) to copy it onto its objects",
     ),
     Rule("batch", ("jobs",), (*_READ, "patch"), "Jobs as workloads; patch suspends and unsuspends them"),
     Rule("jobset.x-k8s.io", ("jobsets",), (*_READ, "patch"), "JobSets as workloads; patch (un)suspends"),
     Rule("kubeflow.org", ("pytorchjobs",), (*_READ, "patch"), "PyTorchJobs as workloads; patch (un)suspends"),
     Rule(
         "apps",
-        ("deployments", "statefulsets", "replicasets"),
-        _READ,
-        "a pod's top owner (Deployment through its ReplicaSet, StatefulSet) and its min-replicas annotation",
+        ("deployments", "statefulsets"),
+        (*_READ, "patch"),
+        "owners of serving pods (a ReplicaSet's Deployment is found by name); patch records the admission",
     ),
     Rule(
         "scheduling.k8s.io",
         ("priorityclasses",),
         _READ,
         "a pod's priorityClassName mapped to gpupool's classes",
+    ),
+    Rule(
+        "coordination.k8s.io",
+        ("leases",),
+        ("list", "watch"),
+        "the backend's informers cache Leases in every namespace (writes: the namespaced Role)",
     ),
     Rule(
         "gpupool.io",
