@@ -211,7 +211,11 @@ def run_kube(nodes: int, jobs: int, pods: int, work: Path, say: Any = lambda msg
         procs.append(proc)
         _wait_ready(proc, port, log)
         say(f"kubernetes: server up; creating {jobs} Jobs x {pods} pods")
+        prof = _profile(proc.pid, work / "bind-profile.txt")
         out = _bind_phase(srv, nodes, jobs, pods, proc.pid)
+        if prof is not None:
+            prof.send_signal(signal.SIGINT)
+            prof.wait(60)
         say(f"kubernetes: {out['bound']} pods bound in {out['seconds']:.1f}s; kill -9 and restart")
         _kill(proc)
         out["restart"] = _restart_phase(srv, kc, state, cfg, log, procs)
@@ -286,13 +290,28 @@ def _restart_phase(
     }
 
 
+def _py_spy() -> str | None:
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return spy if Path(spy).exists() else None
+
+
+def _profile(pid: int, out: Path) -> subprocess.Popen[bytes] | None:
+    """With ``GPUPOOL_BENCH_PROFILE=1`` and py-spy installed: sample the server during the bind
+    phase into ``out`` (collapsed stacks; diagnostics, off by default)."""
+    spy = _py_spy()
+    if not os.environ.get("GPUPOOL_BENCH_PROFILE") or spy is None:
+        return None
+    cmd = [spy, "record", "--pid", str(pid), "--format", "raw", "--nonblocking", "-r", "50", "-o", str(out)]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _stack_dumps(proc: subprocess.Popen[bytes], out: Path) -> Any:
     """Where the restarted server spends its time: with ``GPUPOOL_BENCH_STACKS=1`` and py-spy
     installed, its threads' stacks every 2 s until the first bind (diagnostics, off by default)."""
     import threading
 
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not os.environ.get("GPUPOOL_BENCH_STACKS") or not Path(spy).exists():
+    spy = _py_spy()
+    if not os.environ.get("GPUPOOL_BENCH_STACKS") or spy is None:
         return None
     done = threading.Event()
 
