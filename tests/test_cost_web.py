@@ -49,7 +49,7 @@ def test_report_page_shows_the_chargeback(server: Server, browser: object) -> No
     page.fill("#token", server.token)
     page.click("#login button")
     sync_api.expect(page.locator("#who")).to_contain_text("platform-admin")
-    page.click("header a.nav")
+    page.get_by_role("link", name="Cost reports").click()
     sync_api.expect(page.locator("#report-summary")).to_contain_text("reconciles: yes")
     sync_api.expect(page.locator("section[data-table=teams]")).to_contain_text("llm-research")
     page.fill("#report-form input[name=from]", "2030-01-02")
