@@ -30,7 +30,7 @@ from gpupool.kube.binder import Binder, BindJob, BindResult
 from gpupool.kube.client import KubeApi
 from gpupool.kube.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.gangs import assign_slots, attempt_pods, live
-from gpupool.kube.informer import Informers
+from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.nodes import NodeView
 from gpupool.kube.outcomes import Outcome, owner_outcome, pod_failure, pods_outcome
 from gpupool.kube.recovery import adopted_runs
@@ -388,14 +388,16 @@ class KubernetesBackend:
             run.next_try = now + min(hi, lo * 2 ** min(run.tries - 1, 10))
             fatal = any(r.fatal for r in bad)
             if fatal or (run.first_try is not None and now - run.first_try > self.bind_deadline_s):
-                self._unbind(run, f"binding failed after {run.tries} tries: {run.last_error}")
+                just = [r.job.pod for r in rs if r.ok]  # bound this pass: not in the cache yet
+                self._unbind(run, f"binding failed after {run.tries} tries: {run.last_error}", just)
 
-    def _unbind(self, run: KubeRun, why: str) -> None:
+    def _unbind(self, run: KubeRun, why: str, just_bound: Sequence[Mapping[str, Any]] = ()) -> None:
         """Give up a gang: delete the pods it bound (a suspendable owner is re-suspended by
         ``forget``) and report it failed as a platform fault (``BindFailed``)."""
-        bound = [p for p in attempt_pods(self.tracker.pods(run.top), run.decision)]
+        bound = {object_key(p): p for p in attempt_pods(self.tracker.pods(run.top), run.decision)}
+        bound.update({object_key(p): p for p in just_bound})
         try:
-            self.evictor.delete_pods(bound)
+            self.evictor.delete_pods(list(bound.values()))
         except Exception:
             log.exception("deleting the bound pods of %s failed", run.name)
         run.outcome = Outcome("Failed", why, None, "BindFailed")
