@@ -60,6 +60,7 @@ class FakeApiServer:
         self.time_scale = time_scale
         self.url = ""
         self.kubeconfig: Path | None = None
+        self.thread_native_id = 0  # the serving thread (its CPU time is the server's cost)
         self._server: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
         for ns in BOOT_NAMESPACES:
@@ -96,6 +97,7 @@ class FakeApiServer:
             loop = _new_loop()
             asyncio.set_event_loop(loop)
             self.runtime.start(loop, threading.get_ident())
+            self.thread_native_id = threading.get_native_id()
             loop.call_soon(started.set)
             loop.run_until_complete(self._server.serve(sockets=[sock]))
             loop.close()
