@@ -280,7 +280,9 @@ class KubeSource:
             self._on_pod("ADDED", pod)
 
     def _run(self) -> None:
-        leading, reconcile_due = True, False
+        # the first pass (everything cached is dirty) is followed by a reconcile, as is every
+        # takeover from another replica
+        leading, reconcile_due, t0 = True, True, time.monotonic()
         while not self._stop.is_set():
             self._wake.wait(1.0)
             self._wake.clear()
@@ -288,14 +290,21 @@ class KubeSource:
                 leading = False
                 continue
             if not leading:  # took over from another replica: everything is ours to check
-                leading, reconcile_due = True, True
+                leading, reconcile_due, t0 = True, True, time.monotonic()
                 self.resync()
             try:
                 while self.process() and not self._stop.is_set():
                     pass
                 if reconcile_due and not self._dirty:
                     reconcile_due = False
-                    self.reconcile()
+                    n = self.reconcile()
+                    done = ", ".join(f"{k} {v}" for k, v in self.stats.items() if v)
+                    log.warning(
+                        "kubernetes source: every object read in %.2f s (%s); %d workloads of deleted objects cancelled",
+                        time.monotonic() - t0,
+                        done,
+                        n,
+                    )
             except Exception as exc:  # the worker must survive anything one pass throws
                 self.stats["errors"] += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"

@@ -203,20 +203,10 @@ class KubeRuntime:
         self.source.events = recorder
         el = svc.leader
         self.source.gate = (lambda: el.is_leader) if el is not None else self.lease.held
-        if self.source.gate():
-            t0 = time.monotonic()
-            n = self.source.process()  # what exists already, in one pass (resubmits are unchanged)
-            cancelled = self.source.reconcile()  # objects deleted while gpupool was down
-            log.warning(
-                "kubernetes: %d objects read in %.2f s (%s), %d workloads of deleted objects cancelled;"
-                " service up %.2f s after process start",
-                n,
-                time.monotonic() - t0,
-                ", ".join(f"{k} {v}" for k, v in self.source.stats.items() if v),
-                cancelled,
-                process_age_s(),
-            )
+        # the source's worker reads every cached object, then cancels the workloads of objects
+        # deleted while gpupool was down (off the start-up path: the API serves meanwhile)
         self.source.start()
+        log.warning("kubernetes: service up %.2f s after process start", process_age_s())
         self.writer = StatusWriter(
             svc.controller,
             svc.store,
