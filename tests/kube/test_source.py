@@ -345,17 +345,21 @@ def test_a_standby_submits_nothing_and_catches_up_when_it_leads() -> None:
             "--namespace-queue 'ml': expected NAMESPACE=QUEUE",
         ),
         (["--backend", "kubernetes", "--restrict-namespace-queues"], "needs at least one --namespace-queue"),
+        (["--backend", "kubernetes", "--kubeconfig", "EMPTY"], "No current context set"),
         (["--context", "prod"], "--context applies to --backend kubernetes only"),
         (["--namespace-queue", "ml=q"], "--namespace-queue applies to --backend kubernetes only"),
     ],
 )
 def test_serve_kubernetes_options_are_checked(args: list[str], message: str, tmp_path: Path) -> None:
-    """``gpupool serve`` refuses bad Kubernetes options with exit 2 naming the option, before it
-    opens a database or connects anywhere."""
+    """``gpupool serve`` refuses bad Kubernetes options (and a kubeconfig it cannot use) with
+    exit 2 naming the problem, before it opens a database."""
     from typer.testing import CliRunner
 
     from gpupool.cli.main import app
 
+    empty = tmp_path / "kubeconfig"
+    empty.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n")
+    args = [str(empty) if a == "EMPTY" else a for a in args]
     r = CliRunner().invoke(app, ["serve", "--state-dir", str(tmp_path), *args])
     assert r.exit_code == 2, r.output
     assert message in " ".join(r.output.split()), r.output

@@ -115,8 +115,8 @@ def _kube_options(
     restrict: bool,
     lease_namespace: str | None,
 ) -> Any:
-    """The Kubernetes backend's checked options (gpupool.kube.wiring.KubeOptions); None for other
-    backends. Exits 2 naming a bad option."""
+    """The Kubernetes backend's runtime (gpupool.kube.wiring), already connecting so its caches
+    fill while the store opens; None for other backends. Exits 2 naming a bad option."""
     if backend != "kubernetes":
         given = (
             ("--kubeconfig", kubeconfig),
@@ -131,10 +131,10 @@ def _kube_options(
             if v:
                 _fail(f"{opt} applies to --backend kubernetes only")
         return None
-    from gpupool.kube.wiring import kube_options
+    from gpupool.kube.wiring import kube_options, kube_runtime
 
     try:
-        return kube_options(kubeconfig, context, namespace_queues, restrict, lease_namespace)
+        return kube_runtime(kube_options(kubeconfig, context, namespace_queues, restrict, lease_namespace))
     except ValueError as exc:
         _fail(str(exc))
 

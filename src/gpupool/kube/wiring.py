@@ -78,6 +78,14 @@ def kube_options(
     )
 
 
+def kube_runtime(opts: KubeOptions) -> KubeRuntime:
+    """The runtime, connecting already; raises ValueError naming what is wrong with the
+    kubeconfig (a missing context, no credentials), before anything else is started."""
+    rt = KubeRuntime(opts)
+    rt.connect()
+    return rt
+
+
 def _pod_namespace() -> str:
     """The namespace this process runs in, when it runs in a pod (the service account's)."""
     try:
@@ -157,19 +165,24 @@ class KubeRuntime:
         self.backend = backend
         self.first_bind = FirstBind()
         self.informers.pods.add_listener(self.first_bind.on_pod)
-        self.source: Any = None
+        from gpupool.kube.source import KubeSource
+
+        # listening before the informers start: no ADDED event is missed
+        self.source: Any = KubeSource(self.informers.by_kind, _Late(), _LateEvents(), opts.policy)
+        self.source.attach()
         self.writer: Any = None
+
+    def connect(self) -> None:
+        """Start listing and watching now (idempotent): ``serve`` calls it before it opens the
+        store and builds the application, so the caches fill meanwhile (restart time)."""
+        log.warning("kubernetes: connecting, %.2f s after process start", process_age_s())
+        self.informers.start()
 
     # ------------------------------------------------------------------ before the service
     def start_cluster(self) -> None:
         """Informers synced and the Lease tried once, before the controller's first recovery."""
         t0 = time.monotonic()
-        log.warning("kubernetes: connecting, %.2f s after process start", process_age_s())
-        from gpupool.kube.source import KubeSource
-
-        self.source = KubeSource(self.informers.by_kind, _Late(), _LateEvents(), self.opts.policy)
-        self.source.attach()  # before the informers start: no ADDED event is missed
-        self.informers.start()
+        self.connect()
         synced = self.informers.wait_synced(self.opts.sync_timeout_s)
         self.first_bind.mark_synced(self.informers.pods.items())
         held = self.lease.start()
@@ -256,11 +269,12 @@ class _LateEvents:
         log.info("event before the service started: %s %s", reason, message)
 
 
-def kube_app(cfg: ServiceConfig, opts: KubeOptions) -> FastAPI:
-    """The gpupool application with the Kubernetes backend around it."""
+def kube_app(cfg: ServiceConfig, kube: KubeOptions | KubeRuntime) -> FastAPI:
+    """The gpupool application with the Kubernetes backend around it (``kube``: the options, or
+    a runtime already connecting)."""
     from gpupool.service.api import create_app
 
-    rt = KubeRuntime(opts)
+    rt = kube if isinstance(kube, KubeRuntime) else KubeRuntime(kube)
     app = create_app(cfg, backend=rt.backend)
     inner = app.router.lifespan_context
 
