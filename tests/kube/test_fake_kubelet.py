@@ -180,3 +180,27 @@ def test_finished_pod_frees_its_device(fake_server: FakeApiServer) -> None:
     srv.bind("default", "second", node)
     srv.wait_for(lambda: phase(srv, "second") == "Running", what="second runs")
     assert srv.stats.violations == []
+
+
+def test_deleting_a_pod_whose_node_is_gone_removes_it(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    srv.create(pod("lost"))
+    srv.bind("default", "lost", "no-such-node")
+    srv.delete("pods", "default", "lost")
+    srv.wait_for(lambda: not srv.list("pods", "default", field_selector="metadata.name=lost"), what="removal")
+
+
+def test_terminating_pod_on_a_not_ready_node_stays(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("stuck"))
+    srv.bind("default", "stuck", node)
+    srv.wait_for(lambda: phase(srv, "stuck") == "Running", what="run")
+    srv.set_node_ready(node, False)
+    srv.delete("pods", "default", "stuck", grace_period_seconds=1)
+    srv.wait_for(srv.runtime.idle, what="settle")
+    assert srv.get("pods", "default", "stuck")["metadata"]["deletionTimestamp"]
+    srv.set_node_ready(node, True)
+    srv.wait_for(
+        lambda: not srv.list("pods", "default", field_selector="metadata.name=stuck"), what="removal"
+    )

@@ -47,23 +47,16 @@ class Kubelet:
         if md.get("deletionTimestamp"):
             if uid not in self.terminating:
                 self.terminating.add(uid)
-                self._when_ready(node, md["namespace"], md["name"])
+                self.step(md["namespace"], md["name"])
             return
         if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and uid not in self.seen:
             self.seen.add(uid)
-            self._when_ready(node, md["namespace"], md["name"])
+            self.step(md["namespace"], md["name"])
 
     def on_node(self, _rt: ResourceType, etype: str, node: Obj, _old: Obj | None) -> None:
         if etype != "DELETED" and _ready(node):
             for ns, name in self.parked.pop(node["metadata"]["name"], set()):
                 self.step(ns, name)
-
-    def _when_ready(self, node_name: str, ns: str, name: str) -> None:
-        node = self.store.find(self.store.types["nodes"], "", node_name)
-        if node is not None and _ready(node):
-            self.step(ns, name)
-        else:
-            self.parked.setdefault(node_name, set()).add((ns, name))
 
     # -- the pod's life ------------------------------------------------------------------
     def step(self, ns: str, name: str) -> None:
@@ -74,10 +67,13 @@ class Kubelet:
             return
         node_name = pod["spec"].get("nodeName", "")
         node = self.store.find(self.store.types["nodes"], "", node_name)
+        md, phase = pod["metadata"], (pod.get("status") or {}).get("phase", "Pending")
+        if node is None and md.get("deletionTimestamp"):
+            self._remove(ns, name, md["uid"])
+            return
         if node is None or not _ready(node):
             self.parked.setdefault(node_name, set()).add((ns, name))
             return
-        md, phase = pod["metadata"], (pod.get("status") or {}).get("phase", "Pending")
         if md.get("deletionTimestamp"):
             grace = float(md.get("deletionGracePeriodSeconds") or 0) * self.srv.time_scale
             self.rt.after(grace, lambda: self._remove(ns, name, md["uid"]))
@@ -90,9 +86,10 @@ class Kubelet:
         pod = self.store.find(self.store.types["pods"], ns, name)
         if pod is not None and pod["metadata"]["uid"] == uid:
             node = self.store.find(self.store.types["nodes"], "", pod["spec"].get("nodeName", ""))
-            if node is None or not _ready(node):
+            if node is not None and not _ready(node):
                 self.parked.setdefault(pod["spec"].get("nodeName", ""), set()).add((ns, name))
                 return
+            # a node that is gone cannot stop the pod; the real pod garbage collector removes it
             self.ops.delete(self.store.types["pods"], ns, name, 0)
 
     def _admit(self, pod: Obj, node: Obj) -> None:
