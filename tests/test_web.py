@@ -119,3 +119,158 @@ def test_explain_shows_attempts_and_failure_history(server: Server, browser: obj
     row.get_by_role("button", name="explain").click()
     sync_api.expect(page.locator("#explain")).to_contain_text("attempts:")
     sync_api.expect(page.locator("#explain")).to_contain_text("exit code 137")
+
+
+# ---------------------------------------------------------------------- the dashboard people read
+
+
+def _signed_in(
+    server: Server, browser: object, width: int = 1400, height: int = 900, path: str = "/ui/"
+) -> object:
+    page = browser.new_page(viewport={"width": width, "height": height})  # type: ignore[attr-defined]
+    outside: list[str] = []
+    page.on("request", lambda r: None if r.url.startswith((server.base, "data:")) else outside.append(r.url))
+    page.outside = outside
+    page.goto(server.base + "/ui/")
+    page.fill("#token", server.token)
+    page.click("#login button")
+    sync_api.expect(page.locator("#who")).to_contain_text("platform-admin")
+    if path != "/ui/":
+        page.goto(server.base + path)
+    return page
+
+
+def _submit(
+    server: Server, *names: str, queue: str = "llm-research", replicas: int = 1, gpus: int = 1
+) -> None:
+    import httpx
+
+    from tests.test_service_support import wl
+
+    h = {"Authorization": f"Bearer {server.token}"}
+    for n in names:
+        body = wl(n, queue=queue, gpus=gpus, duration="2h")
+        body["spec"]["podGroups"][0]["replicas"] = replicas
+        r = httpx.post(server.base + "/v1/workloads", json=body, headers=h)
+        assert r.status_code in (200, 201), r.text
+
+
+def test_queue_tree_shows_guarantee_use_borrowing_and_inherited_limits(
+    server: Server, browser: object
+) -> None:
+    page = _signed_in(server, browser)
+    rows = page.locator("#quota tbody tr[data-queue]")
+    sync_api.expect(rows.first).to_be_visible()
+    order = [r.get_attribute("data-queue") for r in rows.all()]
+    assert order.index("ai-org") < order.index("llm-team") < order.index("llm-pretrain")
+    pretrain = page.locator("#quota tr[data-queue=llm-pretrain]").first
+    cells = [c.inner_text() for c in pretrain.locator("td").all()]
+    assert cells[2] == "h100-training" and cells[3] == "32"
+    assert cells[6] == "64"  # llm-team's limit (40 + 24 borrowing), not "∞"
+    assert [h.inner_text() for h in page.locator("#quota thead th").all()][5] == "borrowing"
+
+
+def test_workloads_are_searchable_sortable_with_age_and_every_page(server: Server, browser: object) -> None:
+    _submit(server, "srch-zeta", "srch-alpha", "srch-mid")
+    page = _signed_in(server, browser)
+    page.fill("#search", "srch-")
+    rows = page.locator("#workloads tbody tr")
+    sync_api.expect(rows).to_have_count(3)
+    page.click("#workloads button.sort[data-key=name]")
+    names = [r.get_attribute("data-name") for r in rows.all()]
+    assert names == ["srch-alpha", "srch-mid", "srch-zeta"]
+    page.click("#workloads button.sort[data-key=name]")
+    assert [r.get_attribute("data-name") for r in rows.all()] == names[::-1]
+    age = rows.first.locator("td").nth(4).inner_text()
+    assert age.endswith(("s", "m")), age
+    sync_api.expect(page.locator("#workload-count")).to_contain_text("3 of")
+
+
+def test_workload_page_explains_in_words_with_attempts_and_events(server: Server, browser: object) -> None:
+    _submit(server, "page-fill", "page-big", gpus=8, replicas=7)  # two of 56 GPUs: the second waits
+    page = _signed_in(server, browser)
+    page.fill("#search", "page-big")
+    page.locator("#workloads tr[data-name=page-big] a").first.click()
+    sync_api.expect(page.locator("#workload-page")).to_be_visible()
+    sync_api.expect(page.locator("#wl-title")).to_have_text("Workload page-big")
+    sync_api.expect(page.locator("#wl-why")).to_contain_text("Pending")
+    sync_api.expect(page.locator("#wl-why")).to_contain_text("position")
+    sync_api.expect(page.locator("#wl-attempts li").first).to_contain_text("run(s) started")
+    sync_api.expect(page.locator("#wl-events tbody tr").first).to_contain_text("Submitted")
+    page.locator("#wl-facts a").first.click()  # the queue link leads back to the tree
+    sync_api.expect(page.locator("#overview")).to_be_visible()
+
+
+def test_cancel_asks_first(server: Server, browser: object) -> None:
+    _submit(server, "to-cancel")
+    page = _signed_in(server, browser)
+    page.fill("#search", "to-cancel")
+    row = page.locator("#workloads tr[data-name=to-cancel]")
+    asked: list[str] = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    row.get_by_role("button", name="cancel").click()
+    page.wait_for_timeout(500)
+    assert asked and "to-cancel" in asked[0]
+    sync_api.expect(row.locator("td").nth(3)).not_to_have_text("Cancelled")
+    page.once("dialog", lambda d: d.accept())
+    row.get_by_role("button", name="cancel").click()
+    sync_api.expect(row.locator("td").nth(3)).to_have_text("Cancelled", timeout=10000)
+
+
+SHOT_STATS = """async (b64) => {
+  const img = new Image(); img.src = "data:image/png;base64," + b64; await img.decode();
+  const c = document.createElement("canvas"); c.width = img.width; c.height = img.height;
+  const g = c.getContext("2d"); g.drawImage(img, 0, 0);
+  const d = g.getImageData(0, 0, c.width, c.height).data, seen = new Map();
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4 * 7, n++) {
+    const k = (d[i] << 16) | (d[i + 1] << 8) | d[i + 2];
+    seen.set(k, (seen.get(k) || 0) + 1);
+  }
+  return [seen.size, Math.max(...seen.values()) / n];
+}"""
+
+
+def _png_has_content(page: object, png: bytes) -> bool:
+    """Not an empty page: the screenshot, decoded by the browser, has many colours, none dominant."""
+    import base64
+
+    colours, top = page.evaluate(SHOT_STATS, base64.b64encode(png).decode())  # type: ignore[attr-defined]
+    return bool(colours > 30 and top < 0.95)
+
+
+@pytest.mark.parametrize(("width", "height"), [(1400, 900), (390, 844)])
+def test_every_page_renders_with_data(
+    server: Server, browser: object, tmp_path: Path, width: int, height: int
+) -> None:
+    _submit(server, f"shot-{width}")
+    page = _signed_in(server, browser, width, height)
+    sync_api.expect(page.locator("#pools tbody tr")).to_have_count(3)
+    sync_api.expect(page.locator("#quota tbody tr").first).to_be_visible()
+    sync_api.expect(page.locator("#workloads tbody tr").first).to_be_visible()
+    sync_api.expect(page.locator("#nodes .node")).to_have_count(16)
+    sync_api.expect(page.locator("#chart-pools .main-svg").first).to_be_attached(timeout=15000)
+    sync_api.expect(page.locator("#chart-pending .main-svg").first).to_be_attached()
+    assert page.locator("#error").is_hidden()
+    overview = page.screenshot(path=str(tmp_path / f"overview-{width}.png"), full_page=True)
+    assert _png_has_content(page, overview)
+    page.goto(server.base + f"/ui/#/workload/shot-{width}")
+    sync_api.expect(page.locator("#wl-events tbody tr").first).to_be_visible()
+    sync_api.expect(page.locator("#wl-why")).not_to_be_empty()
+    assert page.locator("#error").is_hidden() and page.locator("#overview").is_hidden()
+    wl_png = page.screenshot(path=str(tmp_path / f"workload-{width}.png"), full_page=True)
+    assert _png_has_content(page, wl_png)
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll <= width + 1, f"the page is {scroll}px wide in a {width}px window"
+    assert page.outside == [], page.outside  # type: ignore[attr-defined]
+
+
+def test_history_series_follow_admissions(server: Server) -> None:
+    import httpx
+
+    h = {"Authorization": f"Bearer {server.token}"}
+    data = httpx.get(server.base + "/v1/history", params={"hours": 1}, headers=h).json()
+    assert len(data["times"]) == 60
+    assert set(data["pools"]) <= {"h100-training", "a100-inference", "l40s-experiment"}
+    assert data["pools"] and max(max(v) for v in data["pools"].values()) > 0
+    assert all(len(v) == 60 for v in (*data["pools"].values(), *data["pending"].values()))

@@ -33,13 +33,26 @@ from gpupool.service.metrics import Metrics
 from gpupool.service.routes import approvals, audit, cluster, health, tokens, webhooks, workloads
 from gpupool.service.routes import config as config_area
 from gpupool.service.routes import cost as cost_area
+from gpupool.service.routes import history as history_area
 from gpupool.service.routes import logs as logs_area
 from gpupool.service.routes.base import ApiError, Service, install_errors
 from gpupool.service.routes.workloads import workload_view
 from gpupool.store import TERMINAL_PHASES, Store
 
 #: the areas in the order their routes are matched (and listed in the OpenAPI document)
-AREAS = (health, tokens, config_area, workloads, approvals, cluster, audit, webhooks, logs_area, cost_area)
+AREAS = (
+    health,
+    tokens,
+    config_area,
+    workloads,
+    approvals,
+    cluster,
+    audit,
+    webhooks,
+    logs_area,
+    cost_area,
+    history_area,
+)
 
 
 def create_app(

@@ -345,6 +345,16 @@ class AuditRecordView(BaseModel):
 class AuditList(BaseModel):
     items: list[AuditRecordView]
 
+
+class History(BaseModel):
+    """The dashboard's charts: one value per instant of ``times`` in each series."""
+
+    hours: float
+    times: list[str] = Field(description="ISO 8601 instants, evenly spaced, oldest first")
+    pools: dict[str, list[float]] = Field(description="GPUs allocated in each pool")
+    pending: dict[str, list[int]] = Field(description="workloads pending in each queue")
+
+
 # ---------------------------------------------------------------------- the bearer scheme
 
 #: the name of the security scheme in ``components.securitySchemes``

@@ -24,6 +24,17 @@ def docs_assets() -> Path:
     return Path(fastapi_offline.__file__).parent / "static"
 
 
+#: the dashboard's charting library, from the plotly wheel (a dependency), never a CDN
+PLOTLY_URL = "/ui-assets/plotly/plotly.min.js"
+
+
+def plotly_dir() -> Path:
+    """Where the plotly wheel keeps ``plotly.min.js``."""
+    import plotly
+
+    return Path(plotly.__file__).parent / "package_data"
+
+
 def mount_docs(app: FastAPI) -> None:
     """``/docs`` (Swagger UI) and ``/redoc`` (ReDoc) with every asset served by this process.
 
@@ -55,6 +66,7 @@ def mount_docs(app: FastAPI) -> None:
 
 def mount(app: FastAPI) -> None:
     """Serve the dashboard at /ui/ (and redirect / there), and the API docs pages."""
+    app.mount(PLOTLY_URL.rsplit("/", 1)[0], StaticFiles(directory=plotly_dir()), name="ui-plotly")
     app.mount("/ui", StaticFiles(directory=STATIC, html=True), name="ui")
     mount_docs(app)
 

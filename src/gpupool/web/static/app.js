@@ -1,7 +1,9 @@
 // gpupool dashboard: reads the REST API with the user's token; no framework, no network but the API.
+// Every text shown is a text node (never HTML), so names and reasons are data, not markup.
 "use strict";
 
-const state = { token: localStorage.getItem("gpupool-token") || "" };
+const state = { token: localStorage.getItem("gpupool-token") || "", workloads: [], sort: { key: "submittedAt", desc: true } };
+const ACTIVE = ["Pending", "Admitted", "Running", "AwaitingApproval"];
 
 function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
@@ -31,11 +33,36 @@ async function api(path, options = {}) {
   return body;
 }
 
+// every page of a list: the server answers at most `limit` items and a continue token
+async function listAll(path) {
+  const items = [];
+  let token = null;
+  do {
+    const sep = path.includes("?") ? "&" : "?";
+    const page = await api(`${path}${sep}limit=1000${token ? "&continue=" + encodeURIComponent(token) : ""}`);
+    items.push(...page.items);
+    token = page.metadata && page.metadata.continue;
+  } while (token);
+  return items;
+}
+
 const fmt = (v) => (v === null || v === undefined ? "∞" : (Math.round(v * 100) / 100).toString());
+
+function age(iso) {
+  if (!iso) return "";
+  const s = Math.max(0, Math.floor((Date.now() - Date.parse(iso)) / 1000));
+  if (s >= 2 * 86400) return `${Math.floor(s / 86400)}d`;
+  if (s >= 2 * 3600) return `${Math.floor(s / 3600)}h`;
+  if (s >= 60) return `${Math.floor(s / 60)}m`;
+  return `${s}s`;
+}
 
 function bar(frac) {
   return el("div", { class: "bar", title: `${Math.round(frac * 100)}%` }, el("span", { style: `width:${Math.min(100, frac * 100)}%` }));
 }
+
+const workloadLink = (name) => el("a", { href: `#/workload/${encodeURIComponent(name)}` }, name);
+const queueLink = (q) => el("a", { href: `#/#queue-${encodeURIComponent(q)}` }, q);
 
 async function loadCluster() {
   const c = await api("/v1/cluster");
@@ -48,17 +75,46 @@ async function loadCluster() {
     el("td", {}, String(p.pricePerGPUHour)))));
 }
 
+// the queue tree, depth first from the roots; a child's limit is capped by its ancestors'
+function treeOrder(items) {
+  const parent = new Map(items.map((i) => [i.queue, i.parent || null]));
+  const kids = new Map();
+  for (const [q, p] of parent) { if (!kids.has(p)) kids.set(p, []); kids.get(p).push(q); }
+  const order = [];
+  const walk = (p, depth) => { for (const q of (kids.get(p) || []).sort()) { order.push([q, depth]); walk(q, depth + 1); } };
+  walk(null, 0);
+  for (const q of parent.keys()) if (!order.some(([n]) => n === q)) order.push([q, 0]); // parent not visible
+  return { order, parent };
+}
+
+function effectiveLimit(row, byKey, parent) {
+  let lim = row.limit.gpu ?? Infinity;
+  for (let p = parent.get(row.queue); p; p = parent.get(p)) {
+    const up = byKey.get(`${p}/${row.pool}`);
+    if (up) lim = Math.min(lim, up.limit.gpu ?? Infinity);
+  }
+  return lim === Infinity ? null : lim;
+}
+
 async function loadQuota() {
   const q = await api("/v1/quota");
-  const tb = document.querySelector("#quota tbody");
   // a pool a queue may reach through its parent but has neither guarantee nor use in is noise
   const rows = q.items.filter((i) => (i.guarantee.gpu ?? 1) > 0 || i.used.gpu > 0);
-  tb.replaceChildren(...rows.map((i) => {
-    const over = i.used.gpu > (i.guarantee.gpu ?? Infinity);
-    return el("tr", {}, el("td", {}, i.queue), el("td", {}, i.parent || ""), el("td", {}, i.pool),
-      el("td", {}, fmt(i.guarantee.gpu)), el("td", {}, fmt(i.used.gpu)), el("td", {}, fmt(i.limit.gpu)),
-      el("td", { class: over ? "borrowing" : "" }, over ? "borrowing" : "within guarantee"));
-  }));
+  const byKey = new Map(q.items.map((i) => [`${i.queue}/${i.pool}`, i]));
+  const { order, parent } = treeOrder(q.items);
+  const out = [];
+  for (const [name, depth] of order) {
+    rows.filter((i) => i.queue === name).forEach((i, n) => {
+      const g = i.guarantee.gpu ?? 0, used = i.used.gpu ?? 0, borrow = Math.max(0, used - g);
+      out.push(el("tr", { "data-queue": name, id: n === 0 ? `queue-${name}` : "" },
+        el("td", { class: "tree", style: `padding-left:${0.5 + depth * 1.2}rem` }, n === 0 ? (depth ? "└ " : "") + name : ""),
+        el("td", {}, i.parent || ""), el("td", {}, i.pool), el("td", {}, fmt(i.guarantee.gpu)), el("td", {}, fmt(used)),
+        el("td", { class: borrow > 0 ? "borrowing" : "" }, borrow > 0 ? fmt(borrow) : "0"),
+        el("td", {}, fmt(effectiveLimit(i, byKey, parent))),
+        el("td", { class: borrow > 0 ? "borrowing" : "" }, borrow > 0 ? "borrowing" : "within guarantee")));
+    });
+  }
+  document.querySelector("#quota tbody").replaceChildren(...out);
   const leaves = new Set(q.items.map((i) => i.queue));
   for (const i of q.items) if (i.parent) leaves.delete(i.parent);
   const sel = document.querySelector("#submit select[name=queue]");
@@ -83,25 +139,46 @@ async function explain(name) {
   try {
     const path = `/v1/workloads/${encodeURIComponent(name)}`;
     const [e, w] = await Promise.all([api(`${path}/explain`), api(path)]);
-    out.textContent = `${name}\n${history(w)}\n` + JSON.stringify(e, null, 2);
+    out.replaceChildren(`${name}: ${explanationText(e)}\n${history(w)}\n`, workloadLink(name), " (the whole page)");
   } catch (err) { out.textContent = String(err.message); }
   out.hidden = false;
 }
 
 async function cancel(name) {
+  if (!window.confirm(`Cancel ${name}? A running workload is stopped; this cannot be undone.`)) return;
   try { await api(`/v1/workloads/${encodeURIComponent(name)}/cancel`, { method: "POST" }); await refresh(); }
   catch (err) { showError(err.message); }
 }
 
+function matches(w, text) {
+  if (!text) return true;
+  const hay = `${w.name} ${w.queue} ${w.owner} ${w.phase} ${w.priorityClass || ""} ${w.reason || ""}`.toLowerCase();
+  return text.toLowerCase().split(/\s+/).every((t) => hay.includes(t));
+}
+
+function renderWorkloads() {
+  const text = document.getElementById("search").value.trim();
+  const { key, desc } = state.sort;
+  const shown = state.workloads.filter((w) => matches(w, text)).sort((a, b) => {
+    const x = String(a[key] ?? ""), y = String(b[key] ?? "");
+    return (x < y ? -1 : x > y ? 1 : 0) * (desc ? -1 : 1);
+  });
+  document.getElementById("workload-count").textContent =
+    `${shown.length} of ${state.workloads.length}`;
+  for (const th of document.querySelectorAll("#workloads th button.sort")) {
+    th.setAttribute("aria-sort", th.dataset.key === key ? (desc ? "descending" : "ascending") : "none");
+  }
+  document.querySelector("#workloads tbody").replaceChildren(...shown.map((x) => el("tr", { "data-name": x.name },
+    el("td", {}, workloadLink(x.name)), el("td", {}, queueLink(x.queue)), el("td", {}, x.priorityClass || ""),
+    el("td", { class: `phase-${x.phase}` }, x.phase), el("td", { title: x.submittedAt }, age(x.submittedAt)),
+    el("td", { class: "reason" }, x.reason || ""),
+    el("td", { class: "actions" }, el("button", { type: "button", onclick: () => explain(x.name) }, "explain"),
+      ACTIVE.includes(x.phase) ? el("button", { type: "button", onclick: () => cancel(x.name) }, "cancel") : ""))));
+}
+
 async function loadWorkloads() {
-  const w = await api("/v1/workloads?limit=500");
-  const tb = document.querySelector("#workloads tbody");
-  tb.replaceChildren(...w.items.slice().reverse().map((x) => el("tr", { "data-name": x.name },
-    el("td", {}, x.name), el("td", {}, x.queue), el("td", {}, x.priorityClass || ""),
-    el("td", { class: `phase-${x.phase}` }, x.phase), el("td", {}, x.reason || ""),
-    el("td", {}, el("button", { type: "button", onclick: () => explain(x.name) }, "explain"),
-      ["Pending", "Admitted", "Running", "AwaitingApproval"].includes(x.phase)
-        ? el("button", { type: "button", onclick: () => cancel(x.name) }, "cancel") : ""))));
+  state.workloads = await listAll("/v1/workloads");
+  renderWorkloads();
 }
 
 async function loadNodes() {
@@ -119,14 +196,37 @@ async function loadNodes() {
   }));
 }
 
+function lines(times, series) {
+  return Object.entries(series).map(([name, ys]) => ({ x: times, y: ys, name, type: "scatter", mode: "lines", line: { shape: "hv" } }));
+}
+
+async function loadCharts() {
+  const h = await api("/v1/history?hours=6");
+  if (!window.Plotly) { document.getElementById("chart-pools").textContent = "charts need plotly.min.js"; return; }
+  const layout = (y) => ({ margin: { l: 40, r: 10, t: 10, b: 30 }, height: 260, yaxis: { title: { text: y }, rangemode: "tozero" },
+    legend: { orientation: "h" }, autosize: true });
+  const cfg = { responsive: true, displaylogo: false };
+  window.Plotly.react("chart-pools", lines(h.times, h.pools), layout("GPUs"), cfg);
+  window.Plotly.react("chart-pending", lines(h.times, h.pending), layout("workloads"), cfg);
+}
+
 async function refresh() {
   if (!state.token) { showError("Sign in with an API token (gpupool serve prints the admin token)."); return; }
   try {
     const who = await api("/v1/whoami");
     document.getElementById("who").textContent = `${who.name} (${who.role}${who.scope ? ", " + who.scope : ""})`;
-    await Promise.all([loadCluster(), loadQuota(), loadWorkloads(), loadNodes()]);
+    if (location.hash.startsWith("#/workload/")) await showWorkloadPage(decodeURIComponent(location.hash.slice(11)));
+    else await Promise.all([loadCluster(), loadQuota(), loadWorkloads(), loadNodes(), loadCharts()]);
     showError("");
   } catch (err) { showError(err.message); }
+}
+
+function route() {
+  const onWorkload = location.hash.startsWith("#/workload/");
+  document.getElementById("overview").hidden = onWorkload;
+  document.getElementById("workload-page").hidden = !onWorkload;
+  const anchor = location.hash.match(/^#\/#(.+)$/);
+  refresh().then(() => { if (anchor) document.getElementById(decodeURIComponent(anchor[1]))?.scrollIntoView(); });
 }
 
 document.getElementById("login").addEventListener("submit", (ev) => {
@@ -155,6 +255,16 @@ document.getElementById("submit").addEventListener("submit", async (ev) => {
   } catch (err) { out.textContent = err.message; }
 });
 
+document.getElementById("search").addEventListener("input", renderWorkloads);
+for (const b of document.querySelectorAll("#workloads th button.sort")) {
+  b.addEventListener("click", () => {
+    const same = state.sort.key === b.dataset.key;
+    state.sort = { key: b.dataset.key, desc: same ? !state.sort.desc : b.dataset.key === "submittedAt" };
+    renderWorkloads();
+  });
+}
+
 document.getElementById("token").value = state.token;
-refresh();
+window.addEventListener("hashchange", route);
+route();
 setInterval(refresh, 5000);
