@@ -332,6 +332,8 @@ class KubeSource:
             if got is not None:
                 todo.append((key, got, objs[0], ident))
         for i in range(0, len(todo), self.batch):
+            if self._stop.is_set():
+                break  # shutting down: the next run reads these objects again
             self._submit(todo[i : i + self.batch])
         return len(keys)
 

@@ -240,10 +240,14 @@ class KubeRuntime:
         hooks.on_cycle = on_cycle
         self.writer.start()
 
-    def stop(self) -> None:
+    def stop_service(self) -> None:
+        """Stop what acts through the service (the source, the status writer)."""
         for part in (self.writer, self.source):
             if part is not None:
                 part.stop()
+
+    def stop(self) -> None:
+        self.stop_service()
         self.lease.stop()
         self.informers.stop()
         close = getattr(self.backend, "close", None)
@@ -284,7 +288,10 @@ def kube_app(cfg: ServiceConfig, kube: KubeOptions | KubeRuntime) -> FastAPI:
         try:
             async with inner(a):
                 rt.start_service(a.state.svc)
-                yield
+                try:
+                    yield
+                finally:
+                    rt.stop_service()  # before the service stops: the source submits through it
         finally:
             rt.stop()
 
