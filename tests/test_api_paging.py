@@ -69,3 +69,22 @@ def test_after_keeps_arrival_order_paging(api: Api) -> None:
     first = api.get("/v1/workloads", params={"order": "oldest", "limit": 1})["items"][0]
     data = api.get("/v1/workloads", params={"after": first["seq"], "limit": 2})
     assert [w["name"] for w in data["items"]] == ["p01", "p02"]
+
+
+def test_approvals_page_newest_first(api: Api) -> None:
+    q = api.get("/v1/config/queues/serving")
+    q["spec"]["requiresApproval"] = True
+    q["metadata"].pop("resourceVersion")
+    assert api.req("PUT", "/v1/config/queues/serving", json=q).status_code == 200
+    for i in range(5):
+        r = api.req("POST", "/v1/workloads", json=wl(f"ask{i}", queue="serving", duration="1h"))
+        assert r.status_code == 201 and r.json()["phase"] == "AwaitingApproval", r.text
+    seen: list[str] = []
+    params: dict[str, Any] = {"limit": 2, "state": "Pending"}
+    while True:
+        data = api.get("/v1/approvals", params=params)
+        seen += [a["workload"] for a in data["items"]]
+        if not data["metadata"]["continue"]:
+            break
+        params["continue"] = data["metadata"]["continue"]
+    assert seen == [f"ask{i}" for i in range(4, -1, -1)]

@@ -254,6 +254,7 @@ class Approval(BaseModel):
 
 class ApprovalList(BaseModel):
     items: list[Approval]
+    metadata: ListMeta
 
 
 class DeviceView(BaseModel):

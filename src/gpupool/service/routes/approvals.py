@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from gpupool.audit import AuditEntry
@@ -19,6 +19,7 @@ from gpupool.service.admission import (
 )
 from gpupool.service.openapi import AUTH, BODY, doc
 from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.paging import make_continue, read_continue
 from gpupool.service.routes.workloads import workload_view
 from gpupool.store import NotFound
 
@@ -109,27 +110,42 @@ def reject(name: str, body: RejectRequest, p: Caller, svc: Svc) -> dict[str, Any
 
 @router.get("/v1/approvals", tags=["approvals"], **doc(oa.ApprovalList, *AUTH, 422))
 def approvals(
-    p: Caller, svc: Svc, state: Literal["Pending", "Approved", "Rejected", "Expired"] | None = None
+    p: Caller,
+    svc: Svc,
+    state: Literal["Pending", "Approved", "Rejected", "Expired"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    cont: Annotated[
+        str | None, Query(alias="continue", max_length=200, description="from the last page")
+    ] = None,
 ) -> dict[str, Any]:
-    """Approval requests for workloads the caller may see."""
-    out = []
-    for a in svc.store.list_approvals(state=state):
+    """Approval requests for workloads the caller may see, newest first, one page at a time."""
+    newest, last = read_continue(cont) if cont is not None else (True, None)
+    out: list[dict[str, Any]] = []
+    more = False
+    for a in reversed(svc.store.list_approvals(state=state)):
+        if last is not None and a.id >= last:
+            continue
         try:
             rec = svc.store.get_workload(a.workload)
         except NotFound:
             continue
-        if svc.can_read_workload(p, rec.queue):
-            out.append(
-                {
-                    "id": a.id,
-                    "workload": a.workload,
-                    "queue": rec.queue,
-                    "state": a.state,
-                    "requestedBy": a.requested_by,
-                    "approver": a.approver,
-                    "reason": a.reason,
-                    "requestedAt": a.requested_at.isoformat(),
-                    "expiresAt": a.expires_at.isoformat(),
-                }
-            )
-    return {"items": out}
+        if not svc.can_read_workload(p, rec.queue):
+            continue
+        if len(out) == limit:
+            more = True
+            break
+        out.append(
+            {
+                "id": a.id,
+                "workload": a.workload,
+                "queue": rec.queue,
+                "state": a.state,
+                "requestedBy": a.requested_by,
+                "approver": a.approver,
+                "reason": a.reason,
+                "requestedAt": a.requested_at.isoformat(),
+                "expiresAt": a.expires_at.isoformat(),
+            }
+        )
+    token = make_continue(newest, out[-1]["id"]) if more else None
+    return {"items": out, "metadata": {"continue": token}}
