@@ -274,7 +274,7 @@ def test_translation_stubs_are_a_clear_error_not_a_crash(monkeypatch: pytest.Mon
     src.process()
     assert sub.manifests == [] and ev.got == []
     assert "translation layer" in src.last_error and src.stats["errors"] == 1
-    assert src.reconcile() == 0  # never cancels while it cannot translate
+    assert src.reconcile() is None  # never cancels while it cannot translate
 
 
 @pytest.mark.parametrize("item", ["ml", "=q", "ml=", "ml:q"])
@@ -364,3 +364,28 @@ def test_serve_kubernetes_options_are_checked(args: list[str], message: str, tmp
     assert r.exit_code == 2, r.output
     assert message in " ".join(r.output.split()), r.output
     assert not (tmp_path / "gpupool.db").exists()
+
+
+@pytest.mark.usefixtures("translated")
+def test_a_failed_batch_is_retried_and_holds_the_reconcile_back() -> None:
+    """The service failing a whole batch (the store unreachable) is not a refusal: no Event,
+    the objects are submitted on a later pass, and no reconcile runs meanwhile."""
+    src, infs, sub, ev = make()
+    sub.names.add("ml-vanished")
+    real = sub.submit_many
+    calls = [0]
+
+    def flaky(manifests: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise ConnectionError("database unreachable")
+        return real(manifests)
+
+    sub.submit_many = flaky  # type: ignore[method-assign]
+    infs["jobs"].put(job("train"))
+    src.process()
+    assert ev.got == [] and "database unreachable" in src.last_error
+    assert src.reconcile() is None and sub.cancelled == []
+    src.process()
+    assert src.names[("jobs", "ml", "train")] == "ml-train"
+    assert src.reconcile() == 1 and sub.cancelled == ["ml-vanished"]

@@ -194,6 +194,8 @@ class KubeSource:
         #: per key: the digest of the manifest last submitted or refused, and the workload name
         self._seen: dict[Key, str] = {}
         self.names: dict[Key, str] = {}
+        #: objects whose last attempt failed for gpupool's own reason (no reconcile meanwhile)
+        self._failing: set[Key] = set()
         self.stats: dict[str, int] = dict.fromkeys(
             ("submitted", "unchanged", "refused", "invalid", "cancelled", "skipped", "errors"), 0
         )
@@ -295,9 +297,9 @@ class KubeSource:
             try:
                 while self.process() and not self._stop.is_set():
                     pass
-                if reconcile_due and not self._dirty:
+                n = self.reconcile() if reconcile_due and not self._dirty else None
+                if n is not None:
                     reconcile_due = False
-                    n = self.reconcile()
                     done = ", ".join(f"{k} {v}" for k, v in self.stats.items() if v)
                     log.warning(
                         "kubernetes source: every object read in %.2f s (%s); %d workloads of deleted objects cancelled",
@@ -334,11 +336,25 @@ class KubeSource:
         for i in range(0, len(todo), self.batch):
             if self._stop.is_set():
                 break  # shutting down: the next run reads these objects again
-            self._submit(todo[i : i + self.batch])
+            try:
+                self._submit(todo[i : i + self.batch])
+            except Exception as exc:  # the service failed the batch (store down): retry them later
+                self._failed([k for k, *_ in todo[i:]], exc)
+                break
         return len(keys)
+
+    def _failed(self, keys: Sequence[Key], exc: Exception) -> None:
+        self.stats["errors"] += 1
+        self.last_error = f"submitting: {type(exc).__name__}: {exc}"
+        log.warning("kubernetes source: %s; %d objects retried in 1 s", self.last_error, len(keys))
+        self._failing.update(keys)
+        self._stop.wait(1.0)
+        for key in keys:
+            self._mark(key, None)
 
     def _unready(self, key: Key, exc: _Unready) -> None:
         self.stats["errors"] += 1
+        self._failing.add(key)
         if self.last_error != str(exc):
             log.error("kubernetes source: %s; %s/%s/%s not submitted", exc, *key)
         self.last_error = str(exc)
@@ -358,12 +374,13 @@ class KubeSource:
             self._wake.set()
         return out
 
-    def reconcile(self) -> int:
+    def reconcile(self) -> int | None:
         """After a restart (caches synced, one pass done): cancel the workloads this source
         submitted whose object was deleted while gpupool was down. Skipped while any object
-        could not be translated (its workload must not be cancelled for gpupool's own fault)."""
-        if self.stats["errors"] or self._dirty:
-            return 0
+        could not be translated or submitted (its workload must not be cancelled for gpupool's own
+        fault): None then."""
+        if self._failing or self._dirty:
+            return None
         present = set(self.names.values())
         gone = sorted(self.submitter.active() - present)
         n = sum(1 for name in gone if self.submitter.cancel(name))
@@ -444,6 +461,7 @@ class KubeSource:
     def _submit(self, todo: Sequence[tuple[Key, KubeWorkload, dict[str, Any], str]]) -> None:
         outcomes = self.submitter.submit_many([w.manifest for _, w, _, _ in todo])
         for (key, w, obj, ident), out in zip(todo, outcomes, strict=True):
+            self._failing.discard(key)  # an answer, accepted or refused
             if out.refused:
                 self._refuse(
                     key,
