@@ -350,3 +350,17 @@ def test_bad_query_values_are_400_with_the_parameter_named(
     assert api.post(CM, content=b"{not json", headers={"content-type": "application/json"}).status_code == 400
     assert api.post(CM, json=["a", "list"]).status_code == 400
     assert fake_server.stats.server_errors == []
+
+
+def test_priority_admission_from_priority_classes(api: httpx.Client, fake_server: FakeApiServer) -> None:
+    pcs = "/apis/scheduling.k8s.io/v1/priorityclasses"
+    api.post(pcs, json={"metadata": {"name": "high"}, "value": 1000, "preemptionPolicy": "Never"})
+    got = api.post(PODS, json=pod("hi", priorityClassName="high")).json()
+    assert got["spec"]["priority"] == 1000 and got["spec"]["preemptionPolicy"] == "Never"
+    assert api.post(PODS, json=pod("plain")).json()["spec"]["priority"] == 0
+    missing = api.post(PODS, json=pod("nope", priorityClassName="missing"))
+    assert missing.status_code == 403 and "no PriorityClass with name missing" in missing.json()["message"]
+    assert api.post(PODS, json=pod("self", priority=5)).status_code == 403
+    api.post(pcs, json={"metadata": {"name": "dflt"}, "value": 7, "globalDefault": True})
+    assert api.post(PODS, json=pod("d")).json()["spec"]["priorityClassName"] == "dflt"
+    assert api.get(f"{pcs}/system-cluster-critical").json()["value"] == 2000000000

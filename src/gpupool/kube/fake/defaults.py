@@ -24,7 +24,6 @@ def _pod(obj: Obj) -> None:
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("restartPolicy", "Always")
-    spec.setdefault("priority", 0)
     status = obj.setdefault("status", {})
     status.setdefault("phase", "Pending")
     status.setdefault("qosClass", "BestEffort")

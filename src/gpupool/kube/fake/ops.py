@@ -62,12 +62,47 @@ class Ops:
             if self.store.find(rt, ns, md["name"]) is not None:
                 raise errors.already_exists(rt.plural, md["name"], rt.group)
             apply_defaults(rt.key, obj)
+            if rt.key == "pods":
+                self._admit_priority(obj)
             if rt.key == "customresourcedefinitions.apiextensions.k8s.io" and not self.store.dry_run:
                 self._register_crd(obj)
             out = self.store.commit(rt, "ADDED", obj)
             if rt.key == "events.events.k8s.io":
                 self._mirror_event(out)
             return out
+
+    def _admit_priority(self, pod: Obj) -> None:
+        """The Priority admission plugin: ``spec.priority`` (and ``preemptionPolicy``) from the
+        pod's PriorityClass, or from the global default class, else 0; 403 for a class that does
+        not exist or a priority the pod sets itself that disagrees."""
+        spec, name = pod["spec"], pod["metadata"]["name"]
+        classes = self.store.objects["priorityclasses.scheduling.k8s.io"]
+        cls_name = spec.get("priorityClassName")
+        if cls_name:
+            cls = classes.get(("", cls_name))
+            if cls is None:
+                raise errors.ApiError(
+                    403,
+                    f'pods "{name}" is forbidden: no PriorityClass with name {cls_name} was found',
+                    "Forbidden",
+                    {"name": name, "kind": "pods"},
+                )
+        else:
+            cls = next((c for c in classes.values() if c.get("globalDefault")), None)
+        value = int(cls.get("value", 0)) if cls else 0
+        if spec.get("priority") is not None and int(spec["priority"]) != value:
+            raise errors.ApiError(
+                403,
+                f'pods "{name}" is forbidden: the integer value of priority ({spec["priority"]}) '
+                f"must not be provided in pod spec; priority admission controller computed "
+                f"{value} from the given PriorityClass name",
+                "Forbidden",
+                {"name": name, "kind": "pods"},
+            )
+        spec["priority"] = value
+        if cls is not None:
+            spec["priorityClassName"] = cls["metadata"]["name"]
+            spec.setdefault("preemptionPolicy", cls.get("preemptionPolicy", "PreemptLowerPriority"))
 
     def _mirror_event(self, ev: Obj) -> None:
         """An events.k8s.io/v1 Event also as a core v1 Event: on a real cluster they are one

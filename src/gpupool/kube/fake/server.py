@@ -28,6 +28,7 @@ from gpupool.kube.fake.subresources import bind, evict
 T = TypeVar("T")
 CRD_DIR = Path(__file__).parent / "crds"
 BOOT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+BOOT_PRIORITY_CLASSES = (("system-cluster-critical", 2000000000), ("system-node-critical", 2000001000))
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -65,6 +66,16 @@ class FakeApiServer:
         self._thread: threading.Thread | None = None
         for ns in BOOT_NAMESPACES:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for pc, value in BOOT_PRIORITY_CLASSES:  # every real cluster has these two
+            self.create(
+                {
+                    "apiVersion": "scheduling.k8s.io/v1",
+                    "kind": "PriorityClass",
+                    "metadata": {"name": pc},
+                    "value": value,
+                    "preemptionPolicy": "PreemptLowerPriority",
+                }
+            )
         if preload_crds:
             self.load_crds()
         from gpupool.kube.fake.runtime import Runtime
