@@ -210,3 +210,22 @@ def test_evidence_bundle_from_the_live_store(world: tuple[Api, dict[str, str], P
         assert runs[0].startswith("workload,attempt,pool") and len(runs) == 5
     both = runner.invoke(app, ["evidence", "-o", str(out)])
     assert both.exit_code == 2 and "exactly one of --db" in both.output
+
+
+def test_the_service_reads_its_cost_policy_from_the_state_dir(
+    world: tuple[Api, dict[str, str], Path],
+) -> None:
+    api, _, state = world
+    policy = state / "cost.yaml"
+    try:
+        policy.write_text("kind: CostPolicy\nspec: {currency: EUR, pricePerGpuHour: {h100-training: 1000}}\n")
+        rep = api.get("/v1/reports/chargeback")
+        assert rep["currency"] == "EUR"
+        prices = dict(zip(column(rep, "pools", "pool"), column(rep, "pools", "pricePerGpuHour"), strict=True))
+        assert prices["h100-training"] == "1000" and prices["a100-inference"] == "1.8"
+        assert rep["summary"]["reconciles"] is True
+        policy.write_text("kind: CostPolicy\nspec: {retentionDays: -3}\n")
+        r = api.req("GET", "/v1/reports/usage")
+        assert r.status_code == 422 and "spec.retentionDays" in r.json()["error"]["message"]
+    finally:
+        policy.unlink(missing_ok=True)

@@ -3,8 +3,9 @@
 Why a file and not a stored kind: prices already live on ResourcePool (``pricePerGPUHour``);
 the rest (priority multipliers, whether idle is spread over queues, how long history is
 reported, the simulated utilization table) is finance's policy, read by ``gpupool report
---policy FILE`` and by the service from ``cost.yaml`` in its configuration directory. The
-store's object kinds are fixed by the store, so a stored CostPolicy would be a store change.
+--policy FILE`` and by the service from ``$GPUPOOL_COST_POLICY`` or ``cost.yaml`` in its state
+directory. The store's object kinds are fixed by the store, so a stored CostPolicy would be a
+store change.
 
 Example::
 

@@ -4,11 +4,16 @@ Authorization: every authenticated caller may ask; what comes back is cut to the
 read (a team's member or queue-admin: its subtree; a platform admin or an unscoped viewer:
 everything), the same rule as reading workloads. Pool totals, idle and the operations review
 are only in a cluster-wide answer: they are about everyone's use.
+
+The CostPolicy (docs/cost.md) is read on every request from ``$GPUPOOL_COST_POLICY`` or
+``<state dir>/cost.yaml``, so a new price list needs no restart.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
@@ -70,13 +75,22 @@ def _visible(svc: Service, p: Principal) -> Any:
     return allowed.__contains__
 
 
+def policy_path(svc: Service) -> Path:
+    """``$GPUPOOL_COST_POLICY``, else ``cost.yaml`` in the state directory (not the configuration
+    directory: everything there is applied as cluster objects, and CostPolicy is not one)."""
+    env = os.environ.get("GPUPOOL_COST_POLICY")
+    return Path(env) if env else svc.config.state_dir / "cost.yaml"
+
+
 def _policy(svc: Service) -> cost_policy.CostPolicySpec:
-    d = svc.config.config_dir
     try:
-        return cost_policy.load_policy(None if d is None else d / "cost.yaml")
+        return cost_policy.load_policy(policy_path(svc))
     except cost_policy.PolicyError as exc:
+        problem = str(exc)
         raise ApiError(
-            422, f"the service's cost policy is invalid: {exc}", [{"field": "cost.yaml", "problem": str(exc)}]
+            422,
+            f"the service's cost policy is invalid: {problem}",
+            [{"field": "costPolicy", "problem": problem}],
         ) from None
 
 
