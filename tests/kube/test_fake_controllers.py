@@ -291,3 +291,18 @@ def test_controllers_off_means_no_pods(tmp_path: Any) -> None:
     with FakeApiServer(controllers=False, kubelet=False) as srv:
         srv.create(job("j"))
         assert srv.list("pods") == [] and srv.runtime.handlers == {}
+
+
+def test_job_whose_pods_are_refused_gets_one_failed_create_event(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    bad = job("pc", parallelism=2)
+    bad["spec"]["template"]["spec"]["priorityClassName"] = "missing"
+    srv.create(bad)
+    evs = srv.wait_for(
+        lambda: srv.list("events", "default", field_selector="involvedObject.name=pc"), what="event"
+    )
+    srv.patch("jobs.batch", "default", "pc", {"metadata": {"labels": {"poke": "1"}}})  # another reconcile
+    srv.wait_for(srv.runtime.idle, what="settle")
+    evs = srv.list("events", "default", field_selector="involvedObject.name=pc")
+    assert len(evs) == 1 and evs[0]["reason"] == "FailedCreate" and "no PriorityClass" in evs[0]["message"]
+    assert srv.list("pods") == [] and srv.runtime.errors == []

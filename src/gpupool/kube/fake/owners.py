@@ -7,6 +7,7 @@ controller that rewrote identical status on each event would flood it (and the b
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from gpupool.kube.fake.errors import ApiError
@@ -92,7 +93,41 @@ def create_child(
     except ApiError as exc:
         if exc.reason == "AlreadyExists":
             return None
+        if exc.code in (400, 403, 404, 422):  # the template cannot be created: say so on the owner
+            failed_create_event(ops, owner_rt, owner, exc.message)
+            return None
         raise
+
+
+def failed_create_event(ops: Ops, owner_rt: ResourceType, owner: Obj, message: str) -> None:
+    """A ``FailedCreate`` Warning on the owner, once per distinct message (the real controllers
+    emit it and back off; here a fixed name per message keeps retries from adding more)."""
+    md = owner["metadata"]
+    why = message.split(": ", 1)[-1]  # without the generated child name, which differs per try
+    digest = hashlib.sha256(f"{md['uid']}/{why}".encode()).hexdigest()[:10]
+    now = now_rfc3339()
+    ev = {
+        "metadata": {"name": f"{md['name']}.{digest}"},
+        "type": "Warning",
+        "reason": "FailedCreate",
+        "message": f"Error creating: {message}",
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "involvedObject": {
+            "kind": owner_rt.kind,
+            "apiVersion": owner_rt.api_version,
+            "name": md["name"],
+            "namespace": md.get("namespace", ""),
+            "uid": md["uid"],
+        },
+        "source": {"component": f"{owner_rt.kind.lower()}-controller"},
+    }
+    try:
+        ops.create(ops.store.types["events"], md.get("namespace", "default"), ev)
+    except ApiError as exc:
+        if exc.reason != "AlreadyExists":
+            raise
 
 
 def set_status(ops: Ops, rt: ResourceType, obj: Obj, status: Obj) -> None:
