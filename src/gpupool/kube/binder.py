@@ -160,31 +160,43 @@ class Binder:
         return inventory.HAMI_REGISTER in ann
 
     def _lock(self, node: str, ns: str, pod: str, now: float) -> str:
-        """Take the node lock for this pod ('' when taken, else why not). A lock held by the
-        pod this lane bound just before is waited for (up to ``lock_wait_s``, watching the
-        cache, no requests) rather than failed: the device plugin frees it within moments."""
+        """Take the node lock for this pod ('' when taken, else why not). The cached node is
+        tried first: the patch carries its resourceVersion, so a stale cache costs a 409 and
+        a fresh read, never a lost lock. A lock held by the pod this lane bound just before is
+        waited for (up to ``lock_wait_s``, watching the cache, no requests) rather than failed:
+        the device plugin frees it within moments."""
         deadline = time.monotonic() + self.lock_wait_s
+        fresh = False
         while True:
-            obj = self.api.get(RESOURCES["nodes"], None, node)  # fresh: the lock is a race by design
+            cached = None if fresh else self.informers.nodes.get("", node)
+            obj = cached if cached is not None else self.api.get(RESOURCES["nodes"], None, node)
+            fresh = False
             md = obj.get("metadata") or {}
             held = str((md.get("annotations") or {}).get(kube_ann.HAMI_NODE_LOCK) or "")
             if not held or self._stale(held, ns, pod, now, node):
-                patch = {
-                    "metadata": {
-                        "resourceVersion": md.get("resourceVersion", ""),
-                        "annotations": {kube_ann.HAMI_NODE_LOCK: kube_ann.node_lock_value(ns, pod, now)},
-                    }
-                }
-                try:
-                    self.api.patch(RESOURCES["nodes"], None, node, patch)
+                if self._take(node, md, ns, pod, now):
                     return ""
-                except ApiError as exc:
-                    if exc.code != 409:
-                        raise
-                    held = "a concurrent writer"
+                fresh, held = True, "a concurrent writer"
             if time.monotonic() >= deadline:
                 return f"node {node} is locked by {held}"
-            self._wait_release(node, held, deadline)
+            if not fresh:
+                self._wait_release(node, held, deadline)
+
+    def _take(self, node: str, md: Mapping[str, Any], ns: str, pod: str, now: float) -> bool:
+        """Write the lock on the node version read; False on a conflict (someone was first)."""
+        patch = {
+            "metadata": {
+                "resourceVersion": md.get("resourceVersion", ""),
+                "annotations": {kube_ann.HAMI_NODE_LOCK: kube_ann.node_lock_value(ns, pod, now)},
+            }
+        }
+        try:
+            self.api.patch(RESOURCES["nodes"], None, node, patch)
+        except ApiError as exc:
+            if exc.code != 409:
+                raise
+            return False
+        return True
 
     def _wait_release(self, node: str, held: str, deadline: float) -> None:
         """Until the cached node shows another lock value (or none), or the deadline."""
