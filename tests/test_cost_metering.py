@@ -168,6 +168,8 @@ def test_window_and_retention_errors_name_the_field() -> None:
         Window(s(10), s(5))
     with pytest.raises(ValueError, match=r"^from: a time zone is required"):
         Window(datetime(2026, 1, 1), s(5))
+    with pytest.raises(ValueError, match=r"^from: a report spans at most 3660 days"):
+        Window(s(0), s(3661 * 86400))
     w = retained(Window(s(0), s(10 * 86400)), 2)
     assert w.start == s(8 * 86400)
     with pytest.raises(ValueError, match="retentionDays"):

@@ -112,6 +112,10 @@ def test_reports_refuse_bad_input_and_anonymous_callers(world: tuple[Api, dict[s
     r = api.req("GET", "/v1/reports/usage", params={"from": "2026-12-02", "to": "2026-12-01"})
     assert r.status_code == 422 and r.json()["error"]["errors"][0]["field"] == "to"
     assert api.req("GET", "/v1/reports/colour").status_code == 422
+    r = api.req("GET", "/v1/reports/weekly", params={"from": "0001-01-01", "to": "9999-12-31"})
+    assert r.status_code == 422 and r.json()["error"]["errors"][0]["field"] == "from"
+    year = api.get("/v1/reports/weekly", params={"from": "2026-01-01", "to": "2027-01-01"})
+    assert 0 < len(year["series"]["h100-training"]["t"]) <= 2000
 
 
 def test_weekly_html_is_one_offline_page(world: tuple[Api, dict[str, str], Path]) -> None:

@@ -20,6 +20,8 @@ from typing import Protocol
 from gpupool.cost.history import History, Run, WorkloadInfo
 
 US_PER_S = 1_000_000
+#: the longest window a report covers (ten years): bounds the work and memory of one request
+MAX_WINDOW_DAYS = 3660
 #: one GPU-hour in milli-GPU-microseconds
 GPU_HOUR = 1000 * 3600 * US_PER_S
 
@@ -76,6 +78,8 @@ class Window:
                 raise ValueError(f"{field}: a time zone is required (use UTC, e.g. 2026-12-01T00:00Z)")
         if self.end <= self.start:
             raise ValueError(f"to: must be after from ({self.start.isoformat()})")
+        if self.end - self.start > timedelta(days=MAX_WINDOW_DAYS):
+            raise ValueError(f"from: a report spans at most {MAX_WINDOW_DAYS} days; narrow --from/--to")
 
     @property
     def us(self) -> int:

@@ -29,8 +29,15 @@ def previous(window: Window) -> Window:
     return Window(window.start - (window.end - window.start), window.start)
 
 
-def series(data: CostData, bucket_s: int = 3600) -> dict[str, dict[str, Any]]:
-    """Per pool, mean GPUs allocated in each bucket of the window, and the pool's capacity."""
+MAX_POINTS = 2000
+
+
+def series(data: CostData, bucket_s: int | None = None) -> dict[str, dict[str, Any]]:
+    """Per pool, mean GPUs allocated in each bucket of the window, and the pool's capacity.
+    Buckets are hours, or whole multiples of an hour so a long window stays under MAX_POINTS."""
+    if bucket_s is None:
+        hours = -(-data.window.us // (3600 * US_PER_S))
+        bucket_s = 3600 * max(1, -(-hours // MAX_POINTS))
     n = -(-data.window.us // (bucket_s * US_PER_S))
     acc: dict[str, list[int]] = defaultdict(lambda: [0] * n)
     step = bucket_s * US_PER_S
