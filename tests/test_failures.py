@@ -210,3 +210,27 @@ def test_fail_after_and_drain_end_to_end_through_the_cli(tmp_path: Path) -> None
         assert where not in {p["node"] for p in (got.get("placement") or {}).get("pods", [])}
     finally:
         srv.stop()
+
+
+def _record(name: str) -> Any:
+    from datetime import UTC, datetime
+
+    from gpupool.store.records import WorkloadRecord
+
+    return WorkloadRecord(
+        1, name, "q", None, "alice", {"spec": {}}, "Running", None, "", datetime.now(UTC), None, None, 1
+    )
+
+
+def test_a_gang_the_kubernetes_backend_could_not_bind_is_requeued_without_spending_a_retry() -> None:
+    """BindFailed (and a kubelet's UnexpectedAdmissionError) happen before any of the job's code
+    runs: with maxRetries 0 the workload is requeued at once, not failed."""
+    from gpupool.service import failures as flt
+
+    pol = RetryPolicy(max_retries=0, backoff_s=10.0, max_backoff_s=60.0)
+    for code in ("BindFailed", "UnexpectedAdmissionError"):
+        out = flt._outcome(_record("w"), flt.Fault(code, "binds refused"), pol, [], 100.0)
+        assert out.change.phase == "Pending", code
+        assert "not counted against maxRetries" in out.change.reason
+    job_fault = flt._outcome(_record("w"), flt.Fault("Error", "exit 1", 1), pol, [], 100.0)
+    assert job_fault.change.phase == "Failed"

@@ -41,8 +41,11 @@ SCHEDULER = "scheduler"
 FAILED_EVENT = "RunFailed"
 #: faults of the platform, not of the job: requeued at once and not counted against the
 #: workload's maxRetries (as Slurm requeues on node failure); past this many such requeues in a
-#: row of one workload, it fails like any other (a fault that follows it is likely its own)
-PLATFORM_FAULTS = frozenset({"NodeFailure", "DeviceUnhealthy"})
+#: row of one workload, it fails like any other (a fault that follows it is likely its own).
+#: BindFailed: the Kubernetes backend could not bind a gang before its deadline (API server or
+#: node trouble, never the job's code); UnexpectedAdmissionError: the kubelet refused the pod
+#: at admission (device plugin out of step), again before any of the job's code ran.
+PLATFORM_FAULTS = frozenset({"NodeFailure", "DeviceUnhealthy", "BindFailed", "UnexpectedAdmissionError"})
 MAX_PLATFORM_REQUEUES = 10
 BACKOFF_CODE = "Backoff"
 #: per-workload annotations read by the virtual backend (a run that fails after this virtual time)
