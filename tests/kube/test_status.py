@@ -99,7 +99,13 @@ def test_a_failed_write_never_raises_and_is_retried_later() -> None:
 
 
 def _pod(name: str, owner: dict[str, Any] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "ml", "uid": f"uid-{name}", "labels": labels or {}}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": "ml",
+        "uid": f"uid-{name}",
+        "labels": labels or {},
+        "resourceVersion": "7",
+    }
     if owner:
         meta["ownerReferences"] = [{**owner, "controller": True}]
     return {"metadata": meta, "spec": {"schedulerName": "gpupool"}, "status": {"phase": "Pending"}}
@@ -205,6 +211,8 @@ def test_waiting_pods_carry_explains_reason_and_position_admitted_gets_an_event(
         sw.step()
         assert sorted(p[1] for p in writes.pods) == [f"{huge}-0", f"{huge}-1"]
         cond = writes.pods[0][2]["status"]["conditions"][0]
+        # the cached resourceVersion is the patch's precondition (a pod bound since is left alone)
+        assert writes.pods[0][2]["metadata"] == {"resourceVersion": "7"}
         assert (cond["type"], cond["status"], cond["reason"]) == ("PodScheduled", "False", "Unschedulable")
         w = got[huge]
         assert w.reason in cond["message"] and f"position {w.position} of {w.length}" in cond["message"]

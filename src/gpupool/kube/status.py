@@ -397,8 +397,13 @@ class StatusWriter:
             "message": msg,
             "lastTransitionTime": _now_iso(now),
         }
+        # the resourceVersion read is the precondition: a pod bound since (PodScheduled=True) is
+        # not marked unschedulable by a stale pass; the conflict is retried on the next one
+        patch: dict[str, Any] = {"status": {"conditions": [cond]}}
+        if m.get("resourceVersion"):
+            patch["metadata"] = {"resourceVersion": str(m["resourceVersion"])}
         try:
-            self.writes.patch_pod_status(ref[0], ref[1], {"status": {"conditions": [cond]}})
+            self.writes.patch_pod_status(ref[0], ref[1], patch)
         except Exception as exc:
             self.stats["errors"] += 1
             log.debug("PodScheduled on %s/%s: %s", *ref, exc)
