@@ -69,6 +69,14 @@ def test_a_terminal_fits_the_width_keeps_names_and_marks_the_cut() -> None:
     assert "[h100-training]" in lines[1]
 
 
+def test_a_terminal_narrower_than_the_names_cuts_lines_visibly() -> None:
+    con, buf = terminal(40)
+    show(rows_for("workloads", {"items": [wl("llama-405b-pretrain-with-a-long-name")]}), to=con)
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 2 and all(len(line) == 40 and line.endswith("…") for line in lines)
+    assert lines[1].startswith("llama-405b-pretrain-with-a-long-name ")
+
+
 def test_markup_in_data_is_text_on_a_terminal_and_in_a_pipe(capsys: pytest.CaptureFixture[str]) -> None:
     items = [{"metadata": {"name": "batch"}, "spec": {"value": 10, "description": "low [/batch] [bold]x"}}]
     con, buf = terminal(120)

@@ -151,7 +151,8 @@ def fitted_lines(t: Rows, width: int) -> list[str]:
                 widths,
             )
         )
-    return lines
+    # a terminal too narrow even for the names: the line ends where it would wrap, marked as cut
+    return [_cut(line, width) for line in lines]
 
 
 def show(t: Rows, to: Console | None = None) -> None:
