@@ -364,3 +364,28 @@ def test_priority_admission_from_priority_classes(api: httpx.Client, fake_server
     api.post(pcs, json={"metadata": {"name": "dflt"}, "value": 7, "globalDefault": True})
     assert api.post(PODS, json=pod("d")).json()["spec"]["priorityClassName"] == "dflt"
     assert api.get(f"{pcs}/system-cluster-critical").json()["value"] == 2000000000
+
+
+def test_stats_count_requests_by_kubernetes_verb(api: httpx.Client, fake_server: FakeApiServer) -> None:
+    api.post(CM, json={"metadata": {"name": "s"}})
+    api.get(CM)
+    api.get(f"{CM}/s")
+    api.patch(f"{CM}/s", json={"data": {"a": "1"}}, headers={"content-type": "application/merge-patch+json"})
+    api.delete(CM)
+    api.post(PODS, json=pod("sp"))
+    api.post(f"{PODS}/sp/binding", json={"metadata": {"name": "sp"}, "target": {"name": "n"}})
+    got = fake_server.stats.requests
+    for key in (
+        "create configmaps",
+        "list configmaps",
+        "get configmaps",
+        "patch configmaps",
+        "deletecollection configmaps",
+        "create pods",
+        "create pods/binding",
+    ):
+        assert got.get(key) == 1, (key, got)
+    assert (
+        fake_server.stats.binds == 1
+        and fake_server.stats.requests_per_bind() == fake_server.stats.total_requests
+    )

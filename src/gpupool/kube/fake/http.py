@@ -176,7 +176,8 @@ class FakeApp:
     def _dispatch(self, method: str, t: Target, q: dict[str, str], body: Any, ctype: str) -> tuple[int, Any]:
         rt, stats = t.rt, self.store.stats
         if not t.name:
-            stats.count(f"{method.lower()} {rt.key}")
+            verb = {"GET": "list", "POST": "create", "DELETE": "deletecollection"}.get(method, method.lower())
+            stats.count(f"{verb} {rt.key}")
             if method == "GET":
                 return 200, self._list(t, q)
             if method == "POST" and rt.plural == "bindings":
