@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -126,8 +127,8 @@ def test_explain_shows_attempts_and_failure_history(server: Server, browser: obj
 
 def _signed_in(
     server: Server, browser: object, width: int = 1400, height: int = 900, path: str = "/ui/"
-) -> object:
-    page = browser.new_page(viewport={"width": width, "height": height})  # type: ignore[attr-defined]
+) -> Any:
+    page: Any = browser.new_page(viewport={"width": width, "height": height})  # type: ignore[attr-defined]
     outside: list[str] = []
     page.on("request", lambda r: None if r.url.startswith((server.base, "data:")) else outside.append(r.url))
     page.outside = outside
@@ -207,7 +208,12 @@ def test_cancel_asks_first(server: Server, browser: object) -> None:
     page.fill("#search", "to-cancel")
     row = page.locator("#workloads tr[data-name=to-cancel]")
     asked: list[str] = []
-    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+
+    def dismiss(d: Any) -> None:
+        asked.append(d.message)
+        d.dismiss()
+
+    page.once("dialog", dismiss)
     row.get_by_role("button", name="cancel").click()
     page.wait_for_timeout(500)
     assert asked and "to-cancel" in asked[0]
@@ -231,11 +237,11 @@ SHOT_STATS = """async (b64) => {
 }"""
 
 
-def _png_has_content(page: object, png: bytes) -> bool:
+def _png_has_content(page: Any, png: bytes) -> bool:
     """Not an empty page: the screenshot, decoded by the browser, has many colours, none dominant."""
     import base64
 
-    colours, top = page.evaluate(SHOT_STATS, base64.b64encode(png).decode())  # type: ignore[attr-defined]
+    colours, top = page.evaluate(SHOT_STATS, base64.b64encode(png).decode())
     return bool(colours > 30 and top < 0.95)
 
 
@@ -262,7 +268,7 @@ def test_every_page_renders_with_data(
     assert _png_has_content(page, wl_png)
     scroll = page.evaluate("document.documentElement.scrollWidth")
     assert scroll <= width + 1, f"the page is {scroll}px wide in a {width}px window"
-    assert page.outside == [], page.outside  # type: ignore[attr-defined]
+    assert page.outside == [], page.outside
 
 
 def test_history_series_follow_admissions(server: Server) -> None:
