@@ -57,6 +57,8 @@ class NodeView:
             return out
 
     def _rebuild(self) -> bool:
+        """Rebuild into a copy and swap it in whole: a reader holding the previous dict never
+        sees it change under it (nor a half-built one)."""
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             everything, self._all_dirty = self._all_dirty, False
@@ -65,16 +67,18 @@ class NodeView:
         if not dirty:
             return False
         unmanaged = self._unmanaged(dirty)
+        inv = dict(self._inv)
         changed = False
         for name in dirty:
             obj = self.informers.nodes.get("", name)
-            old = self._inv.get(name)
+            old = inv.get(name)
             if obj is None:
-                changed |= self._inv.pop(name, None) is not None
+                changed |= inv.pop(name, None) is not None
                 continue
             new = inventory.node_inventory(obj, unmanaged.get(name, ()), self.opts)
-            self._inv[name] = new
+            inv[name] = new
             changed |= old is None or old.node != new.node or old.ready != new.ready
+        self._inv = inv
         return changed
 
     def _unmanaged(self, nodes: set[str]) -> dict[str, list[dict[str, Any]]]:
@@ -86,9 +90,14 @@ class NodeView:
         return out
 
     def _current(self) -> dict[str, inventory.NodeInventory]:
-        if self._all_dirty or self._dirty:
-            self.refresh()
-        return self._inv
+        """The complete view. Why under ``_refreshing``: while another thread rebuilds, the dirty
+        marks are already taken; answering then would give the view from before the rebuild —
+        at start-up an empty one, which made a restarted controller evict its running work
+        as NodeRemoved."""
+        with self._refreshing:
+            if self._all_dirty or self._dirty:
+                self._changed |= self._rebuild()
+            return self._inv
 
     def nodes(self) -> list[Node]:
         inv = self._current()
