@@ -89,6 +89,7 @@ def create_app(
         ctl.faults.backoff_s, ctl.faults.max_backoff_s = cfg.retry_backoff_s, cfg.retry_max_backoff_s
         batcher = SubmitBatcher(st)
         app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
+        metrics.bind(app.state.svc.read, ctl)  # per-queue state, refreshed after cycles
         getattr(be, "bind", lambda svc: None)(app.state.svc)  # the local backend's device health
         if start_controller:
             start_leader(app.state.svc)  # the controller runs only while this replica holds the lease
