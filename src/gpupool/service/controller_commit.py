@@ -1,0 +1,184 @@
+"""The controller's commit: a cycle's decisions carried out write-ahead.
+
+Why apart: the write-ahead order (decisions durable, victims stopped, admitted started, victims
+requeued) is what makes a kill -9 at any point recoverable; its records and steps are read here
+in that order. Starting runs in the backend is shared with recovery (admitted, not yet started).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from gpupool.audit import AuditEntry
+from gpupool.engine import Decisions
+from gpupool.model import Running, Workload
+from gpupool.service.admission import is_exception
+from gpupool.service.backends import BackendError, RunSpec, pod_commands
+from gpupool.service.controller_state import SCHEDULER, ControllerState, CycleStats, _dt, _Queued
+from gpupool.service.convert import placement_json, workload_model
+from gpupool.store import NotLeader, PhaseChange, WorkloadRecord
+
+log = logging.getLogger("gpupool.controller")
+
+
+class Commit(ControllerState):
+    """Decisions to durable records, then to the backend, in the write-ahead order."""
+
+    def _commit(self, d: Decisions, models: Iterable[Workload], now: float, stats: CycleStats) -> None:
+        """Carry a cycle's decisions out, write-ahead: (1) the decisions are durable before
+        anything changes in the backend, (2) victims are stopped before the admitted start, so
+        they never overlap, (3) the victims are requeued as pending work."""
+        by_name = {w.name: w for w in models}
+        for p in d.pending:
+            self.reasons[p.workload] = p
+        if not d.admitted and not d.preempted:
+            return
+        changes, audits, victims = self._preemption_records(d)
+        placements = self._admission_records(d, now, changes, audits)
+        self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        self.engine.apply(d, by_name.values(), now)
+        if victims:
+            self.backend.stop(list(victims))
+            stats.preempted += len(victims)
+            for r in victims.values():
+                self.hooks.on_preempt(r.workload.queue, "")
+        self._start_admitted(d, by_name, placements, now)
+        stats.admitted += len(d.admitted)
+        if victims:
+            self._requeue_victims(victims, now)
+
+    def _preemption_records(
+        self, d: Decisions
+    ) -> tuple[list[PhaseChange], list[AuditEntry], dict[str, Running]]:
+        changes: list[PhaseChange] = []
+        audits: list[AuditEntry] = []
+        victims: dict[str, Running] = {}
+        for pre in d.preempted:
+            for v in pre.victims:
+                r = self.engine.running.get(v.workload)
+                if r is not None:
+                    victims[v.workload] = r
+                changes.append(PhaseChange(v.workload, "Preempted", f"{v.rule}: {v.reason}"))
+                detail = {
+                    "rule": str(v.rule),
+                    "reason": v.reason,
+                    "preemptor": pre.preemptor,
+                    "queue": v.queue,
+                    "priority": v.priority,
+                }
+                audits.append(AuditEntry(SCHEDULER, "workload.preempt", "Workload", v.workload, detail))
+        return changes, audits, victims
+
+    @staticmethod
+    def _admission_records(
+        d: Decisions, now: float, changes: list[PhaseChange], audits: list[AuditEntry]
+    ) -> dict[str, dict[str, Any]]:
+        placements: dict[str, dict[str, Any]] = {}
+        for a in d.admitted:
+            placements[a.workload] = placement_json(a, now)
+            changes.append(PhaseChange(a.workload, "Admitted", a.reason, placements[a.workload]))
+            detail = {
+                "queue": a.queue,
+                "pool": a.pool,
+                "borrowing": a.borrowing,
+                "reason": a.reason,
+                "afterEvicting": list(a.after_evicting),
+                "nodes": sorted({p.node for p in a.pods}),
+                "gpuMilli": sum(p.gpu_milli * len(p.devices) for p in a.pods),
+            }
+            audits.append(AuditEntry(SCHEDULER, "workload.admit", "Workload", a.workload, detail))
+        return placements
+
+    def _start_admitted(
+        self,
+        d: Decisions,
+        by_name: Mapping[str, Workload],
+        placements: Mapping[str, dict[str, Any]],
+        now: float,
+    ) -> None:
+        admitted_recs = []
+        for a in d.admitted:
+            q = self.pending.pop(a.workload, None)
+            self.reasons.pop(a.workload, None)
+            self._stored_reasons.pop(a.workload, None)
+            if q is not None:
+                self.hooks.on_admit(q.queue, max(0.0, now - q.submitted_at))
+            admitted_recs.append((a.workload, by_name[a.workload], placements[a.workload]))
+        self._start_specs(admitted_recs, now)
+
+    def _requeue_victims(self, victims: Mapping[str, Running], now: float) -> None:
+        self._requeue(list(victims), "requeued after preemption", now)
+        for name, r in victims.items():
+            rec = self.store.get_workload(name)
+            self.pending[name] = _Queued(
+                name,
+                rec.seq,
+                rec.queue,
+                rec.owner,
+                rec.submitted_at.timestamp(),
+                r.workload,
+                is_exception(rec.manifest),
+            )
+            self._stored_reasons[name] = rec.reason
+
+    def _start_in_backend(self, recs: Sequence[WorkloadRecord], now: float) -> None:
+        for w in recs:
+            self._note_hints(w.name, w.manifest)
+        specs = [
+            (
+                w.name,
+                workload_model(w.manifest, self.bundle.priority_classes, float(w.seq), strict=False),
+                dict(w.placement or {}),
+            )
+            for w in recs
+        ]
+        self._start_specs(specs, now)
+
+    def _start_specs(self, specs: Sequence[tuple[str, Workload, dict[str, Any]]], now: float) -> None:
+        if not specs:
+            return
+        hints = self.faults.hints
+        # the local backend runs each pod group's command: read only where a backend needs it
+        cmds = getattr(self.backend, "needs_commands", False) is True
+        runs = [
+            RunSpec(
+                n,
+                p,
+                w.expected_duration_s,
+                str(w.type),
+                hints.get(n, {}),
+                pod_commands(self._manifest_of(n)) if cmds else {},
+            )
+            for n, w, p in specs
+        ]
+        failed: dict[str, str] = {}
+        try:
+            self.backend.start(runs)
+        except NotLeader:  # deposed (gpupool.service.leader): not the runs' fault, fail none of them
+            raise
+        except Exception as exc:  # a BackendError, or a backend bug on one run: never all of them
+            # start each separately to learn which ones the backend refused
+            for r in runs:
+                try:
+                    self.backend.start([r])
+                except NotLeader:
+                    raise
+                except Exception as one:
+                    failed[r.name] = (
+                        str(one) if isinstance(one, BackendError) else f"{type(one).__name__}: {one}"
+                    )
+            log.error("backend refused runs: %s", exc)
+        ok = [n for n, _, _ in specs if n not in failed]
+        changes = [PhaseChange(n, "Running", "started by the backend") for n in ok]
+        changes += [
+            PhaseChange(n, "Failed", f"backend refused to start it: {why}") for n, why in failed.items()
+        ]
+        audits = [
+            AuditEntry(SCHEDULER, "workload.fail", "Workload", n, {"reason": why})
+            for n, why in failed.items()
+        ]
+        self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        for n in failed:
+            self.engine.remove_running(n)

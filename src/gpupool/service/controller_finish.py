@@ -1,0 +1,85 @@
+"""The controller's finishing side: runs the backend reports done, and windows that expire.
+
+Why apart: both end a workload's hold on its devices outside the engine's decisions (a run
+finishes or fails; an approval or an exception window runs out), each durably and audited.
+"""
+
+from __future__ import annotations
+
+from gpupool.audit import AuditEntry
+from gpupool.service import failures as flt
+from gpupool.service.controller_state import ACTIVE, SCHEDULER, ControllerState, _dt
+from gpupool.store import NotFound, PhaseChange, WorkloadRecord
+
+
+class Finishing(ControllerState):
+    """Finished and failed runs, expired approvals and exception windows."""
+
+    def _process_finished(self, now: float) -> int:
+        done = self.backend.poll(now)
+        if not done:
+            return 0
+        changes, audits, forget = [], [], []
+        failed: list[tuple[WorkloadRecord, flt.Fault]] = []
+        for r in done:
+            try:
+                rec = self.store.get_workload(r.name)
+            except NotFound:
+                forget.append(r.name)
+                continue
+            if rec.phase in ACTIVE and r.outcome == "Failed":  # retried by its policy
+                fault = flt.Fault(r.reason or "Error", r.message or "the run failed", r.exit_code)
+                failed.append((rec, fault))
+                forget.append(r.name)
+                continue
+            if rec.phase in ACTIVE:
+                outcome = r.outcome or "Succeeded"
+                changes.append(PhaseChange(r.name, outcome, r.message))
+                audits.append(
+                    AuditEntry(
+                        SCHEDULER,
+                        "workload.finish",
+                        "Workload",
+                        r.name,
+                        {"outcome": outcome, "message": r.message},
+                    )
+                )
+                self.hooks.on_finish(rec.queue, outcome)
+            forget.append(r.name)
+        if changes:
+            self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        flt.record_failures(self, failed, now)
+        for n in forget:
+            self.engine.remove_running(n)
+            self.exceptions.pop(n, None)
+            if n not in self.pending:
+                self.faults.hints.pop(n, None)
+        self.backend.forget(forget)
+        return len(changes) + len(failed)
+
+    def _expire(self, now: float) -> None:
+        expired = self.store.expire_approvals(at=_dt(now))
+        if expired:
+            self._resync = True
+        ended = [n for n, until in self.exceptions.items() if until <= now]
+        if not ended:
+            return
+        active = [n for n in ended if n in self.engine.running]
+        for n in ended:
+            self.exceptions.pop(n, None)
+        if active:
+            self.store.apply_transitions(
+                [PhaseChange(n, "Preempted", "its approved exception window ended") for n in active],
+                audit=[
+                    AuditEntry(
+                        SCHEDULER, "workload.exception-expired", "Workload", n, {"reason": "window ended"}
+                    )
+                    for n in active
+                ],
+                at=_dt(now),
+            )
+            self.backend.stop(active)
+            for n in active:
+                self.engine.remove_running(n)
+            self._requeue(active, "requeued: its exception window ended", now)
+            self._resync = True

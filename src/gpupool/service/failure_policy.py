@@ -1,0 +1,215 @@
+"""The failure policy and its records: retry policies, faults, and the failure history read
+back from stored events.
+
+Why apart (from gpupool.service.failures, which re-exports it): these are the pure parts (no
+controller, no store writes): what a workload's retry policy is, what a fault is, and how a
+stored ``RunFailed`` event's machine-readable tail is parsed back, so the attempt history and a
+backoff's "not before" survive a restart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from gpupool.quantity import QuantityError, parse_duration
+from gpupool.store import EventRecord
+
+if TYPE_CHECKING:
+    pass
+
+SCHEDULER = "scheduler"
+
+FAILED_EVENT = "RunFailed"
+
+#: faults of the platform, not of the job: requeued at once and not counted against the
+#: workload's maxRetries (as Slurm requeues on node failure); past this many such requeues in a
+#: row of one workload, it fails like any other (a fault that follows it is likely its own).
+#: BindFailed: the Kubernetes backend could not bind a gang before its deadline (API server or
+#: node trouble, never the job's code); UnexpectedAdmissionError: the kubelet refused the pod
+#: at admission (device plugin out of step), again before any of the job's code ran.
+PLATFORM_FAULTS = frozenset({"NodeFailure", "DeviceUnhealthy", "BindFailed", "UnexpectedAdmissionError"})
+
+MAX_PLATFORM_REQUEUES = 10
+
+BACKOFF_CODE = "Backoff"
+
+#: per-workload annotations read by the virtual backend (a run that fails after this virtual time)
+FAIL_AFTER_ANNOTATION = "gpupool.io/fail-after"
+
+EXIT_CODE_ANNOTATION = "gpupool.io/exit-code"
+
+#: per-workload overrides of the retry backoff (durations)
+BACKOFF_ANNOTATION = "gpupool.io/retry-backoff"
+
+MAX_BACKOFF_ANNOTATION = "gpupool.io/retry-max-backoff"
+
+#: on a Cluster object: JSON {"<node>/<index>": "<reason>"} of devices marked unhealthy
+UNHEALTHY_ANNOTATION = "gpupool.io/unhealthy-devices"
+
+RUN_HINTS = (FAIL_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION)
+
+_TAIL = re.compile(r" \[exit-code=(?P<code>\S+) (?:retry-at=(?P<at>[0-9.]+)|final)\]$")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often a failed run is retried, and how long it waits before each retry."""
+
+    max_retries: int
+    backoff_s: float
+    max_backoff_s: float
+    factor: float = 2.0
+
+    def delay(self, retry: int) -> float:
+        """Wait before retry number ``retry`` (1-based): exponential, capped."""
+        return min(self.max_backoff_s, self.backoff_s * self.factor ** max(0, retry - 1))
+
+
+#: defaults by task type: serving comes back fast and often; long training waits longer
+DEFAULT_POLICIES: Mapping[str, RetryPolicy] = {
+    "inference": RetryPolicy(5, 5.0, 60.0),
+    "training": RetryPolicy(3, 60.0, 1800.0),
+    "fine-tuning": RetryPolicy(3, 30.0, 900.0),
+    "evaluation": RetryPolicy(2, 10.0, 300.0),
+    "batch": RetryPolicy(2, 30.0, 600.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """Why one run ended abnormally or must leave its node."""
+
+    code: str  # Error | OOMKilled | NodeFailure | DeviceUnhealthy | NodeRemoved | NoExecuteTaint | Drained
+    reason: str
+    exit_code: int | None = None
+    counted: bool = True  # a failure under the retry policy (False: an eviction, requeued at once)
+
+    @property
+    def what(self) -> str:
+        return f"exit code {self.exit_code}" if self.exit_code is not None else self.code
+
+
+@dataclass(slots=True)
+class FaultState:
+    """What the controller knows about failures and faults between cycles."""
+
+    #: workloads in backoff: name -> (not before, epoch seconds)
+    holds: dict[str, float] = field(default_factory=dict)
+    #: devices marked unhealthy through the API: node -> index -> reason
+    unhealthy: dict[str, dict[int, str]] = field(default_factory=dict)
+    #: nodes the backend reports failed: node -> reason
+    down: dict[str, str] = field(default_factory=dict)
+    #: run hints (fail-after annotations) of workloads that carry them, for the backend
+    hints: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: base/cap of the backoff for every task type, when set (ServiceConfig)
+    backoff_s: float | None = None
+    max_backoff_s: float | None = None
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
+
+
+def policy_for(manifest: Mapping[str, Any], state: FaultState) -> RetryPolicy:
+    """The retry policy of a workload: its type's default, then ``spec.maxRetries`` and annotations."""
+    spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
+    spec = spec if isinstance(spec, Mapping) else {}
+    pol = DEFAULT_POLICIES.get(str(spec.get("type") or "batch"), DEFAULT_POLICIES["batch"])
+    if state.backoff_s is not None:
+        pol = replace(pol, backoff_s=state.backoff_s)
+    if state.max_backoff_s is not None:
+        pol = replace(pol, max_backoff_s=state.max_backoff_s)
+    mr = spec.get("maxRetries")
+    if isinstance(mr, int) and not isinstance(mr, bool) and mr >= 0:
+        pol = replace(pol, max_retries=mr)
+    md = manifest.get("metadata") if isinstance(manifest, Mapping) else None
+    ann = md.get("annotations") if isinstance(md, Mapping) else None
+    if isinstance(ann, Mapping):
+        try:
+            if BACKOFF_ANNOTATION in ann:
+                pol = replace(pol, backoff_s=parse_duration(ann[BACKOFF_ANNOTATION]))
+            if MAX_BACKOFF_ANNOTATION in ann:
+                pol = replace(pol, max_backoff_s=parse_duration(ann[MAX_BACKOFF_ANNOTATION]))
+        except QuantityError:
+            pass  # a malformed override keeps the default (the workload still runs)
+    return pol
+
+
+def run_hints(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """The annotations a backend may act on (fail-after, exit-code); usually empty."""
+    md = manifest.get("metadata") if isinstance(manifest, Mapping) else None
+    ann = md.get("annotations") if isinstance(md, Mapping) else None
+    if not isinstance(ann, Mapping):
+        return {}
+    return {k: str(ann[k]) for k in RUN_HINTS if k in ann}
+
+
+def parse_failure_rates(values: Sequence[str]) -> dict[str, float]:
+    """``--failure-rate`` values: ``TYPE=RATE`` or ``RATE`` (any type), abnormal exits per running hour."""
+    out: dict[str, float] = {}
+    for v in values:
+        key, _, rate = v.rpartition("=")
+        try:
+            r = float(rate)
+        except ValueError:
+            raise ValueError(
+                f"--failure-rate {v!r}: expected TYPE=RATE or RATE (exits per running hour)"
+            ) from None
+        if not 0 <= r < 1e6 or r != r:
+            raise ValueError(f"--failure-rate {v!r}: the rate must be between 0 and 1e6")
+        if key and key not in DEFAULT_POLICIES and key != "*":
+            raise ValueError(
+                f"--failure-rate {v!r}: unknown task type {key!r}; one of {', '.join(DEFAULT_POLICIES)}"
+            )
+        out[key or "*"] = r
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FailureRecord:
+    at: datetime
+    code: str
+    reason: str
+    exit_code: int | None
+    retry_at: float | None  # None: the final failure
+
+    def view(self) -> dict[str, Any]:
+        return {
+            "at": self.at.isoformat(),
+            "exitCode": self.exit_code,
+            "reason": f"{self.code}: {self.reason}",
+            "retryAt": _iso(self.retry_at) if self.retry_at is not None else None,
+        }
+
+
+def parse_failure(ev: EventRecord) -> FailureRecord | None:
+    """A stored ``RunFailed`` event back as a record (None for any other event)."""
+    if ev.reason != FAILED_EVENT:
+        return None
+    m = _TAIL.search(ev.message)
+    head = ev.message[: m.start()] if m else ev.message
+    code, _, why = head.partition(": ")
+    exit_code = None
+    if m and m["code"] != "none":
+        try:
+            exit_code = int(m["code"])
+        except ValueError:
+            exit_code = None
+    retry_at = float(m["at"]) if m and m["at"] else None
+    return FailureRecord(ev.at, code, why.split("; retry ")[0].split("; no retries")[0], exit_code, retry_at)
+
+
+def failures(events: Iterable[EventRecord]) -> list[FailureRecord]:
+    return [f for e in events if (f := parse_failure(e)) is not None]
+
+
+def history_view(events: Sequence[EventRecord]) -> dict[str, Any]:
+    """``attempts`` (runs started) and ``failures`` [{at, exitCode, reason, retryAt}] of a workload."""
+    return {
+        "attempts": sum(1 for e in events if e.reason == "Running"),
+        "failures": [f.view() for f in failures(events)],
+    }

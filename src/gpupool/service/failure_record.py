@@ -1,0 +1,184 @@
+"""Recording failed runs: each failure becomes a requeue after its backoff, an at-once requeue
+(a platform fault), or the final Failed, durably in one transaction.
+
+Why apart (re-exported by gpupool.service.failures): the outcome rules (what counts against
+``maxRetries``, how long to back off, what the event's tail records) are one idea, read here
+together with how backoffs are restored after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from gpupool.audit import AuditEntry
+from gpupool.store import PhaseChange, WorkloadRecord
+
+if TYPE_CHECKING:
+    from gpupool.service.controller_state import ControllerState
+from gpupool.service.failure_policy import (
+    BACKOFF_CODE,
+    FAILED_EVENT,
+    MAX_PLATFORM_REQUEUES,
+    PLATFORM_FAULTS,
+    SCHEDULER,
+    FailureRecord,
+    Fault,
+    FaultState,
+    RetryPolicy,
+    _iso,
+    failures,
+    policy_for,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What one failure becomes: the phase change, its audit record, the event, a backoff hold."""
+
+    change: PhaseChange
+    audit: AuditEntry
+    event: tuple[str, str, str, str]
+    hold: float | None = None
+
+
+def record_failures(ctl: ControllerState, failed: Sequence[tuple[WorkloadRecord, Fault]], now: float) -> None:
+    """Requeue each failed workload after its backoff, or end it Failed; one transaction for all.
+
+    The caller has already stopped the runs in the backend (or the backend ended them itself).
+    """
+    if not failed:
+        return
+    outcomes = [
+        _outcome(
+            rec, fault, policy_for(rec.manifest, ctl.faults), failures(ctl.store.list_events(rec.name)), now
+        )
+        for rec, fault in failed
+    ]
+    done = ctl.store.apply_transitions(
+        [o.change for o in outcomes],
+        audit=[o.audit for o in outcomes],
+        at=_dt(now),
+        events=[o.event for o in outcomes],
+    )
+    for rec, fault in failed:
+        ctl.hooks.on_failure(rec.queue, fault.code)
+    ctl.faults.holds.update({o.change.name: o.hold for o in outcomes if o.hold is not None})
+    for new in done:
+        if new.phase == "Pending":
+            ctl.queue_again(new)
+        else:
+            ctl.faults.hints.pop(new.name, None)
+            ctl.hooks.on_finish(new.queue, new.phase)
+
+
+def _outcome(
+    rec: WorkloadRecord, fault: Fault, pol: RetryPolicy, past: Sequence[FailureRecord], now: float
+) -> _Outcome:
+    """A platform fault is requeued at once (up to MAX_PLATFORM_REQUEUES), the job's own failure
+    after its backoff while retries remain; otherwise the workload ends Failed."""
+    infra = fault.code in PLATFORM_FAULTS
+    retry = sum(f.code not in PLATFORM_FAULTS for f in past) + (0 if infra else 1)
+    platform_n = sum(f.code in PLATFORM_FAULTS for f in past) + 1
+    detail: dict[str, Any] = {
+        "code": fault.code,
+        "reason": fault.reason,
+        "exitCode": fault.exit_code,
+        "attempt": retry,
+        "maxRetries": pol.max_retries,
+    }
+    if infra and platform_n <= MAX_PLATFORM_REQUEUES:
+        return _requeued_at_once(rec, fault, platform_n, detail, now)
+    if not infra and retry <= pol.max_retries:
+        return _backed_off(rec, fault, pol, retry, detail, now)
+    return _final(rec, fault, pol, retry, past, detail, now)
+
+
+def _tail(fault: Fault) -> str:
+    return "none" if fault.exit_code is None else str(fault.exit_code)
+
+
+def _requeued_at_once(
+    rec: WorkloadRecord, fault: Fault, platform_n: int, detail: dict[str, Any], now: float
+) -> _Outcome:
+    why = (
+        f"Requeued: {fault.what} at {_iso(now)}: {fault.reason}; a platform fault, not counted "
+        f"against maxRetries ({platform_n} of {MAX_PLATFORM_REQUEUES} such requeues)"
+    )
+    msg = f"{fault.code}: {fault.reason}; retry at once, not counted against maxRetries "
+    msg += f"[exit-code={_tail(fault)} retry-at={now:.3f}]"
+    detail["counted"] = False
+    return _Outcome(
+        PhaseChange(rec.name, "Pending", why),
+        AuditEntry(SCHEDULER, "workload.failure", "Workload", rec.name, detail),
+        (rec.name, "Warning", FAILED_EVENT, msg),
+    )
+
+
+def _backed_off(
+    rec: WorkloadRecord, fault: Fault, pol: RetryPolicy, retry: int, detail: dict[str, Any], now: float
+) -> _Outcome:
+    not_before = now + pol.delay(retry)
+    why = (
+        f"{BACKOFF_CODE}: retry {retry} of {pol.max_retries} after {fault.what} at {_iso(now)}; "
+        f"not before {_iso(not_before)}"
+    )
+    msg = f"{fault.code}: {fault.reason}; retry {retry} of {pol.max_retries} not before "
+    msg += f"{_iso(not_before)} [exit-code={_tail(fault)} retry-at={not_before:.3f}]"
+    detail["retryAt"] = _iso(not_before)
+    return _Outcome(
+        PhaseChange(rec.name, "Pending", why),
+        AuditEntry(SCHEDULER, "workload.failure", "Workload", rec.name, detail),
+        (rec.name, "Warning", FAILED_EVENT, msg),
+        not_before,
+    )
+
+
+def _final(
+    rec: WorkloadRecord,
+    fault: Fault,
+    pol: RetryPolicy,
+    retry: int,
+    past: Sequence[FailureRecord],
+    detail: dict[str, Any],
+    now: float,
+) -> _Outcome:
+    attempts = [{"at": f.at.isoformat(), "exitCode": f.exit_code, "reason": f.code} for f in past]
+    attempts.append({"at": _iso(now), "exitCode": fault.exit_code, "reason": fault.code})
+    why = (
+        f"RetriesExhausted: {fault.code} ({fault.what}): {fault.reason}; gave up after "
+        f"{retry} failed attempts (maxRetries {pol.max_retries})"
+    )
+    msg = f"{fault.code}: {fault.reason}; no retries left after {retry} failed attempts "
+    msg += f"[exit-code={_tail(fault)} final]"
+    detail["final"] = True
+    detail["attempts"] = attempts
+    return _Outcome(
+        PhaseChange(rec.name, "Failed", why),
+        AuditEntry(SCHEDULER, "workload.fail", "Workload", rec.name, detail),
+        (rec.name, "Warning", FAILED_EVENT, msg),
+    )
+
+
+def _dt(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, UTC)
+
+
+def load_holds(ctl: ControllerState, stored_reasons: Mapping[str, str], now: float) -> None:
+    """After a restart: the backoff of every Pending workload whose stored reason says Backoff."""
+    ctl.faults.holds.clear()
+    for name, reason in stored_reasons.items():
+        if not reason.startswith(f"{BACKOFF_CODE}:"):
+            continue
+        past = failures(ctl.store.list_events(name))
+        if past and past[-1].retry_at is not None and past[-1].retry_at > now:
+            ctl.faults.holds[name] = past[-1].retry_at
+
+
+def held(state: FaultState, pending: Mapping[str, Any], now: float) -> set[str]:
+    """Pending workloads still in backoff (expired or no longer pending holds are dropped)."""
+    for n in [n for n, t in state.holds.items() if t <= now or n not in pending]:
+        del state.holds[n]
+    return set(state.holds)
