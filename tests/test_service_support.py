@@ -89,7 +89,8 @@ class Api:
         t = token if token is not None else self.token
         return {"Authorization": f"Bearer {t}"} if t else {}
 
-    def req(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+    def req(self, method: str, path: str, token: str | None = None, **kw: Any) -> Any:
+        """The response (httpx's or, under a newer Starlette test client, httpx2's: same API)."""
         return self.c.request(method, path, headers=self.h(token), **kw)
 
     def get(self, path: str, **kw: Any) -> Any:
@@ -105,7 +106,7 @@ class Api:
             w: dict[str, Any] = self.get(f"/v1/workloads/{name}")
             return w if w["phase"] in phases else None
 
-        return wait_for(probe, timeout, f"{name} in {phases}")  # type: ignore[no-any-return]
+        return wait_for(probe, timeout, f"{name} in {phases}")
 
     def token_for(self, name: str, role: str, scope: str | None = None) -> str:
         r = self.req("POST", "/v1/tokens", json={"name": name, "role": role, "scope": scope})
