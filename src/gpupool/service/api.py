@@ -67,42 +67,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The scheduling cycle is pure Python and holds the GIL while it runs; hand the
-        # request threads the interpreter every millisecond rather than every 5 (CPython's
-        # default) so a long cycle delays an API answer by ~1 ms slices, not 5 ms ones.
-        sys.setswitchinterval(0.001)
-        st = store or Store.open(cfg.url)
-        seed_config(st, cfg.config_dir)
-        token = st.ensure_bootstrap_admin()
-        if token is not None and cfg.write_token_file:
-            write_token_file(cfg.token_file, token)
-        be = backend or make_backend(
-            cfg.backend,
-            state_file=cfg.backend_state_file,
-            time_scale=cfg.time_scale,
-            failure_rates=cfg.failure_rates,
-            node_mtbf_s=cfg.node_mtbf_s,
-            node_repair_s=cfg.node_repair_s,
-        )
-        metrics = Metrics()
-        ctl = Controller(st, be, tick_s=cfg.tick_s, min_interval_s=cfg.min_interval_s, hooks=metrics.hooks())
-        ctl.faults.backoff_s, ctl.faults.max_backoff_s = cfg.retry_backoff_s, cfg.retry_max_backoff_s
-        batcher = SubmitBatcher(st)
-        app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
-        metrics.bind(app.state.svc.read, ctl)  # per-queue state, refreshed after cycles
-        getattr(be, "bind", lambda svc: None)(app.state.svc)  # the local backend's device health
-        if start_controller:
-            start_leader(app.state.svc)  # the controller runs only while this replica holds the lease
-        else:
-            ctl.recover()
-        # Why: a full (oldest-generation) collection walks every object the process holds —
-        # the libraries, the configuration, the engine's indexes — and stops every request for
-        # tens of milliseconds; under a submit burst those stalls were the whole p99 (bench
-        # burst: 120-160 ms with, 36-49 ms without). What exists once the service is up lives
-        # as long as the process, so it is moved out of the collector's sight (gc.freeze);
-        # everything created later is collected as usual.
-        gc.collect()
-        gc.freeze()
+        st, ctl, batcher = _start_service(app, cfg, store, backend, start_controller)
         try:
             yield
         finally:
@@ -126,17 +91,70 @@ def create_app(
     app.add_middleware(RequestGuard, max_body=cfg.max_body_bytes, max_depth=cfg.max_json_depth)
     for area in AREAS:
         _add_routes(app, area.router)
-    # route matching is a linear scan: put the hot path (submit) first
-    routes = app.router.routes
-    hot = [
-        r for r in routes if getattr(r, "path", "") == "/v1/workloads" and "POST" in getattr(r, "methods", ())
-    ]
-    app.router.routes[:] = hot + [r for r in routes if r not in hot]
+    _submit_first(app)
     from gpupool.web import mount as mount_web
 
     mount_web(app)
     oa.install_bearer(app)
     return app
+
+
+def _start_service(
+    app: FastAPI,
+    cfg: ServiceConfig,
+    store: Store | None,
+    backend: Backend | None,
+    start_controller: bool,
+) -> tuple[Store, Controller, SubmitBatcher]:
+    """Open the store, backend and controller, publish them as ``app.state.svc`` and start the
+    controller (under the leader lease, or recovered once when it is not to run); returns what
+    the lifespan stops at shutdown."""
+    # The scheduling cycle is pure Python and holds the GIL while it runs; hand the
+    # request threads the interpreter every millisecond rather than every 5 (CPython's
+    # default) so a long cycle delays an API answer by ~1 ms slices, not 5 ms ones.
+    sys.setswitchinterval(0.001)
+    st = store or Store.open(cfg.url)
+    seed_config(st, cfg.config_dir)
+    token = st.ensure_bootstrap_admin()
+    if token is not None and cfg.write_token_file:
+        write_token_file(cfg.token_file, token)
+    be = backend or make_backend(
+        cfg.backend,
+        state_file=cfg.backend_state_file,
+        time_scale=cfg.time_scale,
+        failure_rates=cfg.failure_rates,
+        node_mtbf_s=cfg.node_mtbf_s,
+        node_repair_s=cfg.node_repair_s,
+    )
+    metrics = Metrics()
+    ctl = Controller(st, be, tick_s=cfg.tick_s, min_interval_s=cfg.min_interval_s, hooks=metrics.hooks())
+    ctl.faults.backoff_s, ctl.faults.max_backoff_s = cfg.retry_backoff_s, cfg.retry_max_backoff_s
+    batcher = SubmitBatcher(st)
+    app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
+    metrics.bind(app.state.svc.read, ctl)  # per-queue state, refreshed after cycles
+    getattr(be, "bind", lambda svc: None)(app.state.svc)  # the local backend's device health
+    if start_controller:
+        start_leader(app.state.svc)  # the controller runs only while this replica holds the lease
+    else:
+        ctl.recover()
+    # Why: a full (oldest-generation) collection walks every object the process holds —
+    # the libraries, the configuration, the engine's indexes — and stops every request for
+    # tens of milliseconds; under a submit burst those stalls were the whole p99 (bench
+    # burst: 120-160 ms with, 36-49 ms without). What exists once the service is up lives
+    # as long as the process, so it is moved out of the collector's sight (gc.freeze);
+    # everything created later is collected as usual.
+    gc.collect()
+    gc.freeze()
+    return st, ctl, batcher
+
+
+def _submit_first(app: FastAPI) -> None:
+    """Route matching is a linear scan: put the hot path (submit) first."""
+    routes = app.router.routes
+    hot = [
+        r for r in routes if getattr(r, "path", "") == "/v1/workloads" and "POST" in getattr(r, "methods", ())
+    ]
+    app.router.routes[:] = hot + [r for r in routes if r not in hot]
 
 
 def _add_routes(app: FastAPI, router: APIRouter) -> None:
