@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from gpupool.audit import AuditEntry
 from gpupool.store.errors import Conflict, NotFound, ValidationFailed
 from gpupool.store.records import ObjectRecord
+from gpupool.store.revisions import record_revision
 from gpupool.store.rows import object_record
 from gpupool.store.schema import ObjectRow
 from gpupool.store.tokens import TokenMethods
@@ -119,6 +120,7 @@ class ObjectMethods(TokenMethods):
             )
             s.add(row)
             s.flush()
+            record_revision(s, row, audit, now)  # history in the same transaction as the change
             self._audit(s, audit, now, kind, name)
             return object_record(row), "created"
         if mode == "create":
@@ -135,6 +137,7 @@ class ObjectMethods(TokenMethods):
         row.resource_version += 1
         row.updated_at = now
         s.flush()
+        record_revision(s, row, audit, now)
         self._audit(s, audit, now, kind, name)
         return object_record(row), "updated"
 
@@ -177,6 +180,7 @@ class ObjectMethods(TokenMethods):
                 raise NotFound(kind, name)
             check_version(f"{kind} {name!r}", row.resource_version, expected_version)
             rec = object_record(row)
+            record_revision(s, row, audit, now, "delete")  # the state it was deleted in
             s.delete(row)
             s.flush()
             self._audit(s, audit, now, kind, name)

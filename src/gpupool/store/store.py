@@ -36,6 +36,7 @@ from gpupool.store.database import (
 from gpupool.store.leadership import LeaseMethods
 from gpupool.store.objects import ObjectMethods
 from gpupool.store.phases import ALLOWED_TRANSITIONS, EVENT_TYPES, TERMINAL_PHASES, WARNING_PHASES
+from gpupool.store.revisions import RevisionMethods
 from gpupool.store.submissions import SubmitMethods
 from gpupool.store.tokens import TokenMethods
 from gpupool.store.validation import NAME_RE, OBJECT_KINDS, check_submission
@@ -70,5 +71,6 @@ class Store(
     AuditMethods,
     TokenMethods,
     ApprovalMethods,
+    RevisionMethods,
 ):
     """Repository over the gpupool database. Thread-safe; one transaction per call."""
