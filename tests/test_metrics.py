@@ -95,6 +95,8 @@ def test_per_queue_families_and_labels(rig: tuple[Store, Controller, Metrics, Cl
     got = sample(m, "gpupool_queue_pending_gpus", **pend[0].labels)
     assert got == 512.0
     assert (sample(m, "gpupool_last_cycle_timestamp_seconds") or 0) > 0
+    assert (sample(m, "gpupool_queue_oldest_pending_seconds", queue="llm-research") or 0) > 0
+    assert sample(m, "gpupool_queue_oldest_pending_seconds", queue="serving") is None  # nothing waits
 
 
 def test_wait_is_observed_by_queue_and_type(rig: tuple[Store, Controller, Metrics, Clock]) -> None:

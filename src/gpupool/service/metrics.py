@@ -135,6 +135,12 @@ class Metrics:
         self.q_pending_gpus = Gauge(
             "gpupool_queue_pending_gpus", "GPUs requested by pending workloads", qtr, registry=r
         )
+        self.oldest = Gauge(
+            "gpupool_queue_oldest_pending_seconds",
+            "Age of the queue's oldest pending workload (the wait histogram sees a wait only once it ends)",
+            ["queue"],
+            registry=r,
+        )
         self.frag = Gauge(
             "gpupool_pool_fragmentation_ratio",
             "Share of the pool's free GPU capacity not on wholly free nodes (0: none free or all whole)",
@@ -254,8 +260,11 @@ class Metrics:
 
     def _refresh_pending(self, ctl: Controller) -> None:
         counts: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0])
+        oldest: dict[str, float] = {}
         with ctl.lock:
+            now = ctl.clock()
             for name, q in ctl.pending.items():
+                oldest[q.queue] = min(oldest.get(q.queue, q.submitted_at), q.submitted_at)
                 p = ctl.reasons.get(name)
                 key = (q.queue, str(q.model.type), str(p.code) if p is not None else NEW_REASON)
                 c = counts[key]
@@ -263,6 +272,9 @@ class Metrics:
                 c[1] += q.model.quota_vec()[0] / 1000
         self.q_pending.clear()
         self.q_pending_gpus.clear()
+        self.oldest.clear()
+        for queue, at in oldest.items():
+            self.oldest.labels(queue).set(max(0.0, now - at))
         for key, (n, gpus) in counts.items():
             self.q_pending.labels(*key).set(n)
             self.q_pending_gpus.labels(*key).set(gpus)
