@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, Field
 
 from gpupool.audit import AuditEntry, canonical_json
 from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests import Document, ManifestError
 from gpupool.service import openapi as oa
+from gpupool.service import preview as pv
 from gpupool.service.convert import (
     bundle_from_manifests,
     error_items,
@@ -47,6 +48,8 @@ class ApplyRequest(BaseModel):
     items: list[dict[str, Any]] = Field(
         min_length=1, description="manifests, applied all-or-nothing after validation"
     )
+    reason: str = Field("", max_length=2000, description="why: kept with each revision and audit record")
+    dryRun: bool = Field(False, description="preview the change's effect; change nothing")
 
 
 def _config_resource(kind: str, name: str, manifest: Mapping[str, Any] | None, svc: Service) -> Resource:
@@ -139,7 +142,31 @@ def _name_clash(svc: Service, p: Principal, prep: Prepared) -> str | None:
     )
 
 
-def _apply_set(svc: Service, p: Principal, items: list[dict[str, Any]]) -> list[dict[str, str]]:
+def _detail(svc: Service, items: list[dict[str, Any]], reason: str) -> dict[str, Any]:
+    """The audit detail of an applied change: its reason, and the preview of exactly this
+    change if one was made (gpupool.service.preview)."""
+    out: dict[str, Any] = {"reason": reason} if reason else {}
+    seen = pv.remembered(svc, items)
+    if seen is not None:
+        out["preview"] = seen
+    return out
+
+
+def _preview_set(svc: Service, p: Principal, items: list[dict[str, Any]], reason: str) -> dict[str, Any]:
+    """Validate and authorize as an apply does, then report what the change would do (dry run)."""
+    docs = _parse_set(items)
+    config = [(m, d) for m, d in docs if d.kind != "Workload"]
+    workloads = [(m, d) for m, d in docs if d.kind == "Workload"]
+    view = _check_config(svc, p, config) if config else None
+    preps = _check_workloads(svc, p, workloads, view)
+    bundle = view.bundle if view is not None else svc.controller.bundle
+    report = pv.simulate(svc, bundle, [w.model for w in preps if not w.approval])
+    return pv.record(svc, p, items, report, reason)
+
+
+def _apply_set(
+    svc: Service, p: Principal, items: list[dict[str, Any]], reason: str = ""
+) -> list[dict[str, str]]:
     """Apply a set whole or not at all: everything is validated and authorized against the
     configuration the set leaves before anything is written; configuration objects are then
     written in one transaction, and the workloads submitted. Only a race lost after the
@@ -152,12 +179,13 @@ def _apply_set(svc: Service, p: Principal, items: list[dict[str, Any]]) -> list[
     with ctl.lock:
         view = _check_config(svc, p, config) if config else None
         preps = _check_workloads(svc, p, workloads, view)
+        detail = _detail(svc, items, reason) if config else {}
         if config:
             done = svc.store.apply_objects(
                 [
                     (
                         without_server_metadata(m),
-                        AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name),
+                        AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name, detail),
                         resource_version(m),  # sent back from a GET: 409 if stale
                     )
                     for m, d in config
@@ -172,12 +200,22 @@ def _apply_set(svc: Service, p: Principal, items: list[dict[str, Any]]) -> list[
 
 
 @router.post("/v1/apply", tags=["config"], **doc(oa.ApplyResults, *BODY, 404))
-def apply(body: ApplyRequest, p: Caller, svc: Svc) -> dict[str, Any]:
+def apply(
+    body: ApplyRequest,
+    p: Caller,
+    svc: Svc,
+    dry_run: bool = Query(False, alias="dryRun", description="preview only (as the body's dryRun)"),
+    reason: str = Query("", max_length=2000, description="why (as the body's reason)"),
+) -> dict[str, Any]:
     """kubectl-apply a set of manifests, whole or not at all: every object is validated and
     authorized against the configuration the set leaves (a new Queue and a Workload in it may
     come together) before anything is written; then configuration objects are written in one
-    transaction and the workloads submitted (idempotent by name)."""
-    return {"results": _apply_set(svc, p, body.items)}
+    transaction and the workloads submitted (idempotent by name). With ``dryRun`` nothing is
+    written: the answer is the change's impact preview (gpupool.service.preview)."""
+    why = body.reason or reason
+    if body.dryRun or dry_run:
+        return _preview_set(svc, p, body.items, why)
+    return {"results": _apply_set(svc, p, body.items, why)}
 
 
 def _kind(plural: str) -> str:
@@ -223,7 +261,12 @@ def get_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
 
 @router.put("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.ApplyResult, *BODY, 404))
 def put_object(
-    plural: str, name: str, p: Caller, svc: Svc, manifest: dict[str, Any] = Body(...)
+    plural: str,
+    name: str,
+    p: Caller,
+    svc: Svc,
+    manifest: dict[str, Any] = Body(...),
+    reason: str = Query("", max_length=2000, description="why: kept with the revision"),
 ) -> dict[str, Any]:
     """Create or update one object (the manifest's kind and name must match the path)."""
     kind = _kind(plural)
@@ -235,7 +278,7 @@ def put_object(
             f"the manifest must be a {kind} named {name!r}",
             [{"field": "kind/metadata.name", "problem": "does not match the URL"}],
         )
-    return _apply_set(svc, p, [manifest])[0]
+    return _apply_set(svc, p, [manifest], reason)[0]
 
 
 @router.delete("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.Deleted, *WRITE, 404))
