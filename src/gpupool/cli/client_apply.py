@@ -18,6 +18,7 @@ from gpupool.cli.checks import Known
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
 from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail
 from gpupool.cli.files import FileProblem, load_documents
+from gpupool.cli.preview_text import print_preview
 from gpupool.manifests import Document, ManifestError
 
 
@@ -61,17 +62,26 @@ def json_value(v: Any) -> Any:
     raise TypeError(f"cannot send {type(v).__name__} as JSON")
 
 
-def apply_set(api: Api, docs: list[Document]) -> list[dict[str, Any]]:
-    """Send the whole set in one ``POST /v1/apply`` (all applied or none); the per-object results."""
-    body = json.dumps({"items": [d.raw for d in docs]}, default=json_value)
+def post_apply(api: Api, items: list[Any], reason: str = "", dry_run: bool = False) -> dict[str, Any]:
+    """One ``POST /v1/apply`` of ``items`` (all applied or none; a preview only with ``dry_run``)."""
+    payload: dict[str, Any] = {"items": items}
+    if reason:
+        payload["reason"] = reason
+    if dry_run:
+        payload["dryRun"] = True
     data = api.call(
         "POST",
         "/v1/apply",
-        content=body,
+        content=json.dumps(payload, default=json_value),
         headers={"Content-Type": "application/json"},
         refused="nothing was applied",
     )
-    return list(data["results"])
+    return dict(data)
+
+
+def apply_set(api: Api, docs: list[Document], reason: str = "") -> list[dict[str, Any]]:
+    """Send the whole set in one ``POST /v1/apply`` (all applied or none); the per-object results."""
+    return list(post_apply(api, [d.raw for d in docs], reason)["results"])
 
 
 def print_results(results: list[dict[str, Any]], data: Any, output: Format) -> None:
@@ -89,13 +99,25 @@ def apply(
     files: list[Path] = typer.Option(
         ..., "-f", "--filename", help="YAML files or directories ('-' for stdin)"
     ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="print what the change would do to running and pending work; change nothing"
+    ),
+    reason: str = typer.Option("", "--reason", help="why: kept with each revision and audit record"),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     output: Format = OutOpt,
 ) -> None:
     """Create or update pools, queues, priority classes and clusters (and submit workloads)."""
     api = Api(server, token)
-    results = apply_set(api, load_set(files, api))
+    docs = load_set(files, api)
+    if dry_run:
+        report = post_apply(api, [d.raw for d in docs], reason, dry_run=True)
+        if output in (Out.table, Out.wide):
+            print_preview(report)
+        else:
+            emit(report, output)
+        return
+    results = apply_set(api, docs, reason)
     print_results(results, {"results": results}, output)
 
 

@@ -294,6 +294,7 @@ COMMAND_MODULES = (
     "gpupool.deploy.cli",
     "gpupool.cli.logs",
     "gpupool.cli.report",
+    "gpupool.cli.governance",
 )
 
 
