@@ -12,12 +12,15 @@ import sys
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
 from gpupool.cli.client_output import fail
+
+if TYPE_CHECKING:
+    from gpupool.cost.profile_inputs import ProfileInput
 
 report_app = typer.Typer(
     help="Cost review: usage, chargeback, the weekly report, TCO (docs/cost.md).", no_args_is_help=True
@@ -244,8 +247,69 @@ def evidence_cmd(
     typer.echo(f"wrote {out}: {len(manifest['files'])} files, {source}", err=True)
 
 
+def _profile_source(
+    scenario: Path | None,
+    from_store: bool,
+    db: str | None,
+    window: tuple[str | None, str | None],
+    pool: str | None,
+    sacct: tuple[Path | None, str],
+) -> ProfileInput:
+    """The design and the trace ``profile`` works on: a Scenario file, or the store; the trace
+    replaced by a Slurm export with ``--sacct`` (alone: the profile without a suggestion)."""
+    from gpupool.cost.profile_inputs import ProfileInput, only_pool, scenario_of
+    from gpupool.cost.profile_inputs import from_store as store_input
+    from gpupool.cost.reports import parse_time
+    from gpupool.cost.sacct import load_sacct
+    from gpupool.manifests import Bundle
+    from gpupool.sim.scenario import load_scenario
+    from gpupool.sim.sources import Trace
+    from gpupool.store import Store
+
+    if scenario is not None and from_store:
+        raise ValueError("profile: give a SCENARIO or --from-store, not both")
+    if db is not None and not from_store:
+        raise ValueError("--db: only with --from-store")
+    if from_store:
+        from gpupool.service.config import ServiceConfig
+
+        to = parse_time(window[1], "--to", datetime.now(UTC))
+        start = parse_time(window[0], "--from", to - timedelta(days=28))
+        with Store.open(db or ServiceConfig().url) as store:
+            inp = store_input(store, start, to, pool)
+    elif scenario is not None:
+        if not scenario.exists():
+            raise ValueError(f"scenario: {scenario} does not exist")
+        sc = load_scenario(scenario)
+        inp = ProfileInput(only_pool(sc, pool, {}) if pool else sc)
+    elif sacct[0] is not None:
+        inp = ProfileInput(scenario_of(Bundle(), [], "sacct"))
+        inp.notes.append("no design (SCENARIO or --from-store): the profile without a suggestion")
+    else:
+        raise ValueError("profile: give a SCENARIO, --from-store or --sacct FILE")
+    if sacct[0] is not None:
+        tr = load_sacct(sacct[0], sacct[1])
+        inp.scenario.trace = Trace(jobs=tr.jobs)
+        inp.observed = list(tr.observed)
+        inp.notes += [f"sacct rows not replayed ({why}): {n}" for why, n in sorted(tr.skipped.items())]
+    return inp
+
+
 def profile_cmd(
-    scenario: Path = typer.Argument(..., help="a Scenario file: its trace and its current design"),
+    scenario: Path | None = typer.Argument(None, help="a Scenario file: its trace and its current design"),
+    from_store: bool = typer.Option(
+        False, "--from-store", help="profile the store's recorded workloads on its configuration"
+    ),
+    db: str | None = typer.Option(None, "--db", help="with --from-store: the store (default: the server's)"),
+    start: str | None = typer.Option(None, "--from", help="with --from-store: since (default: 28 days)"),
+    end: str | None = typer.Option(None, "--to", help="with --from-store: until (default: now)"),
+    pool: str | None = typer.Option(None, "--pool", help="profile one pool of a design with several"),
+    sacct: Path | None = typer.Option(
+        None, "--sacct", help="the trace from a Slurm `sacct --parsable2` export (docs/cost.md)"
+    ),
+    sacct_queue: str = typer.Option(
+        "account", "--sacct-queue", help="what a Slurm job's queue is: account, user or partition"
+    ),
     fit_share: float = typer.Option(
         0.7, "--fit-share", help="share of the trace (by submit time) the design is fitted on"
     ),
@@ -265,35 +329,29 @@ def profile_cmd(
     import yaml
 
     from gpupool.cost import profile as prof
+    from gpupool.cost.profile_inputs import observed_table
     from gpupool.cost.render import render
-    from gpupool.sim.scenario import load_scenario
 
+    docs: list[dict[str, Any]] = []
     try:
-        if not scenario.exists():
-            raise ValueError(f"scenario: {scenario} does not exist")
-        sc = load_scenario(scenario)
+        inp = _profile_source(scenario, from_store, db, (start, end), pool, (sacct, sacct_queue))
+        sc = inp.scenario
         fit, rest, cut = prof.split(sc.trace.jobs, fit_share)
-        docs, variant = prof.suggested_design(sc, fit, percentile)
         tables = [*prof.profile_tables(fit), prof.preemption_advice(fit)]
-        if do_replay:
-            tables.append(prof.compare(sc, rest, variant))
+        if inp.observed:
+            tables.append(observed_table(inp.observed))
+        if sc.variants[0].nodes:
+            docs, variant = prof.suggested_design(sc, fit, percentile)
+            if do_replay:
+                tables.append(prof.compare(sc, rest, variant))
     except ValueError as exc:
         fail(str(exc), 2)
-    summary = {
-        "jobs": len(sc.trace.jobs),
-        "fittedOn": len(fit),
-        "heldOut": len(rest),
-        "cutAtS": round(cut, 1),
-    }
-    rep: dict[str, Any] = {
-        "kind": "profile",
-        "from": "trace start",
-        "to": "trace end",
-        "currency": "",
-        "scope": str(scenario),
-    }
-    rep |= {"summary": summary, "tables": tables}
-    if out_dir is not None:
+    summary: dict[str, Any] = {"jobs": len(sc.trace.jobs), "fittedOn": len(fit), "heldOut": len(rest)}
+    summary |= {"cutAtS": round(cut, 1)} | ({"notes": "; ".join(inp.notes)} if inp.notes else {})
+    scope = "store" if from_store else str(scenario or sacct)
+    rep: dict[str, Any] = {"kind": "profile", "from": "trace start", "to": "trace end", "currency": ""}
+    rep |= {"scope": scope, "summary": summary, "tables": tables}
+    if out_dir is not None and docs:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "suggested.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
         typer.echo(f"wrote {out_dir / 'suggested.yaml'} ({len(docs)} documents)", err=True)

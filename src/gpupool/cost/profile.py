@@ -179,7 +179,11 @@ def suggested_design(
 
     base = sc.variants[0]
     if len(base.pools) != 1:
-        raise ValueError(f"{sc.source}: the suggestion handles one pool; this design has {len(base.pools)}")
+        names = ", ".join(p.name for p in base.pools)
+        raise ValueError(
+            f"{sc.source}: the suggestion handles one pool; this design has {len(base.pools)}"
+            f" (choose one with --pool: {names})"
+        )
     pool = base.pools[0]
     capacity = sum(n.gpu_count for n in base.nodes if pool.selects(n))
     roots = {q.parent for q in base.queues if q.parent} - {q.name for q in base.queues if q.parent}
