@@ -13,8 +13,10 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpupool.kube.fake.storage import now_rfc3339
-from gpupool.quantity import memory_mib as parse_memory_mib
+from gpupool.manifests import ClusterSpec, Document, ManifestErrors, Metadata, NodeGroupSpec, build_nodes
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
 HAMI_SPLIT = 10
@@ -158,34 +160,56 @@ def _product(model: str) -> str:
     return "NVIDIA-" + re.sub(r"[^A-Za-z0-9-]", "-", model)
 
 
+#: the model name gpupool reads before the product label (gpupool.kube.inventory honours it)
+GPU_MODEL = "gpupool.io/gpu-model"
+
+
 def nodes_from_cluster(
     docs: Iterable[Mapping[str, Any]], rack_label: str = "topology.kubernetes.io/zone"
 ) -> list[dict[str, Any]]:
-    """Nodes of gpupool ``Cluster`` manifests (``spec.nodeGroups``), their labels carried over."""
+    """Nodes of gpupool ``Cluster`` manifests (``spec.nodeGroups``), their labels carried over.
+
+    Why the names, labels and NVLink domains come from gpupool's own node builder
+    (``gpupool.manifests.build_nodes``): the same configuration must describe the same nodes
+    on both backends (node ``n-001`` in rack ``r1``, labelled as its manifest says, so a pool's
+    selector and a workload's ``gpupool.io/rack`` match alike); the fake adds only what a real
+    cluster has besides (GFD labels, HAMi's register, the zone label ``<group>-rack-<k>``)."""
     out: list[dict[str, Any]] = []
     for doc in docs:
         if not isinstance(doc, Mapping) or doc.get("kind") != "Cluster":
             continue
         for gi, group in enumerate((doc.get("spec") or {}).get("nodeGroups") or []):
-            name = group.get("name")
-            if not name:
+            if not group.get("name"):
                 raise ValueError(f"Cluster: spec.nodeGroups[{gi}].name is required")
-            gpu = group.get("gpu") or {}
-            count = int(group.get("count", 1))
-            topo = group.get("topology") or {}
-            racks = max(1, int(topo.get("racks", 1)))
-            mem_mib = parse_memory_mib(gpu.get("memory", "80Gi")) if gpu else 0
-            out += gpu_nodes(
-                count,
-                prefix=name,
-                gpus=int(gpu.get("count", 0)),
-                product=_product(str(gpu.get("model", "GPU"))),
-                memory_mib=mem_mib,
-                cpu=str(group.get("cpu", "64")),
-                memory=str(group.get("memory", "256Gi")),
-                labels={str(k): str(v) for k, v in (group.get("labels") or {}).items()},
-                nvlink_domain_size=int(topo.get("nodesPerNVLinkDomain", gpu.get("count", 8) or 8)),
-                rack_label=rack_label,
-                nodes_per_rack=max(1, -(-count // racks)),
-            )
+            out += _group_nodes(group, gi, rack_label)
     return out
+
+
+def _group_nodes(group: Mapping[str, Any], gi: int, rack_label: str) -> list[dict[str, Any]]:
+    where = f"Cluster: spec.nodeGroups[{gi}]"
+    try:
+        spec = ClusterSpec(nodeGroups=[NodeGroupSpec.model_validate(dict(group))])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise ValueError(f"{where}.{field}: {first['msg']}") from None
+    errors = ManifestErrors()
+    doc = Document("Cluster", "fake", Metadata(name="fake"), spec, {}, where)
+    built = build_nodes(doc, errors)
+    if errors.items:
+        raise ValueError(errors.items[0])
+    per_rack = max(1, -(-len(built) // spec.nodeGroups[0].topology.racks))
+    return [
+        gpu_node(
+            n.name,
+            n.gpu_count,
+            _product(n.gpu_model),
+            n.gpu_memory_mib,
+            str(group.get("cpu", "64")),
+            str(group.get("memory", "256Gi")),
+            {**dict(n.labels), GPU_MODEL: n.gpu_model},
+            clique=n.nvlink_domain,
+            zone=(rack_label, f"{group['name']}-rack-{i // per_rack}") if rack_label else None,
+        )
+        for i, n in enumerate(built)
+    ]
