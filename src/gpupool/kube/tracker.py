@@ -225,9 +225,18 @@ class Tracker:
 
     def assume(self, pod: Mapping[str, Any], node: str, devices: tuple[int, ...], milli: int) -> None:
         """Hold a bind that succeeded until the watch shows the pod on its node (the
-        assumed-placement cache: no other bind may take these devices meanwhile)."""
+        assumed-placement cache: no other bind may take these devices meanwhile).
+
+        Not when the watch was quicker than the caller: a cached pod already on a node (or
+        ended, or gone) is counted from the cache, and an assumption added after it would never
+        be cleared, charging a shared device twice (the next pod sharing it never bound). The
+        informer updates its cache before it calls ``_on_pod``, which takes this lock too."""
+        key = object_key(pod)
         with self._lock:
-            self._assumed[object_key(pod)] = (node, devices, milli)
+            cached = self.informers.pods.get(*key)
+            if cached is None or node_of(cached) or is_terminal(cached):
+                return
+            self._assumed[key] = (node, devices, milli)
 
     def managed_bound(self) -> list[dict[str, Any]]:
         """Every live pod gpupool bound (the restart path's truth)."""
