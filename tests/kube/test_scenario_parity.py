@@ -1,0 +1,444 @@
+"""Issue 12, "Tests", first bullet: the YAML scenario suite (tests/scenarios) run through the
+Kubernetes backend over HTTP against the fake API server gives the same decisions as through the
+virtual backend.
+
+Each scenario is built twice from its manifests (tests/scenarios/_base.yaml merged as the
+scenario runner merges it): (a) the controller with the virtual backend, the nodes from the
+Cluster manifest; (b) the controller with the Kubernetes backend on a fresh fake server whose
+nodes are built from the same Cluster manifest (``add_nodes_from_cluster_manifest``), the
+workloads created as Kueue-style ``batch/v1`` Jobs and submitted by ``gpupool.kube.source``.
+Both get the same workloads in the same order and one controller cycle per scenario cycle, at
+the scenario's times (a clock the test sets), so every difference is the backend's. Per cycle
+the admitted set (with each pod's node, devices, share and borrowing), the preempted set (by
+whom, which rule) and the pending reasons' codes must be equal; on (b) the pods bound over HTTP
+must carry the decided nodes and devices, and the fake HAMi plug-in must record no violation.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gpupool import quantity as qty
+from gpupool.engine import Decisions
+from gpupool.kube import workloads
+from gpupool.kube.annotations import GPU_INDICES, GPU_MILLI, POD_INDEX, PODSET
+from gpupool.kube.backend import KubernetesBackend
+from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.inventory import InventoryOptions
+from gpupool.kube.source import SYSTEM_NAME, KubeSource, Outcome
+from gpupool.manifests import API_VERSION, default_priority_classes, parse_documents
+from gpupool.model import EngineConfig, Node, Queue, Running, Snapshot
+from gpupool.service.backends import Backend
+from gpupool.service.backends.virtual import VirtualBackend
+from gpupool.service.controller import Controller
+from gpupool.service.convert import workload_model
+from gpupool.store import OBJECT_KINDS, Store
+from tests.kube.test_backend import Cluster
+
+HERE = Path(__file__).resolve().parents[1] / "scenarios"
+SCENARIOS = sorted(p for p in HERE.glob("*.yaml") if not p.name.startswith("_"))
+NS = "default"
+#: the workload name the source gives a Job's workload is ``<namespace>.job.<name>``
+PREFIX = f"{NS}.job."
+#: the spec fields a Job's labels, annotations and template carry (workloads.py), and the
+#: resources its containers can ask for; anything else cannot be written as a Job
+SPEC_FIELDS = {"queue", "priorityClass", "type", "duration", "pool", "topology", "nodeSelector", "podGroups"}
+RESOURCES = {"nvidia.com/gpu", "nvidia.com/gpucores", "nvidia.com/gpumem", "cpu", "memory"}
+
+
+# ------------------------------------------------------------------------------- the scenario
+@dataclass
+class Scenario:
+    """A scenario's configuration manifests, its workload manifests (by name, in the order of
+    the scenario file) and its cycles."""
+
+    name: str
+    config: list[dict[str, Any]]
+    cluster: list[dict[str, Any]]
+    workloads: dict[str, dict[str, Any]]
+    cycles: list[dict[str, Any]]
+    engine: EngineConfig = field(default_factory=EngineConfig)
+
+
+def load(path: Path) -> Scenario:
+    """The scenario as tests/scenario_runner.py reads it (base merged, generated workloads)."""
+    scn = yaml.safe_load(path.read_text())
+    base = parse_documents((HERE / "_base.yaml").read_text(), "_base.yaml")
+    docs = parse_documents(scn.get("manifests", ""), path.name)
+    overridden = {(d.kind, d.name) for d in docs if d.kind != "Cluster"}
+    merged = [d for d in base if (d.kind, d.name) not in overridden] + docs
+    config = [{k: v for k, v in d.raw.items() if k != "status"} for d in merged if d.kind in OBJECT_KINDS]
+    wls = {d.name: d.raw for d in merged if d.kind == "Workload"}
+    for g in scn.get("generate", []):
+        for i in range(g["count"]):
+            name = f"{g['prefix']}{i:03d}"
+            spec = {"queue": g["queue"], "priorityClass": g["priorityClass"]}
+            spec["podGroups"] = [{"resources": {"nvidia.com/gpu": g["gpus"]}}]
+            wls[name] = {
+                "apiVersion": API_VERSION,
+                "kind": "Workload",
+                "metadata": {"name": name},
+                "spec": spec,
+            }
+    cluster = [m for m in config if m["kind"] == "Cluster"]
+    return Scenario(path.stem, config, cluster, wls, scn["cycles"], EngineConfig(**scn.get("config", {})))
+
+
+def submitted_in(scn: Scenario, cycle: Mapping[str, Any]) -> list[str]:
+    sub = cycle.get("submit", [])
+    return list(scn.workloads) if sub == "all" else list(sub)
+
+
+# ------------------------------------------------------------------- a workload as a Job
+def _gpu_limits(res: Mapping[str, Any]) -> dict[str, str]:
+    """A pod group's GPU request as HAMi's container limits (a share is ``nvidia.com/gpu: 1``
+    with ``gpucores`` in percent and ``gpumem`` in MiB: Kubernetes counts extended resources
+    in whole units only)."""
+    out: dict[str, str] = {}
+    milli = qty.gpu_milli(res["nvidia.com/gpu"]) if "nvidia.com/gpu" in res else 0
+    if milli and milli % 1000 == 0 and "nvidia.com/gpumem" not in res and "nvidia.com/gpucores" not in res:
+        return {"nvidia.com/gpu": str(milli // 1000)}
+    if 0 < milli < 1000:
+        out["nvidia.com/gpucores"] = str(milli // 10)
+    if "nvidia.com/gpucores" in res:
+        out["nvidia.com/gpucores"] = str(res["nvidia.com/gpucores"])
+    if "nvidia.com/gpumem" in res:
+        out["nvidia.com/gpumem"] = str(qty.memory_mib(res["nvidia.com/gpumem"]))
+    if out or milli:
+        out["nvidia.com/gpu"] = "1"
+    return out
+
+
+def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
+    """The workload as a Kueue-style Job (queue label, ``suspend: true``, Indexed), or why a
+    Job cannot say it."""
+    spec, md = manifest["spec"], manifest.get("metadata") or {}
+    extra = set(spec) - SPEC_FIELDS
+    if extra:
+        return f"spec fields {sorted(extra)} have no Job form"
+    if len(spec["podGroups"]) != 1:
+        return "several pod groups: a Job has one pod template"
+    group = spec["podGroups"][0]
+    res = group.get("resources") or {}
+    if set(res) - RESOURCES or set(group) - {"resources", "replicas"}:
+        return f"pod group {group} has no container form"
+    pods = int(group.get("replicas", 1))
+    labels = {"kueue.x-k8s.io/queue-name": spec["queue"]}
+    if "priorityClass" in spec:
+        labels[workloads.PRIORITY_CLASS] = spec["priorityClass"]
+    ann = {workloads.TYPE: spec.get("type", "batch")}
+    for key, fld in ((workloads.DURATION, "duration"), (workloads.POOL, "pool")):
+        if fld in spec:
+            ann[key] = str(spec[fld])
+    if "topology" in spec:
+        ann[workloads.TOPOLOGY] = spec["topology"]["scope"]
+        ann[workloads.TOPOLOGY_MODE] = spec["topology"].get("mode", "Required")
+    resources: dict[str, Any] = {"limits": _gpu_limits(res)}
+    requests = {k: str(res[k]) for k in ("cpu", "memory") if k in res}
+    if requests:
+        resources["requests"] = requests
+    container = {"name": "c", "image": "x", "resources": resources}
+    pod_spec: dict[str, Any] = {
+        "schedulerName": "gpupool",
+        "restartPolicy": "Never",
+        "containers": [container],
+    }
+    if spec.get("nodeSelector"):
+        pod_spec["nodeSelector"] = dict(spec["nodeSelector"])
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": md["name"], "namespace": NS, "labels": labels, "annotations": ann},
+        "spec": {
+            "suspend": True,
+            "parallelism": pods,
+            "completions": pods,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            # no run-seconds annotation: the fake kubelet runs the pods until they are deleted
+            "template": {"metadata": {"annotations": dict(md.get("annotations") or {})}, "spec": pod_spec},
+        },
+    }
+
+
+def unexpressible(scn: Scenario) -> str:
+    """Why some workload of the scenario has no exact Job form ('' when all have one): the
+    source's translation of the Job must give the engine the same workload as the manifest."""
+    classes = list(default_priority_classes())
+    for name, m in scn.workloads.items():
+        job = as_job(m)
+        if isinstance(job, str):
+            return f"{name}: {job}"
+        kw = workloads.workload_from_object(job)
+        assert kw is not None, name
+        want = workload_model(m, classes, 0.0)
+        got = replace(workload_model(kw.manifest, classes, 0.0), name=want.name)
+        if got != want:
+            return f"{name}: the Job translates to {got}, not {want}"
+    return ""
+
+
+# --------------------------------------------------------------------- the two controllers
+class Recording(Controller):
+    """The controller, recording each cycle's decisions; its engine runs with the scenario's
+    engine configuration (the same on both sides)."""
+
+    engine_config = EngineConfig()
+    decided: list[Decisions]
+
+    def _commit(self, d: Decisions, models: Any, now: float, stats: Any) -> None:
+        self.decided.append(d)
+        super()._commit(d, models, now, stats)
+
+    def _snapshot(
+        self, bundle: Any, running: Sequence[Running], queues: Sequence[Queue] | None = None
+    ) -> Snapshot:
+        return replace(super()._snapshot(bundle, running, queues), config=self.engine_config)
+
+
+class Submitter:
+    """Where both sides submit: the store, then the controller (as the API's submit does); the
+    Kubernetes source calls ``submit_many`` with the manifests it translated."""
+
+    def __init__(self, store: Store, ctl: Controller, scenario: Scenario) -> None:
+        self.store, self.ctl, self.scenario = store, ctl, scenario
+        self.names: list[str] = []
+
+    def submit_many(self, manifests: Sequence[Mapping[str, Any]]) -> list[Outcome]:
+        out = []
+        for m in manifests:
+            rec, _ = self.store.submit_workload(dict(m), owner=SYSTEM_NAME)
+            self.ctl.submitted(rec, workload_model(m, self.ctl.bundle.priority_classes, 0.0))
+            self.names.append(rec.name)
+            out.append(Outcome(rec.name, "created"))
+        return out
+
+    def cancel(self, name: str) -> bool:
+        return False
+
+    def active(self) -> set[str]:
+        return set(self.names)
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None:
+        self.seen.append((reason, message))
+
+
+class Clock:
+    """The scenario's time (``at``, seconds from the start), for both controllers alike."""
+
+    def __init__(self) -> None:
+        self.base = time.time()
+        self.at = 0.0
+
+    def __call__(self) -> float:
+        return self.base + self.at
+
+
+@dataclass
+class Side:
+    store: Store
+    ctl: Recording
+    sub: Submitter
+
+
+def side(tmp: Path, label: str, scn: Scenario, backend: Backend, clock: Clock) -> Side:
+    """A store holding the scenario's configuration and a recording controller over it."""
+    store = Store.open(f"sqlite:///{tmp}/{label}.db")
+    for m in scn.config:
+        store.apply_object(m)
+    ctl = Recording(store, backend, tick_s=0.05, min_interval_s=0.0, clock=clock)
+    ctl.engine_config = scn.engine
+    ctl.decided = []
+    return Side(store, ctl, Submitter(store, ctl, scn))
+
+
+# -------------------------------------------------------------------------- what is compared
+def decisions(d: Sequence[Decisions], ctl: Controller, strip: str = "") -> dict[str, Any]:
+    """One cycle's decisions in a backend-free form (workload names without ``strip``)."""
+
+    def n(name: str) -> str:
+        return name.removeprefix(strip)
+
+    admitted = {
+        n(a.workload): (
+            sorted((p.group, p.index, p.node, p.devices, p.gpu_milli, p.gpu_memory_mib) for p in a.pods),
+            a.borrowing,
+            sorted(n(v) for v in a.after_evicting),
+        )
+        for x in d
+        for a in x.admitted
+    }
+    preempted = {
+        n(v.workload): (n(p.preemptor), str(v.rule)) for x in d for p in x.preempted for v in p.victims
+    }
+    pending = {n(q): str(r.code) if (r := ctl.reasons.get(q)) else "none" for q in ctl.pending}
+    return {"admitted": admitted, "preempted": preempted, "pending": pending}
+
+
+def node_shape(nodes: Sequence[Node]) -> list[tuple[Any, ...]]:
+    return sorted(
+        (
+            n.name,
+            n.gpu_model,
+            n.gpu_count,
+            n.gpu_memory_mib,
+            n.cpu_milli,
+            n.memory_mib,
+            n.rack,
+            n.nvlink_domain,
+        )
+        for n in nodes
+    )
+
+
+def wait_for(fn: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    end = time.monotonic() + timeout
+    while not (v := fn()):
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+    return v
+
+
+def bound_pods(srv: FakeApiServer, job: str) -> list[tuple[str, int, str, tuple[int, ...], int]]:
+    """The pods of a Job bound over HTTP, as (pod set, index, node, devices, GPU milli)."""
+    out = []
+    for p in srv.list("pods", NS, label_selector=f"job-name={job}"):
+        node, ann = p["spec"].get("nodeName"), p["metadata"].get("annotations") or {}
+        if node and not p["metadata"].get("deletionTimestamp"):
+            devs = tuple(int(i) for i in ann.get(GPU_INDICES, "").split(",") if i)
+            out.append(
+                (ann.get(PODSET, ""), int(ann.get(POD_INDEX, -1)), node, devs, int(ann.get(GPU_MILLI, 0)))
+            )
+    return sorted(out)
+
+
+# ------------------------------------------------------------------------------- the two runs
+def cycle_once(s: Side, clock: Clock, n: int, cycle: Mapping[str, Any]) -> list[Decisions]:
+    """One controller cycle at the scenario's time for cycle ``n``: its decisions."""
+    clock.at = float(cycle.get("at", n))
+    before = len(s.ctl.decided)
+    s.ctl.cycle()
+    return s.ctl.decided[before:]
+
+
+def run_virtual(scn: Scenario, tmp: Path) -> tuple[list[dict[str, Any]], list[Node]]:
+    clock = Clock()
+    s = side(tmp, "virtual", scn, VirtualBackend(None, clock=clock), clock)
+    try:
+        s.ctl.recover()
+        history = []
+        for n, cycle in enumerate(scn.cycles):
+            s.sub.submit_many([scn.workloads[x] for x in submitted_in(scn, cycle)])
+            history.append(decisions(cycle_once(s, clock, n, cycle), s.ctl))
+        return history, s.ctl.nodes()
+    finally:
+        s.store.close()
+
+
+def submit_jobs(
+    srv: FakeApiServer, be: KubernetesBackend, src: KubeSource, s: Side, names: list[str]
+) -> None:
+    """Create the Jobs in order, let the source submit them (one batch, in creation order) and
+    wait until the backend's cache knows each one."""
+    for x in names:
+        job = as_job(s.sub.scenario.workloads[x])
+        assert not isinstance(job, str), job  # unexpressible() said it has a Job form
+        srv.create(job)
+    jobs = be.informers.by_kind["jobs"]
+    wait_for(lambda: all(jobs.get(NS, x) for x in names), "the Jobs in the cache")
+    while src.process():
+        pass
+    assert s.sub.names[len(s.sub.names) - len(names) :] == [PREFIX + x for x in names]
+    wait_for(lambda: all(be.tracker.top_by_name(PREFIX + x) for x in names), "the backend's view")
+
+
+def pods_are(srv: FakeApiServer, job: str, want: list[Any]) -> Callable[[], bool]:
+    return lambda: bound_pods(srv, job) == want
+
+
+def check_bound(srv: FakeApiServer, d: Sequence[Decisions], s: Side) -> None:
+    """Every pod admitted this cycle is bound over HTTP on its node and devices; preempted and
+    pending work has no pod bound; HAMi's plug-in saw nothing wrong."""
+    for a in (a for x in d for a in x.admitted):
+        want = sorted((p.group, p.index, p.node, p.devices, p.gpu_milli) for p in a.pods)
+        job = a.workload.removeprefix(PREFIX)
+        wait_for(pods_are(srv, job, want), f"{job}'s pods bound as decided ({want})")
+    for q in s.ctl.pending:
+        job = q.removeprefix(PREFIX)
+        wait_for(pods_are(srv, job, []), f"{job} (pending) without a bound pod")
+    assert srv.stats.violations == []
+
+
+def run_kube(scn: Scenario, srv: FakeApiServer, tmp: Path, nodes: Sequence[Node]) -> list[dict[str, Any]]:
+    srv.add_nodes_from_cluster_manifest(scn.cluster)
+    cluster = Cluster(srv)
+    # the Cluster manifest's racks are the nodes' gpupool.io/rack labels (the fake's zone label
+    # keeps its own naming)
+    be = cluster.fresh(inventory_options=InventoryOptions(rack_label="gpupool.io/rack"))
+    clock = Clock()
+    s = side(tmp, "kube", scn, be, clock)
+    be.on_nodes_changed = s.ctl.nodes_changed
+    src = KubeSource(be.informers.by_kind, s.sub, Events(), settle_s=0.0)
+    src.attach()
+    try:
+        s.ctl.recover()
+        assert node_shape(s.ctl.nodes()) == node_shape(nodes)
+        want_labels = {n.name: set(n.labels) for n in nodes}
+        for node in s.ctl.nodes():  # what pools and workloads select on, as the manifest labels it
+            assert want_labels[node.name] <= set(node.labels), node.name
+        history = []
+        for n, cycle in enumerate(scn.cycles):
+            submit_jobs(srv, be, src, s, submitted_in(scn, cycle))
+            d = cycle_once(s, clock, n, cycle)
+            history.append(decisions(d, s.ctl, PREFIX))
+            check_bound(srv, d, s)
+        return history
+    finally:
+        cluster.close()
+        s.store.close()
+
+
+def check_scenario(scn: Scenario, history: Sequence[Mapping[str, Any]]) -> None:
+    """The virtual side's decisions are the ones the scenario file expects (what it says of the
+    admitted, preempted and pending sets), so the parity is with the suite, not with anything."""
+    for n, (cycle, got) in enumerate(zip(scn.cycles, history, strict=True)):
+        exp = cycle.get("expect", {})
+        if "admitted" in exp:
+            assert set(got["admitted"]) == set(exp["admitted"]), f"{scn.name} cycle {n}: {got}"
+        want_pre = {k: (v["by"], v["rule"]) for k, v in (exp.get("preempted") or {}).items()}
+        assert got["preempted"] == want_pre, f"{scn.name} cycle {n}: {got}"
+        for name, props in (exp.get("pending") or {}).items():
+            assert name in got["pending"], f"{scn.name} cycle {n}: {name} not pending"
+            if props and "code" in props:
+                assert got["pending"][name] == props["code"], f"{scn.name} cycle {n}: {name}"
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_the_kubernetes_backend_decides_as_the_virtual_one(
+    path: Path, fake_server: FakeApiServer, tmp_path: Path
+) -> None:
+    scn = load(path)
+    if any(c.get("finish") for c in scn.cycles):
+        pytest.skip(f"{scn.name}: 'finish' is not driven here (no scenario uses it)")
+    why = unexpressible(scn)
+    if why:
+        pytest.skip(f"{scn.name}: a Kubernetes object cannot express {why}")
+    virtual, nodes = run_virtual(scn, tmp_path)
+    check_scenario(scn, virtual)
+    kube = run_kube(scn, fake_server, tmp_path, nodes)
+    assert any(c["admitted"] for c in virtual), "a scenario that admits nothing proves nothing"
+    for n, (a, b) in enumerate(zip(virtual, kube, strict=True)):
+        assert b == a, f"{scn.name} cycle {n}: kubernetes {b} != virtual {a}"
