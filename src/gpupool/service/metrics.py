@@ -64,6 +64,7 @@ class Metrics:
         self._last_frag = float("-inf")
         self._last_cost_at: float | None = None
         self._admits: list[_Admitted] = []
+        self._admits_lock = threading.Lock()  # an approval may admit from a request thread
         self._known: dict[str, None] = {}  # running names at the last look (ordered)
         self._dirty = True  # the running set changed by a preemption or a finish
         self._event_families()
@@ -176,7 +177,8 @@ class Metrics:
             self.after_cycle()
 
         def on_admit(queue: str, wait_s: float) -> None:
-            self._admits.append(_Admitted(queue, wait_s))
+            with self._admits_lock:
+                self._admits.append(_Admitted(queue, wait_s))
             self.admissions.labels(queue).inc()
 
         def on_preempt(queue: str, rule: str) -> None:
@@ -206,7 +208,8 @@ class Metrics:
         ``refresh_s`` has passed. Never raises: metrics must not fail a controller cycle."""
         ctl, read = self._ctl, self._read
         if ctl is None or read is None:
-            self._admits.clear()
+            with self._admits_lock:
+                self._admits.clear()
             return
         try:
             self._observe_waits(ctl)
@@ -224,7 +227,8 @@ class Metrics:
         admissions their types, in the same order. A wait with no match counts as ``unknown``."""
         if not self._admits and not self._dirty:
             return
-        admits, self._admits = self._admits, []
+        with self._admits_lock:
+            admits, self._admits = self._admits, []
         running = ctl.running_view()
         fresh: dict[str, list[str]] = defaultdict(list)
         for name, r in running.items():
