@@ -164,6 +164,28 @@ def test_dashboard_expressions_use_exposed_metrics(exposed: set[str]) -> None:
     assert not bad, bad
 
 
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not on PATH (Debian: prometheus)")
+def test_dashboard_expressions_are_valid_promql(tmp_path: Path) -> None:
+    """Each panel's query, its Grafana variables filled in, as a recording rule promtool parses."""
+    d = json.loads(DASHBOARD.read_text())
+    subst = {"$__rate_interval": "5m", "$__range": "1h", "$queue": ".*", "$pool": ".*"}
+    recs = []
+    for i, (_, e) in enumerate(dashboard_exprs(d)):
+        if e.startswith("label_values("):
+            continue  # a Grafana function, not PromQL
+        for k, v in subst.items():
+            e = e.replace(k, v)
+        recs.append({"record": f"gpupool:panel_{i}", "expr": e})
+    f = tmp_path / "panels.yaml"
+    f.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": recs}]}))
+    promtool = shutil.which("promtool")
+    assert promtool is not None
+    r = subprocess.run(
+        [promtool, "check", "rules", str(f)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 # ---------------------------------------------------------------------- chart and docs
 def test_servicemonitor_scrapes_the_metrics_port() -> None:
     sm = (ROOT / "charts/gpupool/templates/servicemonitor.yaml").read_text()
