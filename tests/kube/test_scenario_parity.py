@@ -28,19 +28,21 @@ import yaml
 from gpupool import quantity as qty
 from gpupool.engine import Decisions
 from gpupool.kube import workloads
-from gpupool.kube.annotations import GPU_INDICES, GPU_MILLI, POD_INDEX, PODSET
+from gpupool.kube.annotations import GPU_INDICES, GPU_MEMORY_MIB, GPU_MILLI, NODE, POD_INDEX, PODSET, WORKLOAD
 from gpupool.kube.backend import KubernetesBackend
 from gpupool.kube.fake import FakeApiServer
-from gpupool.kube.inventory import InventoryOptions
+from gpupool.kube.fake.nodes import nodes_from_cluster
+from gpupool.kube.inventory import InventoryOptions, node_inventory
 from gpupool.kube.source import SYSTEM_NAME, KubeSource, Outcome
-from gpupool.manifests import API_VERSION, default_priority_classes, parse_documents
+from gpupool.manifests import API_VERSION, Bundle, build, default_priority_classes, parse_documents
 from gpupool.model import EngineConfig, Node, Queue, Running, Snapshot
 from gpupool.service.backends import Backend
 from gpupool.service.backends.virtual import VirtualBackend
+from gpupool.service.config import EXAMPLES
 from gpupool.service.controller import Controller
 from gpupool.service.convert import workload_model
 from gpupool.store import OBJECT_KINDS, Store
-from tests.kube.test_backend import Cluster
+from tests.kube.test_backend import Cluster, bare_pod
 
 HERE = Path(__file__).resolve().parents[1] / "scenarios"
 SCENARIOS = sorted(p for p in HERE.glob("*.yaml") if not p.name.startswith("_"))
@@ -442,3 +444,39 @@ def test_the_kubernetes_backend_decides_as_the_virtual_one(
     assert any(c["admitted"] for c in virtual), "a scenario that admits nothing proves nothing"
     for n, (a, b) in enumerate(zip(virtual, kube, strict=True)):
         assert b == a, f"{scn.name} cycle {n}: kubernetes {b} != virtual {a}"
+
+
+# ------------------------------------------------------------------ the fixes the suite needed
+def test_the_fake_builds_the_nodes_its_cluster_manifest_describes() -> None:
+    """kube/fake/nodes.py: the example cluster (three node groups, racks, NVLink domains) read
+    through the inventory is the manifest's own nodes: names, model, GPUs, racks, domains,
+    labels (without this the pools' selectors and ``gpupool.io/rack`` selected other nodes)."""
+    text = (EXAMPLES / "cluster" / "cluster.yaml").read_text()
+    want = build(parse_documents(text, "cluster.yaml"), Bundle()).nodes
+    objs = nodes_from_cluster(list(yaml.safe_load_all(text)))
+    got = [node_inventory(o, (), InventoryOptions(rack_label="gpupool.io/rack")).node for o in objs]
+    assert node_shape(got) == node_shape(want)
+    assert len({n.rack for n in want}) > 1 and len({n.nvlink_domain for n in want}) > 3
+    labels = {n.name: set(n.labels) for n in got}
+    assert all(set(n.labels) <= labels[n.name] for n in want)
+
+
+def test_a_bind_the_watch_confirmed_first_is_counted_once(fake_server: FakeApiServer) -> None:
+    """kube/tracker.py: when the watch shows a pod bound before the binder records its
+    assumption, the late assumption is dropped; before the fix it stayed, so a half-GPU pod
+    counted twice and the next pod sharing its device never bound (fractional.yaml above)."""
+    node = fake_server.add_gpu_nodes(1, gpus=8, hami=False)[0]
+    cluster = Cluster(fake_server)
+    be = cluster.fresh()
+    try:
+        fake_server.create(bare_pod("shared", run_s=100_000))
+        ann = {WORKLOAD: "default.pod.shared", PODSET: "main", POD_INDEX: "0", NODE: node}
+        ann |= {GPU_INDICES: "0", GPU_MILLI: "500", GPU_MEMORY_MIB: "40960"}
+        fake_server.bind(NS, "shared", node, ann)
+        wait_for(lambda: be.tracker.device_use(node) == {0: 500}, "the bound pod in the tracker")
+        pod = be.informers.pods.get(NS, "shared")
+        assert pod is not None
+        be.tracker.assume(pod, node, (0,), 500)  # the binder's record, after the watch event
+        assert be.tracker.device_use(node) == {0: 500}
+    finally:
+        cluster.close()
