@@ -393,7 +393,8 @@ def run_kube(scn: Scenario, srv: FakeApiServer, tmp: Path, nodes: Sequence[Node]
     clock = Clock()
     s = side(tmp, "kube", scn, be, clock)
     be.on_nodes_changed = s.ctl.nodes_changed
-    src = KubeSource(be.informers.by_kind, s.sub, Events(), settle_s=0.0)
+    events = Events()
+    src = KubeSource(be.informers.by_kind, s.sub, events, settle_s=0.0)
     src.attach()
     try:
         s.ctl.recover()
@@ -407,6 +408,7 @@ def run_kube(scn: Scenario, srv: FakeApiServer, tmp: Path, nodes: Sequence[Node]
             d = cycle_once(s, clock, n, cycle)
             history.append(decisions(d, s.ctl, PREFIX))
             check_bound(srv, d, s)
+        assert events.seen == []  # the source refused nothing and found nothing unreadable
         return history
     finally:
         cluster.close()
