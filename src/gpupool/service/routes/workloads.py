@@ -203,7 +203,9 @@ def list_workloads(
     queue: str | None = None,
     phase: Annotated[list[str] | None, Query()] = None,
     owner: str | None = None,
-    types: Annotated[list[str] | None, Query(alias="type", description="workload types, e.g. training")] = None,
+    types: Annotated[
+        list[str] | None, Query(alias="type", description="workload types, e.g. training")
+    ] = None,
     order: Annotated[Order, Query(description="newest (the default) or oldest first")] = "newest",
     limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
     cont: Annotated[
@@ -223,7 +225,13 @@ def list_workloads(
     if cont is not None:
         newest, start = read_continue(cont)
     recs, more = svc.store.page_workloads(
-        queues=queues, phases=phase, owner=owner, types=types, newest_first=newest, from_seq=start, limit=limit
+        queues=queues,
+        phases=phase,
+        owner=owner,
+        types=types,
+        newest_first=newest,
+        from_seq=start,
+        limit=limit,
     )
     token = make_continue(newest, recs[-1].seq) if more and recs else None
     return {"items": [workload_view(r) for r in recs], "metadata": {"continue": token}}
