@@ -14,6 +14,7 @@ The package, by idea (everything public is importable from ``gpupool.manifests``
 - ``bundle``: documents to a ``Bundle`` with the references between objects checked.
 """
 
+from gpupool.manifests import templates as _templates  # noqa: F401  (registers the TeamTemplate kind)
 from gpupool.manifests.base import (
     API_VERSION,
     GFD_MEMORY,

@@ -35,6 +35,7 @@ from gpupool.service.routes import config as config_area
 from gpupool.service.routes import cost as cost_area
 from gpupool.service.routes import history as history_area
 from gpupool.service.routes import logs as logs_area
+from gpupool.service.routes import onboard as onboard_area
 from gpupool.service.routes import revisions as revisions_area
 from gpupool.service.routes.base import ApiError, Service, install_errors
 from gpupool.service.routes.workloads import workload_view
@@ -54,6 +55,7 @@ AREAS = (
     cost_area,
     history_area,
     revisions_area,
+    onboard_area,
 )
 
 

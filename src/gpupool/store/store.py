@@ -35,6 +35,7 @@ from gpupool.store.database import (
 )
 from gpupool.store.leadership import LeaseMethods
 from gpupool.store.objects import ObjectMethods
+from gpupool.store.onboarding import OnboardMethods
 from gpupool.store.phases import ALLOWED_TRANSITIONS, EVENT_TYPES, TERMINAL_PHASES, WARNING_PHASES
 from gpupool.store.revisions import RevisionMethods
 from gpupool.store.submissions import SubmitMethods
@@ -64,6 +65,7 @@ __all__ = [
 
 
 class Store(
+    OnboardMethods,  # before ObjectMethods, which it extends
     LeaseMethods,
     ObjectMethods,
     SubmitMethods,

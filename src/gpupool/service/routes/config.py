@@ -73,6 +73,9 @@ def _parse_set(items: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Docume
         except ManifestError as exc:
             errors.extend(exc.errors)
             continue
+        if d.kind == "TeamTemplate":  # a template is not stored: it drives an onboarding
+            errors.append(f"{d.source}: kind: a TeamTemplate is used by `gpupool onboard` (POST /v1/onboard)")
+            continue
         first = seen.setdefault((d.kind, d.name), i)
         if first != i:
             errors.append(
