@@ -10,7 +10,7 @@ import contextlib
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -139,98 +139,137 @@ def _kube_options(
         _fail(str(exc))
 
 
-def serve(
-    config: Path | None = typer.Option(
-        None, "--config", help="directory of Cluster/ResourcePool/Queue manifests applied on first start"
-    ),
-    database_url: str | None = typer.Option(
-        None, "--database-url", envvar="GPUPOOL_DATABASE_URL", help="default: sqlite under --state-dir"
-    ),
-    backend: str = typer.Option(
-        "virtual", "--backend", help="virtual (simulated nodes), local or kubernetes"
-    ),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8080, "--port"),
-    state_dir: Path = typer.Option(
-        DEFAULT_STATE_DIR, "--state-dir", help="database, token and backend state"
-    ),
-    time_scale: float = typer.Option(60.0, "--time-scale", help="virtual seconds per real second"),
-    tick: float = typer.Option(1.0, "--tick", help="controller tick in seconds"),
-    failure_rate: list[str] = typer.Option(
-        [],
+# -- serve's options: one named declaration each, so the command reads as its outline --------
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", help="directory of Cluster/ResourcePool/Queue manifests applied on first start"),
+]
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option("--database-url", envvar="GPUPOOL_DATABASE_URL", help="default: sqlite under --state-dir"),
+]
+BackendOpt = Annotated[str, typer.Option("--backend", help="virtual (simulated nodes), local or kubernetes")]
+HostOpt = Annotated[str, typer.Option("--host")]
+PortOpt = Annotated[int, typer.Option("--port")]
+StateDirOpt = Annotated[Path, typer.Option("--state-dir", help="database, token and backend state")]
+TimeScaleOpt = Annotated[float, typer.Option("--time-scale", help="virtual seconds per real second")]
+TickOpt = Annotated[float, typer.Option("--tick", help="controller tick in seconds")]
+FailureRateOpt = Annotated[
+    list[str],
+    typer.Option(
         "--failure-rate",
         help="virtual backend: abnormal exits per running hour, TYPE=RATE or RATE (repeatable)",
     ),
-    node_mtbf: str | None = typer.Option(
-        None, "--node-mtbf", help="virtual backend: mean time between node failures, e.g. 400h"
-    ),
-    node_repair: str = typer.Option(
-        "2h", "--node-repair", help="virtual backend: time to repair a failed node"
-    ),
-    retry_backoff: str | None = typer.Option(
-        None, "--retry-backoff", help="first retry delay for every task type"
-    ),
-    retry_max_backoff: str | None = typer.Option(
-        None, "--retry-max-backoff", help="retry delay cap for every task type"
-    ),
-    advertise_url: str | None = typer.Option(
-        None,
+]
+MtbfOpt = Annotated[
+    str | None,
+    typer.Option("--node-mtbf", help="virtual backend: mean time between node failures, e.g. 400h"),
+]
+RepairOpt = Annotated[
+    str, typer.Option("--node-repair", help="virtual backend: time to repair a failed node")
+]
+BackoffOpt = Annotated[
+    str | None, typer.Option("--retry-backoff", help="first retry delay for every task type")
+]
+MaxBackoffOpt = Annotated[
+    str | None, typer.Option("--retry-max-backoff", help="retry delay cap for every task type")
+]
+AdvertiseOpt = Annotated[
+    str | None,
+    typer.Option(
         "--advertise-url",
         help="URL other replicas name as the leader's when they refuse a write (default http://HOST:PORT)",
     ),
-    reclaim_local: bool = typer.Option(
-        True,
+]
+ReclaimOpt = Annotated[
+    bool,
+    typer.Option(
         "--lease-reclaim-local/--no-lease-reclaim-local",
         help="take the leader lease over at once when its holder is a dead process on this host",
     ),
-    metrics_public: bool = typer.Option(
-        False, "--metrics-public", help="serve /metrics without a token (it names every queue and pool)"
+]
+MetricsPublicOpt = Annotated[
+    bool,
+    typer.Option("--metrics-public", help="serve /metrics without a token (it names every queue and pool)"),
+]
+MaxBodyOpt = Annotated[
+    int, typer.Option("--max-body-bytes", min=1024, help="largest request body accepted (413 beyond)")
+]
+LogLevelOpt = Annotated[str, typer.Option("--log-level")]
+# the local backend (docs/local.md)
+FakeGpusOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fake-gpus", help="local backend: declare GPUs that do not exist, e.g. 8xH100-80GB (shown as fake)"
     ),
-    max_body_bytes: int = typer.Option(
-        4 << 20, "--max-body-bytes", min=1024, help="largest request body accepted (413 beyond)"
+]
+UnenforcedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unenforced", help="local backend: run fractional GPUs WITHOUT isolation (demos only)"
     ),
-    # the local backend (docs/local.md)
-    fake_gpus: str | None = typer.Option(
-        None,
-        "--fake-gpus",
-        help="local backend: declare GPUs that do not exist, e.g. 8xH100-80GB (shown as fake)",
+]
+StopGraceOpt = Annotated[
+    str, typer.Option("--stop-grace", help="local backend: SIGTERM, then SIGKILL after this")
+]
+# the kubernetes backend (docs/kubernetes.md; assembled in gpupool.kube.wiring)
+KubeconfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig", help="kubernetes backend: kubeconfig file (default: in-cluster, else $KUBECONFIG)"
     ),
-    allow_unenforced: bool = typer.Option(
-        False, "--allow-unenforced", help="local backend: run fractional GPUs WITHOUT isolation (demos only)"
-    ),
-    stop_grace: str = typer.Option(
-        "10s", "--stop-grace", help="local backend: SIGTERM, then SIGKILL after this"
-    ),
-    log_level: str = typer.Option("warning", "--log-level"),
-    # the kubernetes backend (docs/kubernetes.md; assembled in gpupool.kube.wiring)
-    kubeconfig: Path | None = typer.Option(
-        None,
-        "--kubeconfig",
-        help="kubernetes backend: kubeconfig file (default: in-cluster, else $KUBECONFIG)",
-    ),
-    kube_context: str | None = typer.Option(None, "--context", help="kubernetes backend: kubeconfig context"),
-    namespace_queue: list[str] = typer.Option(
-        [],
+]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="kubernetes backend: kubeconfig context")]
+NamespaceQueueOpt = Annotated[
+    list[str],
+    typer.Option(
         "--namespace-queue",
         help="kubernetes backend: NS=QUEUE, the queue of a namespace's objects (repeatable)",
     ),
-    restrict_namespace_queues: bool = typer.Option(
-        False,
-        "--restrict-namespace-queues",
-        help="kubernetes backend: a namespace may use only its mapped queues",
+]
+RestrictOpt = Annotated[
+    bool,
+    typer.Option(
+        "--restrict-namespace-queues", help="kubernetes backend: a namespace may use only its mapped queues"
     ),
-    lease_namespace: str | None = typer.Option(
-        None,
-        "--lease-namespace",
-        help="kubernetes backend: namespace of the leader Lease (default: the pod's)",
+]
+LeaseNamespaceOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--lease-namespace", help="kubernetes backend: namespace of the leader Lease (default: the pod's)"
     ),
+]
+
+
+def serve(
+    config: ConfigOpt = None,
+    database_url: DatabaseOpt = None,
+    backend: BackendOpt = "virtual",
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8080,
+    state_dir: StateDirOpt = DEFAULT_STATE_DIR,
+    time_scale: TimeScaleOpt = 60.0,
+    tick: TickOpt = 1.0,
+    failure_rate: FailureRateOpt = [],  # noqa: B006 (typer copies list defaults)
+    node_mtbf: MtbfOpt = None,
+    node_repair: RepairOpt = "2h",
+    retry_backoff: BackoffOpt = None,
+    retry_max_backoff: MaxBackoffOpt = None,
+    advertise_url: AdvertiseOpt = None,
+    reclaim_local: ReclaimOpt = True,
+    metrics_public: MetricsPublicOpt = False,
+    max_body_bytes: MaxBodyOpt = 4 << 20,
+    fake_gpus: FakeGpusOpt = None,
+    allow_unenforced: UnenforcedOpt = False,
+    stop_grace: StopGraceOpt = "10s",
+    log_level: LogLevelOpt = "warning",
+    kubeconfig: KubeconfigOpt = None,
+    kube_context: ContextOpt = None,
+    namespace_queue: NamespaceQueueOpt = [],  # noqa: B006
+    restrict_namespace_queues: RestrictOpt = False,
+    lease_namespace: LeaseNamespaceOpt = None,
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
-    import uvicorn
-
-    from gpupool.service.api import create_app
-    from gpupool.store import Store
-
     if backend not in ("virtual", "local", "kubernetes"):
         _fail(f"unknown backend {backend!r}; available: virtual, local, kubernetes")
     kube = _kube_options(
@@ -238,13 +277,8 @@ def serve(
     )
     if time_scale <= 0:
         _fail("--time-scale must be > 0")
-    from gpupool.defaults import default_config_dir
-
-    cfg_dir = config if config is not None else default_config_dir(EXAMPLES)
     local = _local_backend(backend, state_dir, config, fake_gpus, allow_unenforced, stop_grace)
-    cfg_dir = local[1] if local is not None and local[1] is not None else cfg_dir
-    if not cfg_dir.is_dir():
-        _fail(f"--config {cfg_dir}: not a directory")
+    cfg_dir = _config_dir(config, local)
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
         _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
     cfg = ServiceConfig(
@@ -264,11 +298,32 @@ def serve(
     )
     if not _port_free(host, port):
         _fail(f"cannot listen on {host}:{port}: the address is in use (pick another with --port)")
+    seeded, token = _bootstrap(cfg, local)
+    _banner(cfg, seeded, token, local)
+    _run(cfg, kube, local, log_level)
+
+
+def _config_dir(config: Path | None, local: tuple[Any, Path | None] | None) -> Path:
+    """--config, this host's generated configuration (local backend), or the packaged defaults."""
+    from gpupool.defaults import default_config_dir
+
+    cfg_dir = config if config is not None else default_config_dir(EXAMPLES)
+    cfg_dir = local[1] if local is not None and local[1] is not None else cfg_dir
+    if not cfg_dir.is_dir():
+        _fail(f"--config {cfg_dir}: not a directory")
+    return cfg_dir
+
+
+def _bootstrap(cfg: ServiceConfig, local: tuple[Any, Path | None] | None) -> tuple[int, str | None]:
+    """Open the store, seed the configuration, make the first admin token: (objects seeded, token).
+    Why before uvicorn: the token must exist before the server logs anything."""
+    from gpupool.store import Store
+
     try:
         store = Store.open(cfg.url)
     except Exception as exc:  # a bad URL or an unreachable database: one line, no traceback
         _fail(f"cannot open the database {cfg.url}: {str(exc).splitlines()[0]}")
-        return
+        raise  # unreachable: _fail exits
     try:
         try:
             seeded = seed_config(store, cfg.config_dir)
@@ -278,10 +333,16 @@ def serve(
                 sync_cluster(store, local[0].cluster_manifest())
         except Exception as exc:
             _fail(f"cannot load the configuration from {cfg.config_dir}: {str(exc).splitlines()[0]}")
-        token = store.ensure_bootstrap_admin()
+        return seeded, store.ensure_bootstrap_admin()
     finally:
         store.close()
-    url = f"http://{host}:{port}"
+
+
+def _banner(
+    cfg: ServiceConfig, seeded: int, token: str | None, local: tuple[Any, Path | None] | None
+) -> None:
+    """Where it serves, the configuration, where the token is, and the next command to run."""
+    url = f"http://{cfg.host}:{cfg.port}"
     console.print(
         f"[bold]gpupool[/] serving on {url}  (dashboard {url}/, API docs {url}/docs, database {cfg.url})"
     )
@@ -295,21 +356,29 @@ def serve(
         console.print(f"  saved to {cfg.token_file} (mode 0600); the CLI reads it from there by default")
     else:
         console.print(f"admin token: in {cfg.token_file} (created on first start)")
-    server_hint = "" if (host, port) == ("127.0.0.1", 8080) else f" --server {url}"
+    server_hint = "" if (cfg.host, cfg.port) == ("127.0.0.1", 8080) else f" --server {url}"
     if local is not None:
         _local_banner(local[0])
         console.print("a workload that runs a command on this host: docs/local.md")
     console.print(f"submit a job:  gpupool submit -f examples/workloads/demo.yaml{server_hint}")
     console.print(f"then:          gpupool get workloads{server_hint}")
+
+
+def _run(cfg: ServiceConfig, kube: Any, local: tuple[Any, Path | None] | None, log_level: str) -> None:
+    """Serve until interrupted: the Kubernetes runtime's app, or the app over the virtual or
+    local backend."""
+    import uvicorn
+
+    from gpupool.service.api import create_app
+
     with contextlib.suppress(KeyboardInterrupt):
         if kube is not None:
             from gpupool.kube.wiring import kube_app
 
-            uvicorn.run(kube_app(cfg, kube), host=host, port=port, log_level=log_level)
+            uvicorn.run(kube_app(cfg, kube), host=cfg.host, port=cfg.port, log_level=log_level)
             return
-        uvicorn.run(
-            create_app(cfg, backend=local[0] if local else None), host=host, port=port, log_level=log_level
-        )
+        app = create_app(cfg, backend=local[0] if local else None)
+        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
