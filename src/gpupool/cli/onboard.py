@@ -79,4 +79,5 @@ def onboard(
             f"Token {t['name']} ({t['role']} of {t['scope']}): {t['token']}  (shown once)",
             highlight=False,
             markup=False,
+            soft_wrap=True,
         )

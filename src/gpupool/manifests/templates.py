@@ -122,7 +122,7 @@ def render(spec: TeamTemplateSpec, team: str, sets: Mapping[str, str]) -> Onboar
             parent = vals.get("parent", spec.parent)
             if parent:
                 qspec.setdefault("parent", _fill(parent, vals, "spec.parent"))
-            qspec.setdefault("weight", spec.weight)
+            qspec.setdefault("weight", int(spec.weight) if spec.weight.is_integer() else spec.weight)
         else:
             qspec.setdefault("parent", root)
         pools = {str(q.get("pool")) for q in qspec.get("quotas") or [] if isinstance(q, Mapping)}
