@@ -117,6 +117,9 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("history")(history)
     app.command("diff")(diff)
     app.command("rollback")(rollback)
+    from gpupool.cli.incidents import alerts_app
+
+    app.add_typer(alerts_app, name="alerts")
     try:
         from gpupool.cli.onboard import onboard
     except ModuleNotFoundError as exc:  # pragma: no cover - onboarding is optional

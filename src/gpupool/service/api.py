@@ -30,6 +30,7 @@ from gpupool.service.controller import Controller
 from gpupool.service.guard import RequestGuard
 from gpupool.service.leader import install_standby_guard, start_leader
 from gpupool.service.metrics import Metrics
+from gpupool.service.routes import alerts as alerts_area
 from gpupool.service.routes import approvals, audit, cluster, health, tokens, webhooks, workloads
 from gpupool.service.routes import config as config_area
 from gpupool.service.routes import cost as cost_area
@@ -56,6 +57,7 @@ AREAS = (
     history_area,
     revisions_area,
     onboard_area,
+    alerts_area,
 )
 
 

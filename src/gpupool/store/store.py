@@ -33,6 +33,7 @@ from gpupool.store.database import (
     create_engine,
     run_migrations,
 )
+from gpupool.store.incidents import IncidentMethods
 from gpupool.store.leadership import LeaseMethods
 from gpupool.store.objects import ObjectMethods
 from gpupool.store.onboarding import OnboardMethods
@@ -74,5 +75,6 @@ class Store(
     TokenMethods,
     ApprovalMethods,
     RevisionMethods,
+    IncidentMethods,
 ):
     """Repository over the gpupool database. Thread-safe; one transaction per call."""

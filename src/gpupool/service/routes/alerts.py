@@ -1,0 +1,51 @@
+"""Incidents over the API (platform-admin): list (after evaluating the alert conditions),
+acknowledge with an owner, resolve with a note (``gpupool alerts``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from gpupool.auth import Action, Resource
+from gpupool.service import alerts
+from gpupool.service.openapi import AUTH, BODY, doc
+from gpupool.service.routes.base import Caller, Svc
+
+router = APIRouter()
+
+
+class Ack(BaseModel):
+    owner: str = Field("", max_length=253, description="who handles it (default: the caller)")
+
+
+class Resolve(BaseModel):
+    note: str = Field(min_length=1, max_length=4000, description="what was done")
+
+
+@router.get("/v1/alerts", tags=["alerts"], **doc(None, *AUTH, 403))
+def list_alerts(
+    p: Caller, svc: Svc, open_only: bool = Query(False, alias="open", description="open incidents only")
+) -> dict[str, Any]:
+    """Evaluate the alert conditions now, then the incidents, newest first."""
+    svc.check(p, Action.READ_AUDIT, Resource("Incident"), mutating=False)
+    opened, resolved = alerts.refresh(svc)
+    return {"opened": opened, "resolved": resolved, "items": svc.store.list_incidents(open_only=open_only)}
+
+
+@router.post("/v1/alerts/{incident}/ack", tags=["alerts"], **doc(None, *BODY, 404))
+def ack(incident: int, body: Ack, p: Caller, svc: Svc) -> dict[str, Any]:
+    """Acknowledge: someone owns it now."""
+    svc.check(p, Action.READ_AUDIT, Resource("Incident", str(incident)))
+    return svc.store.ack_incident(incident, p.name, body.owner)
+
+
+@router.post("/v1/alerts/{incident}/resolve", tags=["alerts"], **doc(None, *BODY, 404))
+def resolve(incident: int, body: Resolve, p: Caller, svc: Svc) -> dict[str, Any]:
+    """Resolve with a note of what was done (it reopens if the condition still holds)."""
+    svc.check(p, Action.READ_AUDIT, Resource("Incident", str(incident)))
+    return svc.store.resolve_incident(incident, p.name, body.note)
+
+
+__all__ = ["router"]

@@ -1,0 +1,156 @@
+"""Incidents (告警处置): each firing of an alert condition gpupool evaluates itself
+(gpupool.service.alerts), with an owner, an acknowledgement and a resolution note.
+
+Why stored and audited: an alert that only pages is gone when it stops; the platform must show
+afterwards who handled what and how fast ("配置记录、运行指标、告警处置"). A condition that
+clears resolves its incident by itself (resolved by ``gpupool``); a person may resolve one
+earlier with a note. At most one open incident per rule and subject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Mapped, Session, mapped_column
+
+from gpupool.audit import AuditEntry
+from gpupool.store.base import StoreBase
+from gpupool.store.errors import Conflict, NotFound
+from gpupool.store.schema import Base
+
+STATES = ("Firing", "Acknowledged", "Resolved")
+OPEN = ("Firing", "Acknowledged")
+SYSTEM = "gpupool"
+
+
+class IncidentRow(Base):
+    __tablename__ = "incidents"
+    __table_args__ = (
+        sa.CheckConstraint(sa.column("state").in_(STATES), name="state"),
+        sa.Index("ix_incidents_rule_subject_state", "rule", "subject", "state"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    rule: Mapped[str] = mapped_column(sa.String(128))
+    subject: Mapped[str] = mapped_column(sa.String(253))
+    severity: Mapped[str] = mapped_column(sa.String(16))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    message: Mapped[str] = mapped_column(sa.Text)
+    fired_at: Mapped[datetime]
+    owner: Mapped[str] = mapped_column(sa.String(253))
+    acked_by: Mapped[str] = mapped_column(sa.String(253))
+    acked_at: Mapped[datetime | None]
+    resolved_by: Mapped[str] = mapped_column(sa.String(253))
+    resolved_at: Mapped[datetime | None]
+    resolution: Mapped[str] = mapped_column(sa.Text)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """A condition that holds now: which rule, on what (a queue, pool or node), how bad, why."""
+
+    rule: str
+    subject: str
+    severity: str
+    message: str
+
+
+def incident_json(r: IncidentRow) -> dict[str, Any]:
+    def t(x: datetime | None) -> str | None:
+        return x.isoformat() if x is not None else None
+
+    return {
+        "id": r.id,
+        "rule": r.rule,
+        "subject": r.subject,
+        "severity": r.severity,
+        "state": r.state,
+        "message": r.message,
+        "firedAt": t(r.fired_at),
+        "owner": r.owner,
+        "acknowledgedBy": r.acked_by,
+        "acknowledgedAt": t(r.acked_at),
+        "resolvedBy": r.resolved_by,
+        "resolvedAt": t(r.resolved_at),
+        "resolution": r.resolution,
+    }
+
+
+class IncidentMethods(StoreBase):
+    """Open, acknowledge, resolve and list incidents."""
+
+    def sync_incidents(self, firing: Sequence[Firing], *, at: datetime | None = None) -> tuple[int, int]:
+        """Open an incident for each condition that fires and has none open; resolve the open
+        ones whose condition no longer fires. Returns (opened, resolved)."""
+        now = self._now(at)
+        want = {(f.rule, f.subject): f for f in firing}
+        opened = resolved = 0
+        with self._write() as s:
+            rows = s.execute(sa.select(IncidentRow).where(IncidentRow.state.in_(OPEN))).scalars().all()
+            have = {(r.rule, r.subject) for r in rows}
+            for r in rows:
+                if (r.rule, r.subject) not in want:
+                    r.state, r.resolved_by, r.resolved_at = "Resolved", SYSTEM, now
+                    r.resolution = r.resolution or "condition cleared"
+                    self._note(s, r, "incident.resolve", now)
+                    resolved += 1
+            for key, f in want.items():
+                if key not in have:
+                    row = IncidentRow(
+                        rule=f.rule, subject=f.subject, severity=f.severity, state="Firing",
+                        message=f.message, fired_at=now, owner="", acked_by="", acked_at=None,
+                        resolved_by="", resolved_at=None, resolution="",
+                    )  # fmt: skip
+                    s.add(row)
+                    s.flush()
+                    self._note(s, row, "incident.open", now)
+                    opened += 1
+        return opened, resolved
+
+    def _note(self, s: Session, r: IncidentRow, action: str, now: datetime, actor: str = SYSTEM) -> None:
+        detail = {"rule": r.rule, "subject": r.subject, "state": r.state}
+        if r.resolution:
+            detail["resolution"] = r.resolution
+        self._audit(s, AuditEntry(actor, action, "Incident", str(r.id), detail), now, "Incident", str(r.id))
+
+    def _open_row(self, s: Session, incident: int) -> IncidentRow:
+        row = s.get(IncidentRow, incident, with_for_update=True)
+        if row is None:
+            raise NotFound("Incident", str(incident))
+        if row.state == "Resolved":
+            raise Conflict("state", f"incident {incident} is already resolved")
+        return row
+
+    def ack_incident(
+        self, incident: int, who: str, owner: str = "", *, at: datetime | None = None
+    ) -> dict[str, Any]:
+        """Someone takes it: Acknowledged, owned by ``owner`` (default: who)."""
+        now = self._now(at)
+        with self._write() as s:
+            row = self._open_row(s, incident)
+            row.state, row.acked_by, row.acked_at, row.owner = "Acknowledged", who, now, owner or who
+            self._note(s, row, "incident.ack", now, who)
+            return incident_json(row)
+
+    def resolve_incident(
+        self, incident: int, who: str, note: str, *, at: datetime | None = None
+    ) -> dict[str, Any]:
+        """Closed by a person with what was done (the note is required: it is the record)."""
+        now = self._now(at)
+        with self._write() as s:
+            row = self._open_row(s, incident)
+            row.state, row.resolved_by, row.resolved_at, row.resolution = "Resolved", who, now, note
+            self._note(s, row, "incident.resolve", now, who)
+            return incident_json(row)
+
+    def list_incidents(self, *, open_only: bool = False, limit: int = 200) -> list[dict[str, Any]]:
+        """Newest first."""
+        q = sa.select(IncidentRow).order_by(IncidentRow.id.desc()).limit(limit)
+        if open_only:
+            q = q.where(IncidentRow.state.in_(OPEN))
+        with self._read() as s:
+            return [incident_json(r) for r in s.execute(q).scalars()]
