@@ -24,7 +24,7 @@ class Resolve(BaseModel):
     note: str = Field(min_length=1, max_length=4000, description="what was done")
 
 
-@router.get("/v1/alerts", tags=["alerts"], **doc(None, *AUTH, 403))
+@router.get("/v1/alerts", tags=["alerts"], **doc(None, *AUTH, 403, 422))
 def list_alerts(
     p: Caller, svc: Svc, open_only: bool = Query(False, alias="open", description="open incidents only")
 ) -> dict[str, Any]:
