@@ -21,7 +21,16 @@ from gpupool.cli.client_output import Out, emit, parse_output, show
 from gpupool.cli.client_rows import age, priority_class_rows, rows_for
 
 runner = CliRunner()
-FIVE_MINUTES_AGO = (datetime.now(UTC) - timedelta(minutes=5, seconds=1)).isoformat()
+
+
+def five_minutes_ago() -> str:
+    """Computed per call: a constant taken at import is minutes old by the time a busy
+    parallel run reaches the test (the AGE column then read 6m)."""
+    return (datetime.now(UTC) - timedelta(minutes=5, seconds=1)).isoformat()
+
+
+#: one fixed time for the tests that compare objects (a watch prints what changed)
+FIVE_MINUTES_AGO = five_minutes_ago()
 LONG = "waiting for quota in [h100-training]: " + "the cohort lends nothing right now " * 4
 
 
@@ -47,7 +56,8 @@ def terminal(width: int) -> tuple[Console, io.StringIO]:
 
 
 def test_a_pipe_gets_one_whole_row_per_line(capsys: pytest.CaptureFixture[str]) -> None:
-    items = [wl(f"llama-405b-pretrain-{i:03d}") for i in range(558)]
+    at = five_minutes_ago()  # the AGE column below reads 5m
+    items = [wl(f"llama-405b-pretrain-{i:03d}", submittedAt=at) for i in range(558)]
     emit({"items": items}, Out.table, rows_for("workloads", {"items": items}))
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 559  # the header and one line per workload, nothing wrapped
