@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, Field
 
 from gpupool.auth import Action, Resource
@@ -14,6 +14,9 @@ from gpupool.service.openapi import AUTH, BODY, doc
 from gpupool.service.routes.base import Caller, Svc
 
 router = APIRouter()
+
+#: an incident id (bounded: the database's integers are 32-bit somewhere)
+IncidentId = Path(ge=1, le=2**31 - 1, description="the incident's id")
 
 
 class Ack(BaseModel):
@@ -35,14 +38,14 @@ def list_alerts(
 
 
 @router.post("/v1/alerts/{incident}/ack", tags=["alerts"], **doc(None, *BODY, 404))
-def ack(incident: int, body: Ack, p: Caller, svc: Svc) -> dict[str, Any]:
+def ack(body: Ack, p: Caller, svc: Svc, incident: int = IncidentId) -> dict[str, Any]:
     """Acknowledge: someone owns it now."""
     svc.check(p, Action.READ_AUDIT, Resource("Incident", str(incident)))
     return svc.store.ack_incident(incident, p.name, body.owner)
 
 
 @router.post("/v1/alerts/{incident}/resolve", tags=["alerts"], **doc(None, *BODY, 404))
-def resolve(incident: int, body: Resolve, p: Caller, svc: Svc) -> dict[str, Any]:
+def resolve(body: Resolve, p: Caller, svc: Svc, incident: int = IncidentId) -> dict[str, Any]:
     """Resolve with a note of what was done (it reopens if the condition still holds)."""
     svc.check(p, Action.READ_AUDIT, Resource("Incident", str(incident)))
     return svc.store.resolve_incident(incident, p.name, body.note)

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from gpupool.auth import Action, Principal, Resource
 from gpupool.service.openapi import READ, doc
@@ -23,6 +23,9 @@ from gpupool.service.routes.config import PLURALS
 from gpupool.store.revisions import RevisionRecord
 
 router = APIRouter()
+
+#: revision numbers are database integers (32-bit on some backends)
+MAX_REVISION = 2**31 - 1
 
 
 def _kind(plural: str) -> str:
@@ -106,8 +109,10 @@ def diff_revisions(
     name: str,
     p: Caller,
     svc: Svc,
-    from_: int | None = Query(None, alias="from", ge=1, description="default: the one before `to`"),
-    to: int | None = Query(None, ge=1, description="default: the latest"),
+    from_: int | None = Query(
+        None, alias="from", ge=1, le=MAX_REVISION, description="default: the one before `to`"
+    ),
+    to: int | None = Query(None, ge=1, le=MAX_REVISION, description="default: the latest"),
 ) -> dict[str, Any]:
     """What changed between two revisions (default: the latest against the one before it)."""
     kind = _kind(plural)
@@ -124,7 +129,9 @@ def diff_revisions(
 
 
 @router.get("/v1/revisions/{plural}/{name}/{revision}", tags=["config"], **doc(None, *READ, 422))
-def get_revision(plural: str, name: str, revision: int, p: Caller, svc: Svc) -> dict[str, Any]:
+def get_revision(
+    plural: str, name: str, p: Caller, svc: Svc, revision: int = Path(ge=1, le=MAX_REVISION)
+) -> dict[str, Any]:
     """One revision of one object."""
     kind = _kind(plural)
     _authorize(svc, p, kind, name)
