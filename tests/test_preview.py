@@ -111,7 +111,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     whole = st.tuples(st.sampled_from(sorted(LEAVES)), st.just(8), st.sampled_from(CLASSES))
     # mostly a full pool (64 GPUs): a change can then only start work by preempting some
     vision = st.tuples(st.just("vision-team"), st.just(8), st.sampled_from(CLASSES))
-    n = draw(st.integers(1, 6))  # whole nodes of vision-team's: the queue a cut may make borrow
+    n = draw(st.integers(3, 6))  # whole nodes of vision-team's: the queue a cut may make borrow
     running = draw(st.lists(vision, min_size=n, max_size=n)) + draw(
         st.lists(whole, min_size=6 - n, max_size=8 - n)
     )
@@ -149,7 +149,9 @@ def _cut(store: Store, cut: dict[str, int]) -> list[dict[str, Any]]:
     return out
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# derandomized: the same examples every run, so the count of those that preempt (checked
+# below) is a fact about this test, not a draw
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(sc=scenarios())
 def test_a_guarantee_cut_preview_names_what_the_apply_does(sc: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as d:
