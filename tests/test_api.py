@@ -286,3 +286,13 @@ def test_audit_tamper_detected_through_api(tmp_path: Path) -> None:
             db.execute("UPDATE audit SET actor = 'mallory' WHERE seq = 4")
         bad = api.get("/v1/audit/verify")
         assert bad["ok"] is False and bad["firstBadSeq"] == 4 and "edited" in bad["problem"]
+
+
+def test_create_app_names_where_the_kubernetes_backend_is_built() -> None:
+    """Regression: create_app called make_backend("kubernetes") with the virtual backend's
+    options and failed with a TypeError at start-up."""
+    from gpupool.service.api import create_app
+    from gpupool.service.config import ServiceConfig
+
+    with pytest.raises(ValueError, match=r"gpupool\.kube\.wiring"):
+        create_app(ServiceConfig(backend="kubernetes"))

@@ -70,6 +70,12 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI application; the store, backend and controller start with it (lifespan)."""
     cfg = config or ServiceConfig()
+    if backend is None and cfg.backend == "kubernetes":
+        # its runtime (caches, Lease, source, status writer) needs more than these options
+        raise ValueError(
+            "the kubernetes backend is assembled by gpupool.kube.wiring (gpupool serve --backend "
+            "kubernetes); pass the backend to create_app"
+        )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
