@@ -264,9 +264,9 @@ def test_bare_pods_grouped_by_marker_submitted_once_settled() -> None:
     assert src.members("ml", "g") == ["w0", "w1", "w2"]
 
 
-def test_translation_stubs_are_a_clear_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_translation_bug_is_a_clear_error_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
     def stub(*_: Any, **__: Any) -> Any:
-        raise NotImplementedError
+        raise TypeError("a bug in the translation")
 
     monkeypatch.setattr(kw, "workload_from_object", stub)
     src, infs, sub, ev = make()

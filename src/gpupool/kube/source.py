@@ -159,7 +159,8 @@ def digest(manifest: Mapping[str, Any]) -> str:
 
 
 class _Unready(Exception):
-    """The translation layer is not implemented yet (its functions are stubs)."""
+    """The translation failed on an object in a way it never should (a bug, not a bad object):
+    the object is held back and retried, and the others go on."""
 
 
 class KubeSource:
@@ -240,7 +241,7 @@ class KubeSource:
         name = str(_meta(pod).get("name") or "")
         try:
             return kw.pod_group_key(pod) or name
-        except NotImplementedError:
+        except Exception:  # a pod whose markers cannot be read is its own group
             return name
 
     def members(self, namespace: str, group: str) -> list[str]:
@@ -417,14 +418,15 @@ class KubeSource:
                 got = kw.workload_from_pods(objs, self.policy.defaults)
             else:
                 got = kw.workload_from_object(objs[0], self.policy.defaults)
-        except NotImplementedError as exc:
-            raise _Unready(
-                "the Kubernetes translation layer (gpupool.kube.workloads) is not implemented"
-            ) from exc
         except KubeWorkloadError as exc:
             self._refuse(key, objs[0], INVALID, f"gpupool cannot read this object: {exc}", f"invalid:{exc}")
             self.stats["invalid"] += 1
             return None
+        except Exception as exc:  # a bug in the translation: this object waits, the others go on
+            raise _Unready(
+                f"the Kubernetes translation layer failed on {key[0]}/{key[1]}/{key[2]}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         if got is None:
             self.stats["skipped"] += 1
             return None
@@ -452,7 +454,7 @@ class KubeSource:
         if name is None and gone is not None and key[0] != "pods":
             try:
                 got = kw.workload_from_object(gone, self.policy.defaults)
-            except (NotImplementedError, KubeWorkloadError):
+            except Exception:  # unreadable or a translation bug: nothing known to cancel
                 got = None
             name = _name_of(got) if got is not None else None
         if name is not None and self.submitter.cancel(name):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
 from gpupool.kube.fake import owners
@@ -23,7 +24,7 @@ JOB_NAME = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
-class Reconciler:
+class Reconciler(ABC):
     """Calls ``reconcile(owner)`` for an owner kind when it or a child of it changes."""
 
     key = ""
@@ -53,8 +54,9 @@ class Reconciler:
         if obj is not None and not obj["metadata"].get("deletionTimestamp"):
             self.reconcile(obj)
 
+    @abstractmethod
     def reconcile(self, obj: Obj) -> None:
-        raise NotImplementedError
+        """Bring the owner's children (and status) in line with its spec."""
 
 
 class JobController(Reconciler):
