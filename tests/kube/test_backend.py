@@ -17,20 +17,14 @@ from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.faults import FaultConfig
 from gpupool.kube.informer import Informers
 from gpupool.service.backends import BackendError, RunSpec
+from tests.test_service_support import wait_for as support_wait_for
 
 NODE0, NODE1 = "gpu-node-0000", "gpu-node-0001"
 QUEUE = {"kueue.x-k8s.io/queue-name": "llm-research"}
 
 
 def wait_for(fn: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return support_wait_for(fn, timeout, what)
 
 
 def template(run_s: float = 100, exit_code: int = 0, gpus: int = 1) -> dict[str, Any]:

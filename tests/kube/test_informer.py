@@ -17,17 +17,11 @@ from gpupool.kube.client import RESOURCES, KubeApi, KubeConfigError, Resource, m
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.faults import FaultConfig
 from gpupool.kube.informer import Informer, Informers
+from tests.test_service_support import wait_for as support_wait_for
 
 
 def wait_for(fn: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    end = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
+    return support_wait_for(fn, timeout, what)
 
 
 def pod(name: str, ns: str = "default") -> dict[str, Any]:

@@ -130,19 +130,10 @@ class WorkloadMethods(StoreBase):
         limit: int | None = None,
     ) -> list[WorkloadRecord]:
         """Workloads in arrival order, filtered; ``after_seq``/``limit`` page through them."""
-        if phases is not None:
-            bad = sorted(set(phases) - set(PHASES))
-            if bad:
-                raise ValidationFailed("phase", f"unknown phases {bad}")
+        q = sa.select(WorkloadRow).where(WorkloadRow.seq > after_seq).order_by(WorkloadRow.seq)
+        q = _filtered(q, queues, phases, owner)  # checks the phases first, as before
         if limit is not None and limit < 0:
             raise ValidationFailed("limit", "must be >= 0")
-        q = sa.select(WorkloadRow).where(WorkloadRow.seq > after_seq).order_by(WorkloadRow.seq)
-        if queues is not None:
-            q = q.where(WorkloadRow.queue.in_(list(queues)))
-        if phases is not None:
-            q = q.where(WorkloadRow.phase.in_(list(phases)))
-        if owner is not None:
-            q = q.where(WorkloadRow.owner == owner)
         if names is not None:
             q = q.where(WorkloadRow.name.in_(list(names)))
         if limit is not None:
@@ -166,20 +157,14 @@ class WorkloadMethods(StoreBase):
 
         Why a page and a flag: a list answers at most ``limit`` objects however many exist, and
         says whether to ask again, so no caller drops what lies past its first page."""
-        if phases is not None and sorted(set(phases) - set(PHASES)):
-            raise ValidationFailed("phase", f"unknown phases {sorted(set(phases) - set(PHASES))}")
+        seq = WorkloadRow.seq
+        q = _filtered(
+            sa.select(WorkloadRow).order_by(seq.desc() if newest_first else seq), queues, phases, owner
+        )
         if limit < 1:
             raise ValidationFailed("limit", "must be >= 1")
-        seq = WorkloadRow.seq
-        q = sa.select(WorkloadRow).order_by(seq.desc() if newest_first else seq)
         if from_seq is not None:
             q = q.where(seq < from_seq if newest_first else seq > from_seq)
-        if queues is not None:
-            q = q.where(WorkloadRow.queue.in_(list(queues)))
-        if phases is not None:
-            q = q.where(WorkloadRow.phase.in_(list(phases)))
-        if owner is not None:
-            q = q.where(WorkloadRow.owner == owner)
         if types is not None:
             kind = WorkloadRow.manifest[("spec", "type")].as_string()
             # a manifest that names no type has the schema's default, batch
@@ -284,3 +269,19 @@ class WorkloadMethods(StoreBase):
             q = q.limit(limit)
         with self._read() as s:
             return [event_record(r) for r in reversed(s.execute(q).scalars().all())]
+
+
+def _filtered(
+    q: Any, queues: Collection[str] | None, phases: Collection[str] | None, owner: str | None
+) -> Any:
+    """The filters every workload list takes (an unknown phase is a ValidationFailed)."""
+    if phases is not None:
+        bad = sorted(set(phases) - set(PHASES))
+        if bad:
+            raise ValidationFailed("phase", f"unknown phases {bad}")
+        q = q.where(WorkloadRow.phase.in_(list(phases)))
+    if queues is not None:
+        q = q.where(WorkloadRow.queue.in_(list(queues)))
+    if owner is not None:
+        q = q.where(WorkloadRow.owner == owner)
+    return q

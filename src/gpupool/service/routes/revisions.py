@@ -19,24 +19,13 @@ from fastapi import APIRouter, Path, Query
 from gpupool.auth import Action, Principal, Resource
 from gpupool.service.openapi import READ, doc
 from gpupool.service.routes.base import ApiError, Caller, Service, Svc
-from gpupool.service.routes.config import PLURALS
+from gpupool.service.routes.config import _kind
 from gpupool.store.revisions import RevisionRecord
 
 router = APIRouter()
 
 #: revision numbers are database integers (32-bit on some backends)
 MAX_REVISION = 2**31 - 1
-
-
-def _kind(plural: str) -> str:
-    kind = PLURALS.get(plural)
-    if kind is None:
-        raise ApiError(
-            404,
-            f"unknown resource type {plural!r}; one of {', '.join(PLURALS)}",
-            [{"field": "kind", "problem": "unknown"}],
-        )
-    return kind
 
 
 def _authorize(svc: Service, p: Principal, kind: str, name: str) -> None:
