@@ -12,6 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.pool import StaticPool
 
@@ -65,4 +67,27 @@ def run_migrations(engine: Engine) -> None:
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(7461931)"))
         cfg.attributes["connection"] = conn
+        refuse_newer_store(conn, ScriptDirectory.from_config(cfg))
         command.upgrade(cfg, "head")
+
+
+class StoreTooNew(RuntimeError):
+    """The database was migrated by a newer gpupool than this one (a rollback of the binary
+    without its store): running on it would misread columns this release does not know."""
+
+
+def refuse_newer_store(conn: sa.Connection, scripts: ScriptDirectory) -> None:
+    """Raise StoreTooNew when the store's Alembic revision is not one this release ships.
+
+    Why refuse and not just run: Alembic would fail deep inside with "Can't locate revision",
+    and a downgrade is not ours to do implicitly; the message names both revisions so the
+    operator knows to run the newer release (or restore a backup)."""
+    current = MigrationContext.configure(conn).get_current_heads()
+    known = {rev.revision for rev in scripts.walk_revisions()}
+    unknown = sorted(r for r in current if r not in known)
+    if unknown:
+        head = scripts.get_current_head()
+        raise StoreTooNew(
+            f"the store is at schema revision {', '.join(unknown)}, newer than this gpupool "
+            f"(its newest revision is {head}): run the release that migrated it, or restore a backup"
+        )
