@@ -23,6 +23,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from gpupool.service import openapi as oa
+from gpupool.service.alerts import AlertLoop
 from gpupool.service.backends import Backend, make_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
@@ -80,9 +81,13 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         st, ctl, batcher = _start_service(app, cfg, store, backend, start_controller)
+        # alerts evaluated in the background, leader only (gpupool.service.alerts)
+        app.state.alerts = AlertLoop(app.state.svc)
+        app.state.alerts.start()
         try:
             yield
         finally:
+            app.state.alerts.stop()
             batcher.close()
             if app.state.svc.leader is not None:
                 app.state.svc.leader.stop()

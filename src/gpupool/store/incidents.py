@@ -9,7 +9,7 @@ earlier with a note. At most one open incident per rule and subject.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -83,16 +83,27 @@ def incident_json(r: IncidentRow) -> dict[str, Any]:
 class IncidentMethods(StoreBase):
     """Open, acknowledge, resolve and list incidents."""
 
-    def sync_incidents(self, firing: Sequence[Firing], *, at: datetime | None = None) -> tuple[int, int]:
+    def sync_incidents(
+        self,
+        firing: Sequence[Firing],
+        *,
+        rules: Collection[str] | None = None,
+        at: datetime | None = None,
+    ) -> tuple[int, int]:
         """Open an incident for each condition that fires and has none open; resolve the open
-        ones whose condition no longer fires. Returns (opened, resolved)."""
+        ones whose condition no longer fires. ``rules``: the rules that were evaluated (None:
+        all) — an open incident of a rule that could not be evaluated stays open, since its
+        condition is unknown, not cleared. Returns (opened, resolved)."""
         now = self._now(at)
         want = {(f.rule, f.subject): f for f in firing}
+        answered = None if rules is None else set(rules)
         opened = resolved = 0
         with self._write() as s:
             rows = s.execute(sa.select(IncidentRow).where(IncidentRow.state.in_(OPEN))).scalars().all()
             have = {(r.rule, r.subject) for r in rows}
             for r in rows:
+                if answered is not None and r.rule not in answered:
+                    continue
                 if (r.rule, r.subject) not in want:
                     r.state, r.resolved_by, r.resolved_at = "Resolved", SYSTEM, now
                     r.resolution = r.resolution or "condition cleared"

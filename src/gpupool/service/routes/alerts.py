@@ -1,11 +1,15 @@
-"""Incidents over the API (platform-admin): list (after evaluating the alert conditions),
-acknowledge with an owner, resolve with a note (``gpupool alerts``)."""
+"""Incidents over the API (platform-admin): list (after evaluating the alert conditions, on the
+leader), acknowledge with an owner, resolve with a note (``gpupool alerts``).
+
+The server evaluates the conditions in the background as well (gpupool.service.alerts.AlertLoop);
+a list evaluates once more so that what it shows is of now, through the same loop (one pass at
+a time, leader only: a standby lists what the leader recorded)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel, Field
 
 from gpupool.auth import Action, Resource
@@ -29,11 +33,15 @@ class Resolve(BaseModel):
 
 @router.get("/v1/alerts", tags=["alerts"], **doc(None, *AUTH, 403, 422))
 def list_alerts(
-    p: Caller, svc: Svc, open_only: bool = Query(False, alias="open", description="open incidents only")
+    request: Request,
+    p: Caller,
+    svc: Svc,
+    open_only: bool = Query(False, alias="open", description="open incidents only"),
 ) -> dict[str, Any]:
-    """Evaluate the alert conditions now, then the incidents, newest first."""
+    """Evaluate the alert conditions now (on the leader), then the incidents, newest first."""
     svc.check(p, Action.READ_AUDIT, Resource("Incident"), mutating=False)
-    opened, resolved = alerts.refresh(svc)
+    loop = alerts.loop_of(request.app.state)
+    opened, resolved = loop.evaluate_now() if loop is not None else alerts.refresh(svc)
     return {"opened": opened, "resolved": resolved, "items": svc.store.list_incidents(open_only=open_only)}
 
 
