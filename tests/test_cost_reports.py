@@ -36,7 +36,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Api, dict[
     state = tmp_path_factory.mktemp("cost")
     with running_app(state) as api:
         tokens = {
-            "admin": api.token,
+            "admin": str(api.token),
             "alice": api.token_for("alice", "member", "llm-research"),
             "bob": api.token_for("bob", "member", "vision-team"),
             "lead": api.token_for("lead", "queue-admin", "llm-team"),
@@ -233,3 +233,60 @@ def test_the_service_reads_its_cost_policy_from_the_state_dir(
         assert r.status_code == 422 and "spec.retentionDays" in r.json()["error"]["message"]
     finally:
         policy.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------- incidents in the week
+
+
+def test_the_weekly_report_counts_incidents_on_a_replayed_scenario(tmp_path: Path) -> None:
+    """A week replayed on the store's and the controller's clock: the H100 pool full and work
+    waiting fire three incidents at +5 h, which clear 30 min later; waiting again fires them at
+    +11 h, one is resolved by a person 2 h later and the other two stay open."""
+    from gpupool.cost.metering import Window
+    from gpupool.cost.policy import CostPolicySpec
+    from gpupool.cost.reports import load_store
+    from gpupool.cost.weekly import render_weekly_html, weekly_report
+    from gpupool.service import alerts
+    from tests.test_alert_loop import Clock, _svc
+    from tests.test_service_support import in_process_controller, submit_to
+
+    store, ctl, _ = in_process_controller(f"sqlite:///{tmp_path}/w.db", tmp_path)
+    clock = Clock()
+    t0 = clock.t
+    ctl.clock = clock
+    store.clock = lambda: datetime.fromtimestamp(clock.t, UTC)
+    try:
+        ctl.recover()
+        for i in range(8):
+            submit_to(store, ctl, f"run-{i}", queue="vision-team", gpus=8, duration="1000h")
+        ctl.cycle()
+        svc = _svc(ctl, store)
+
+        def at(hours: float) -> tuple[int, int]:
+            clock.t = t0 + hours * 3600
+            ctl.cycle()
+            return alerts.refresh(svc)
+
+        submit_to(store, ctl, "waits", queue="vision-team", gpus=8, duration="1000h")
+        assert at(5) == (3, 0)
+        ctl.cancel("waits", "alice")
+        assert at(5.5) == (0, 3)
+        clock.t = t0 + 6 * 3600
+        submit_to(store, ctl, "waits-again", queue="vision-team", gpus=8, duration="1000h")
+        assert at(11) == (3, 0)
+        idle = next(i for i in store.list_incidents(open_only=True) if i["subject"] == "pool/l40s-experiment")
+        clock.t = t0 + 13 * 3600
+        store.resolve_incident(idle["id"], "alice", "moved the experiments there")
+        start = datetime.fromtimestamp(t0, UTC)
+        rep = weekly_report(
+            load_store(store, Window(start, start + timedelta(days=7)), CostPolicySpec()), store
+        )
+    finally:
+        store.close()
+    rows = {r[0]: r[1:] for r in table(rep, "incidents")["rows"]}
+    # rule: opened, resolved, still open, median and p90 minutes to resolve, resolved by the platform
+    assert rows == {
+        "QueueOldestPendingAboveTarget": [2, 1, 1, 30.0, 30.0, 1],
+        "PoolIdleWhileWorkWaits": [4, 3, 1, 30.0, 120.0, 2],
+    }
+    assert "Incidents per rule" in render_weekly_html(rep)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from datetime import timedelta
-from statistics import mean
+from datetime import datetime, timedelta
+from statistics import mean, median
 from typing import Any
 
 import plotly.graph_objects as go
@@ -152,6 +152,7 @@ def weekly_report(data: CostData, store: Any | None = None) -> dict[str, Any]:
     tables.append(wow_table(cb, cb_prev, "teams", 0, 5, "Cost per team, week over week"))
     if store is not None and data.visible is None:
         tables += operations_review(store, data)
+        tables.append(incident_review(store, data.window))
     summary = {**usage["summary"], **cb["summary"]}
     rep = report("weekly", data, tables, summary)
     rep["series"] = series(data)
@@ -192,6 +193,38 @@ def operations_review(store: Any, data: CostData) -> list[dict[str, Any]]:
         ["queues onboarded", sum(inside(o.created_at) for o in store.list_objects("Queue"))],
     ]
     return [table("operations", "Operations review (运营复盘)", ["item", "count"], rows)]
+
+
+def _minutes(a: str, b: str) -> float:
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() / 60
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return round(median(xs), 2) if xs else None
+
+
+def incident_review(store: Any, win: Window) -> dict[str, Any]:
+    """Incidents (告警处置) per rule in the period: opened, resolved, still open at its end, how
+    long those resolved took (median and p90, minutes), and how many the platform resolved itself
+    (its condition cleared) against those a person closed with a note."""
+    rows: dict[str, dict[str, Any]] = {}
+    for i in store.incidents_between(win.start, win.end):
+        r = rows.setdefault(i["rule"], {"opened": 0, "resolved": 0, "open": 0, "took": [], "byPlatform": 0})
+        fired = datetime.fromisoformat(i["firedAt"])
+        done = datetime.fromisoformat(i["resolvedAt"]) if i["resolvedAt"] else None
+        r["opened"] += win.start <= fired
+        if done is not None and done < win.end:
+            r["resolved"] += 1
+            r["took"].append(_minutes(i["firedAt"], i["resolvedAt"]))
+            r["byPlatform"] += i["resolvedBy"] == "gpupool"
+        else:
+            r["open"] += 1
+    cols = ["rule", "opened", "resolved", "stillOpen", "medianMinutesToResolve", "p90MinutesToResolve"]
+    out = []
+    for k, r in sorted(rows.items()):
+        p90 = round(_p90(r["took"]), 2) if r["took"] else None
+        out.append([k, r["opened"], r["resolved"], r["open"], _median(r["took"]), p90, r["byPlatform"]])
+    return table("incidents", "Incidents per rule (告警处置)", [*cols, "resolvedByPlatform"], out)
 
 
 # ---------------------------------------------------------------------- the HTML page
@@ -260,4 +293,4 @@ def render_weekly_html(rep: Mapping[str, Any]) -> str:
     return page("gpupool weekly report", "".join(parts))
 
 
-__all__ = ["hours", "operations_review", "render_weekly_html", "series", "weekly_report"]
+__all__ = ["hours", "incident_review", "operations_review", "render_weekly_html", "series", "weekly_report"]

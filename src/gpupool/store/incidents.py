@@ -165,3 +165,15 @@ class IncidentMethods(StoreBase):
             q = q.where(IncidentRow.state.in_(OPEN))
         with self._read() as s:
             return [incident_json(r) for r in s.execute(q).scalars()]
+
+    def incidents_between(self, start: datetime, end: datetime) -> list[dict[str, Any]]:
+        """Every incident open at some time in ``[start, end)`` (fired before the end, not
+        resolved before the start), oldest first: what a period's review counts."""
+        q = (
+            sa.select(IncidentRow)
+            .where(IncidentRow.fired_at < end)
+            .where(sa.or_(IncidentRow.resolved_at.is_(None), IncidentRow.resolved_at >= start))
+            .order_by(IncidentRow.id)
+        )
+        with self._read() as s:
+            return [incident_json(r) for r in s.execute(q).scalars()]
