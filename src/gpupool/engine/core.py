@@ -24,6 +24,7 @@ from gpupool.engine.hints import BlockedHints
 from gpupool.engine.holds import plan_hold
 from gpupool.engine.ordering import FairShareOrder
 from gpupool.engine.ordering import workload_order_key as workload_order_key
+from gpupool.engine.partial import PartialAdmission, is_partial
 from gpupool.engine.placement import Placer
 from gpupool.engine.preemption import PreemptionSearch, WholeSlots
 from gpupool.engine.reasons import no_pool_reason, quota_reason
@@ -33,6 +34,7 @@ from gpupool.engine.statement import Statement
 from gpupool.model import (
     Admission,
     EngineConfig,
+    PodPlacement,
     QueueingStrategy,
     Running,
     Snapshot,
@@ -67,7 +69,7 @@ def validate_config(config: EngineConfig) -> None:
             )
 
 
-class Engine(PreemptionSearch, BlockedHints):
+class Engine(PreemptionSearch, BlockedHints, PartialAdmission):
     """Scheduling state for one snapshot: cluster capacity, quota tree, running workloads."""
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -451,13 +453,7 @@ class Engine(PreemptionSearch, BlockedHints):
                 continue
             res = self.placer.place(w, pool, self.config.max_domain_tries)
             if res.pods is not None:
-                pods = tuple(res.pods)
-                quota.add(w.queue, pool, vec_of(pods))
-                self.runs.admit(Running(w, Admission(pool, pods, borrowing, self.now)))
-                why = "borrowing idle quota from the cohort" if borrowing else "within guarantee"
-                out.admitted.append(
-                    Admit(w.name, w.queue, pool, pods, borrowing, f"admitted to pool {pool}, {why}")
-                )
+                self._admit(w, pool, tuple(res.pods), borrowing, out)
                 return True
             code = PendingCode.TOPOLOGY if res.topology else PendingCode.CAPACITY
             reason = res.reason
@@ -469,10 +465,28 @@ class Engine(PreemptionSearch, BlockedHints):
         # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
         if wants_borrow:
             return None
+        if is_partial(w) and any(code is PendingCode.QUOTA for _, code, _ in reasons):
+            got = self._try_partial(w, reasons, out, allow_borrow)
+            if got is not False:
+                return got
         for pool, ckey in zip(pools, ckeys, strict=True) if self.config.preempt != "none" else ():
             if self._try_preempt(w, pool, vec, out, ckey[1]):
                 return True
+        if is_partial(w) and self._preempt_for_minimum(w, pools, ckeys, out):
+            return True
         return self._leave_pending(w, vec, reasons, out)
+
+    def _admit(
+        self, w: Workload, pool: str, pods: tuple[PodPlacement, ...], borrowing: bool, out: Decisions
+    ) -> None:
+        """Charge and record ``w``'s admission with ``pods`` (fewer than it asks for, when partial)."""
+        self.quota.add(w.queue, pool, vec_of(pods))
+        self.runs.admit(Running(w, Admission(pool, pods, borrowing, self.now)))
+        why = "borrowing idle quota from the cohort" if borrowing else "within guarantee"
+        part = f" with {len(pods)} of {w.pod_count} pods" if len(pods) < w.pod_count else ""
+        out.admitted.append(
+            Admit(w.name, w.queue, pool, pods, borrowing, f"admitted to pool {pool}{part}, {why}")
+        )
 
     def _leave_pending(self, w: Workload, vec: Vec, reasons: PoolReasons, out: Decisions) -> Literal[False]:
         """``w`` stays pending: hold nodes for it where it is blocked by capacity (one hold per
