@@ -3,6 +3,7 @@ gpupool.store.onboarding): rendered and validated, previewed, atomic, one audit 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +15,8 @@ import yaml
 from gpupool.audit import AuditEntry
 from gpupool.manifests import ManifestError, parse_documents
 from gpupool.manifests.templates import TemplateError, render
-from gpupool.store import Store, ValidationFailed
-from tests.test_service_support import REPO, Api, running_app
+from gpupool.store import Conflict, Store, ValidationFailed
+from tests.test_service_support import REPO, Api, running_app, wl
 
 TEMPLATES = REPO / "examples" / "templates"
 
@@ -139,3 +140,85 @@ def test_a_failing_part_leaves_nothing_behind(tmp_path: Path) -> None:
     assert [r.name for r in recs] == ["robo-research"] and [t.record.name for t in issued] == ["robo-pi"]
     [rev] = store.list_revisions("Queue", "robo-research")
     assert (rev.author, rev.reason) == ("t", "onboarding")
+
+
+# ---------------------------------------------------------------------- OIDC group mapping
+
+
+def _with_groups(name: str = "training-team") -> dict[str, Any]:
+    t = template(name)
+    t["spec"]["admins"] = {"tokens": ["{team}-lead"], "oidcGroups": ["{team}-leads"]}
+    t["spec"]["members"] = {"oidcGroups": ["{team}", "ml-all"]}
+    return t
+
+
+def test_a_template_may_name_oidc_groups_instead_of_or_besides_tokens() -> None:
+    [doc] = parse_documents(yaml.safe_dump(_with_groups()))
+    plan = render(doc.spec, "nlp", {})
+    assert plan.tokens == [("nlp-lead", "queue-admin", "nlp")]
+    assert plan.groups == [
+        ("nlp-leads", "queue-admin", "nlp"),
+        ("nlp", "member", "nlp"),
+        ("ml-all", "member", "nlp"),
+    ]
+    bad = _with_groups()
+    bad["spec"]["members"] = {"oidcGroups": ["{nope}"]}
+    with pytest.raises(ManifestError, match=r"members\.oidcGroups\[0\]: unknown placeholder"):
+        parse_documents(yaml.safe_dump(bad))
+    bad["spec"]["members"] = {"groups": ["x"]}  # a misspelt key is refused, not ignored
+    with pytest.raises(ManifestError, match="groups"):
+        parse_documents(yaml.safe_dump(bad))
+
+
+def test_group_grants_are_recorded_with_the_queues_or_not_at_all(tmp_path: Path) -> None:
+    store = Store.open(f"sqlite:///{tmp_path}/g.db")
+    [doc] = parse_documents((TEMPLATES / "research-group.yaml").read_text())
+    plan = render(doc.spec, "robo", {})
+    head = store.audit_head()
+    entry = AuditEntry("t", "team.onboard", "Team", "robo")
+    for groups, error in (
+        ([("robo", "member", "robo-research"), ("", "member", "robo-research")], ValidationFailed),
+        ([("robo", "member", "robo-research"), ("robo", "member", "robo-research")], Conflict),
+        ([("robo", "platform-admin", "robo-research")], ValidationFailed),
+    ):
+        with pytest.raises(error):
+            store.onboard_team(plan.queues, plan.tokens, entry, groups=groups)
+        assert store.list_objects() == [] and store.list_tokens() == [] and store.audit_head() == head
+        assert store.oidc_group_grants() == []
+    store.onboard_team(plan.queues, plan.tokens, entry, groups=[("robo", "member", "robo-research")])
+    assert store.oidc_group_grants() == [("robo", "member", "robo-research")]
+    [rec] = [a for a in store.audit_records() if a.action == "team.onboard"]
+    assert rec.detail["oidcGroups"] == [{"group": "robo", "role": "member", "scope": "robo-research"}]
+
+
+def test_an_onboarded_teams_groups_sign_in_with_its_role(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_oidc import ISSUER, JWK, id_token
+
+    jwks = tmp_path / "jwks.json"
+    jwks.write_text(json.dumps({"keys": [JWK]}))
+    cfg = {
+        "issuer": ISSUER,
+        "audience": "gpupool",
+        "jwksFile": str(jwks),
+        "groups": [{"group": "ml-platform", "role": "platform-admin"}],
+    }
+    (tmp_path / "oidc.yaml").write_text(yaml.safe_dump(cfg))
+    monkeypatch.setenv("GPUPOOL_OIDC_CONFIG", str(tmp_path / "oidc.yaml"))
+    with running_app(tmp_path / "state") as api:
+        _room(api)
+        lead = id_token(preferred_username="nadia", groups=["nlp-leads"])
+        assert api.req("GET", "/v1/whoami", token=lead).status_code == 401  # no rule maps the group yet
+        r = api.req("POST", "/v1/onboard", json={"template": _with_groups(), "team": "nlp"})
+        assert r.status_code == 200, r.text
+        assert {"group": "nlp-leads", "role": "queue-admin", "scope": "nlp"} in r.json()["oidcGroups"]
+        who = api.get("/v1/whoami", token=lead)
+        assert (who["name"], who["role"], who["scope"]) == ("nadia", "queue-admin", "nlp")
+        member = id_token(preferred_username="max", groups=["nlp"])
+        job = wl("sso-job", queue="nlp-experiments", priorityClass="experiment")
+        assert api.req("POST", "/v1/workloads", token=member, json=job).status_code == 201
+        assert (
+            api.req("POST", "/v1/workloads", token=member, json=wl("sso-no", queue="vision-team")).status_code
+            == 403
+        )

@@ -19,13 +19,21 @@ The configuration is a YAML file (``GPUPOOL_OIDC_CONFIG`` names it)::
 
 A signature is checked with the issuer's published keys (by ``kid``); ``exp``, ``iss`` and
 ``aud`` must hold. A token whose groups match no rule is refused (401), naming its groups.
+
+Besides the file's rules, the grants ``gpupool onboard`` recorded for a team's OIDC groups
+(gpupool.store.onboarding, ``admins: {oidcGroups: [...]}`` in a TeamTemplate) are rules too,
+read from the store (:meth:`OidcVerifier.use_grants`) and consulted after the file's, so the
+platform team's own mapping always wins. They are re-read at most every ``GRANTS_CACHE_S``: a
+team onboarded now can sign in within seconds, and a sign-in costs no query.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +47,10 @@ from gpupool.auth import SCOPED_ROLES, TOKEN_PREFIX, Principal, Role
 CONFIG_ENV = "GPUPOOL_OIDC_CONFIG"
 #: signatures accepted: asymmetric only (a shared secret would let any holder mint tokens)
 ALGORITHMS = ("RS256", "RS384", "RS512", "ES256", "ES384", "PS256")
+#: how long the stored group grants are reused before they are read again
+GRANTS_CACHE_S = 5.0
+#: where stored grants come from: (group, role, scope) triples, oldest first
+GrantSource = Callable[[], Sequence[tuple[str, str, str]]]
 
 
 class OidcError(Exception):
@@ -130,6 +142,35 @@ class OidcVerifier:
 
     config: OidcConfig
     _keys: Any = field(init=False, default=None)
+    _grants: GrantSource | None = field(init=False, default=None)
+    _cached: tuple[float, tuple[GroupRule, ...]] | None = field(init=False, default=None)
+    _mu: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def use_grants(self, source: GrantSource) -> None:
+        """Consult the grants ``source`` returns (the store's) after the configured rules."""
+        with self._mu:
+            self._grants, self._cached = source, None
+
+    def forget_grants(self) -> None:
+        """Read the stored grants again at the next sign-in (onboarding just recorded some)."""
+        with self._mu:
+            self._cached = None
+
+    def stored_rules(self) -> tuple[GroupRule, ...]:
+        """The stored grants as rules (cached ``GRANTS_CACHE_S``); ones naming an unknown role
+        are skipped, as the store accepts only scoped roles."""
+        with self._mu:
+            source, cached = self._grants, self._cached
+        now = time.monotonic()
+        if source is None:
+            return ()
+        if cached is not None and now - cached[0] < GRANTS_CACHE_S:
+            return cached[1]
+        roles = {r.value: r for r in Role}
+        rules = tuple(GroupRule(g, roles[r], sc) for g, r, sc in source() if r in roles)
+        with self._mu:
+            self._cached = (now, rules)
+        return rules
 
     def __post_init__(self) -> None:
         c = self.config
@@ -176,7 +217,7 @@ class OidcVerifier:
             raise OidcError(f"the ID token has no {c.username_claim} or sub claim")
         groups = claims.get(c.groups_claim) or []
         groups = [groups] if isinstance(groups, str) else [str(g) for g in groups if isinstance(g, str)]
-        for rule in c.rules:
+        for rule in (*c.rules, *self.stored_rules()):
             if rule.group in groups:
                 return Principal(name, rule.role, rule.scope)
         raise OidcError(f"{name}'s groups ({', '.join(groups) or 'none'}) map to no gpupool role")

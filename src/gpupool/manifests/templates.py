@@ -42,6 +42,16 @@ class TaskDefault(StrictModel):
     maxDuration: str | None = None
 
 
+class Grantees(StrictModel):
+    """Who gets a role over the team's queue: people or robots by token, and OIDC groups whose
+    members get the role when they sign in (gpupool.oidc); either, or both."""
+
+    tokens: list[str] = Field(default_factory=list, description="token names (may use {team})")
+    oidcGroups: list[str] = Field(
+        default_factory=list, description="identity-provider groups (may use {team})"
+    )
+
+
 class TeamTemplateSpec(StrictModel):
     description: str = ""
     parameters: dict[str, str | int | float] = Field(default_factory=dict)
@@ -52,8 +62,9 @@ class TeamTemplateSpec(StrictModel):
     priorityClasses: list[str] = Field(default_factory=list)
     taskDefaults: dict[str, TaskDefault] = Field(default_factory=dict)
     approvalPools: list[str] = Field(default_factory=list)
-    admins: list[str] = Field(default_factory=list)
-    members: list[str] = Field(default_factory=list)
+    #: a list is token names (as before); a mapping names tokens and/or OIDC groups
+    admins: list[str] | Grantees = Field(default_factory=list)
+    members: list[str] | Grantees = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _renders(self) -> TeamTemplateSpec:
@@ -68,11 +79,18 @@ class TemplateError(ValueError):
 
 @dataclass(slots=True)
 class Onboarding:
-    """What onboarding a team creates: Queue manifests and token grants (name, role, scope)."""
+    """What onboarding a team creates: Queue manifests, token grants (name, role, scope) and
+    OIDC group grants (group, role, scope)."""
 
     team: str
     queues: list[dict[str, Any]] = field(default_factory=list)
     tokens: list[tuple[str, str, str]] = field(default_factory=list)
+    groups: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def grantees(value: list[str] | Grantees) -> Grantees:
+    """The mapping form of ``admins``/``members`` (a plain list is token names)."""
+    return value if isinstance(value, Grantees) else Grantees(tokens=list(value))
 
 
 def _values(spec: TeamTemplateSpec, team: str, sets: Mapping[str, str]) -> dict[str, str]:
@@ -135,11 +153,22 @@ def render(spec: TeamTemplateSpec, team: str, sets: Mapping[str, str]) -> Onboar
             loc = ".".join(str(x) for x in first["loc"])
             raise TemplateError(f"{where}.spec.{loc}: {first['msg']}") from exc
         out.queues.append(_queue(name, qspec, spec, team, root == name))
-    for role, people in (("queue-admin", spec.admins), ("member", spec.members)):
-        for i, who in enumerate(people):
-            where = f"spec.{'admins' if role == 'queue-admin' else 'members'}[{i}]"
-            out.tokens.append((str(_fill(who, vals, where)), role, root))
+    for role, key, raw in (("queue-admin", "admins", spec.admins), ("member", "members", spec.members)):
+        who = grantees(raw)
+        plain = isinstance(raw, list)  # a plain list keeps its old field path in messages
+        for i, name in enumerate(who.tokens):
+            where = f"spec.{key}[{i}]" if plain else f"spec.{key}.tokens[{i}]"
+            out.tokens.append((str(_fill(name, vals, where)), role, root))
+        for i, group in enumerate(who.oidcGroups):
+            out.groups.append((_group(group, vals, f"spec.{key}.oidcGroups[{i}]"), role, root))
     return out
+
+
+def _group(raw: str, vals: Mapping[str, str], where: str) -> str:
+    group = str(_fill(raw, vals, where)).strip()
+    if not group or len(group) > 253:
+        raise TemplateError(f"{where}: a group name of 1 to 253 characters")
+    return group
 
 
 def _queue(name: str, qspec: dict[str, Any], spec: TeamTemplateSpec, team: str, root: bool) -> dict[str, Any]:
@@ -160,4 +189,13 @@ def _queue(name: str, qspec: dict[str, Any], spec: TeamTemplateSpec, team: str, 
 
 SPECS.setdefault("TeamTemplate", TeamTemplateSpec)
 
-__all__ = ["Onboarding", "TaskDefault", "TeamTemplateSpec", "TemplateError", "TemplateQueue", "render"]
+__all__ = [
+    "Grantees",
+    "Onboarding",
+    "TaskDefault",
+    "TeamTemplateSpec",
+    "TemplateError",
+    "TemplateQueue",
+    "grantees",
+    "render",
+]

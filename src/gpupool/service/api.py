@@ -148,6 +148,8 @@ def _start_service(
     ctl.faults.backoff_s, ctl.faults.max_backoff_s = cfg.retry_backoff_s, cfg.retry_max_backoff_s
     batcher = SubmitBatcher(st)
     app.state.svc = Service(cfg, st, be, ctl, metrics, batcher, token)
+    if app.state.svc.oidc is not None:  # the OIDC groups teams were onboarded with (gpupool.oidc)
+        app.state.svc.oidc.use_grants(st.oidc_group_grants)
     metrics.bind(app.state.svc.read, ctl)  # per-queue state, refreshed after cycles
     getattr(be, "bind", lambda svc: None)(app.state.svc)  # the local backend's device health
     if start_controller:

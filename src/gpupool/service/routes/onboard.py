@@ -4,7 +4,7 @@ previewed first, recorded as one audit entry (``gpupool onboard``).
 Why through the same checks as ``/v1/apply``: the queues a template renders are validated
 against the configuration they join (a guarantee the parent cannot give is refused naming the
 field) and previewed on the work running now; only then does one store transaction create the
-queues and issue the tokens (gpupool.store.onboarding).
+queues, issue the tokens and record the OIDC group grants (gpupool.store.onboarding).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from gpupool.manifests.templates import Onboarding, TeamTemplateSpec, TemplateEr
 from gpupool.service import preview as pv
 from gpupool.service.convert import parse_manifest
 from gpupool.service.openapi import BODY, doc
-from gpupool.service.routes.base import ApiError, Caller, Svc
+from gpupool.service.routes.base import ApiError, Caller, Service, Svc
 from gpupool.service.routes.config import _check_config, _parse_set
 
 router = APIRouter()
@@ -68,14 +68,24 @@ def onboard(body: OnboardRequest, p: Caller, svc: Svc) -> dict[str, Any]:
         report = pv.simulate(svc, view.bundle)
         if body.dryRun:
             out = pv.record(svc, p, plan.queues, report, body.reason)
-            return {**out, "objects": plan.queues, "tokens": [list(t) for t in plan.tokens]}
+            return {
+                **out,
+                "objects": plan.queues,
+                "tokens": [list(t) for t in plan.tokens],
+                **_groups(svc, plan),
+            }
         detail = {"template": name, "team": body.team, "set": body.set, "preview": pv.summary(report)}
         if body.reason:
             detail["reason"] = body.reason
         recs, issued = svc.store.onboard_team(
-            plan.queues, plan.tokens, AuditEntry(p.name, "team.onboard", "Team", body.team, detail)
+            plan.queues,
+            plan.tokens,
+            AuditEntry(p.name, "team.onboard", "Team", body.team, detail),
+            groups=plan.groups,
         )
         ctl.reload_config()
+        if plan.groups and svc.oidc is not None:
+            svc.oidc.forget_grants()  # the team's groups may sign in at once
     return {
         "team": body.team,
         "template": name,
@@ -84,8 +94,21 @@ def onboard(body: OnboardRequest, p: Caller, svc: Svc) -> dict[str, Any]:
             {"name": t.record.name, "role": t.record.role, "scope": t.record.scope, "token": t.token}
             for t in issued
         ],
+        **_groups(svc, plan),
         "preview": report,
     }
+
+
+def _groups(svc: Service, plan: Onboarding) -> dict[str, Any]:
+    """The OIDC group grants, and a note when single sign-on is off (they wait for it)."""
+    if not plan.groups:
+        return {}
+    out: dict[str, Any] = {"oidcGroups": [{"group": g, "role": r, "scope": sc} for g, r, sc in plan.groups]}
+    if svc.oidc is None:
+        out["note"] = (
+            "single sign-on is off (GPUPOOL_OIDC_CONFIG unset): the group grants apply once it is on"
+        )
+    return out
 
 
 __all__ = ["router"]
