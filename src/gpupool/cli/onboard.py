@@ -81,3 +81,7 @@ def onboard(
             markup=False,
             soft_wrap=True,
         )
+    for g in done.get("oidcGroups", []):
+        console.print(f"OIDC group {g['group']}: {g['role']} of {g['scope']}", highlight=False, markup=False)
+    if done.get("note"):
+        console.print(done["note"], highlight=False, markup=False)
