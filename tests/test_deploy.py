@@ -59,10 +59,10 @@ def test_structural_check_can_fail() -> None:
     ]
 
 
-def test_workload_crd_shows_queue_phase_position_reason_age() -> None:
+def test_workload_crd_shows_queue_phase_position_reason_pool_age() -> None:
     (wl,) = [c for c in all_crds() if c["spec"]["names"]["kind"] == "Workload"]
     cols = wl["spec"]["versions"][0]["additionalPrinterColumns"]
-    assert [c["name"] for c in cols] == ["Queue", "Phase", "Position", "Reason", "Age"]
+    assert [c["name"] for c in cols] == ["Queue", "Phase", "Position", "Reason", "Pool", "Age"]
     assert wl["spec"]["scope"] == "Namespaced" and wl["spec"]["versions"][0]["subresources"] == {"status": {}}
 
 

@@ -68,6 +68,7 @@ CRDS = (
             ("Phase", "string", ".status.phase"),
             ("Position", "integer", ".status.position"),
             ("Reason", "string", ".status.reason"),
+            ("Pool", "string", ".status.admission.pool"),
             _AGE,
         ),
         {
@@ -75,8 +76,18 @@ CRDS = (
             "description": "The engine's view, mirrored by gpupool: phase, queue position, why it waits.",
             "properties": {
                 "phase": {"type": "string"},
+                "queue": {"type": "string"},
                 "position": {"type": "integer"},
                 "reason": {"type": "string"},
+                "reasonCode": {"type": "string"},
+                "admission": {
+                    "type": "object",
+                    "properties": {
+                        "pool": {"type": "string"},
+                        "nodes": {"type": "array", "items": {"type": "string"}},
+                        "borrowing": {"type": "boolean"},
+                    },
+                },
             },
         },
     ),

@@ -291,8 +291,18 @@ class StatusWriter:
         max_pod_writes: int = 500,
         clock: Callable[[], float] = time.time,
         gate: Callable[[], bool] = lambda: True,
+        mirror: Any = None,
     ) -> None:
+        from gpupool.kube.mirror import WorkloadMirror  # it reads Waiting from this module
+
         self.ctl = ctl
+        #: the Workload status mirrors (``kubectl get workloads.gpupool.io``); over the real API
+        #: by default, none with a test's recording ``Writes`` unless one is given
+        self.mirror = (
+            mirror
+            if mirror is not None
+            else (WorkloadMirror(writes.api) if isinstance(writes, KubeWrites) else None)
+        )
         self.store = store
         self.source = source
         self.informers = informers
@@ -348,14 +358,26 @@ class StatusWriter:
     # ------------------------------------------------------------------ one pass
     def step(self) -> None:
         names = {name: key for key, name in list(self.source.names.items())}
+        waiting = waiting_reasons(self.ctl, names) if names else {}
         if names:
-            self._conditions(names)
+            self._conditions(names, waiting)
             self._decisions(names)
+        self._mirror(names, waiting)
         self.recorder.flush()
         self.stats["passes"] += 1
 
-    def _conditions(self, names: Mapping[str, Key]) -> None:
-        waiting = waiting_reasons(self.ctl, names)
+    def _mirror(self, names: Mapping[str, Key], waiting: Mapping[str, Waiting]) -> None:
+        """The Workload mirrors of the source's workloads (one store query per 500 names)."""
+        if self.mirror is None:
+            return
+        listed = list(names)
+        records: list[Any] = []
+        for i in range(0, len(listed), 500):
+            records += self.store.list_workloads(names=listed[i : i + 500])
+        ns_of = {n: key[1] for n, key in names.items()}
+        self.mirror.sync(records, waiting, ns_of, lambda n: self.owner_object(names[n]))
+
+    def _conditions(self, names: Mapping[str, Key], waiting: Mapping[str, Waiting]) -> None:
         pods = self._waiting_pods({names[n] for n in waiting}) if waiting else {}
         live = {
             (str(_meta(p).get("namespace") or ""), str(_meta(p).get("name") or ""))
