@@ -2,7 +2,7 @@
 // Every text shown is a text node (never HTML), so names and reasons are data, not markup.
 "use strict";
 
-const state = { token: localStorage.getItem("gpupool-token") || "", workloads: [], sort: { key: "submittedAt", desc: true } };
+const state = { token: localStorage.getItem("gpupool-token") || "", workloads: [], sort: { key: "submittedAt", desc: true }, who: null, incidents: [] };
 const ACTIVE = ["Pending", "Admitted", "Running", "AwaitingApproval"];
 
 function el(tag, attrs = {}, ...children) {
@@ -70,7 +70,7 @@ async function loadCluster() {
     `${c.nodes} nodes, ${c.gpus} GPUs · ${c.running} running, ${c.pending} pending · ${c.cycles} scheduling cycles`;
   const tb = document.querySelector("#pools tbody");
   tb.replaceChildren(...c.pools.map((p) => el("tr", {},
-    el("td", {}, p.name), el("td", {}, String(p.nodes)), el("td", {}, fmt(p.gpus)), el("td", {}, fmt(p.gpuAllocated)),
+    el("td", {}, objectLink("pools", p.name)), el("td", {}, String(p.nodes)), el("td", {}, fmt(p.gpus)), el("td", {}, fmt(p.gpuAllocated)),
     el("td", {}, bar(p.gpus ? p.gpuAllocated / p.gpus : 0)), el("td", {}, p.preemptible ? "yes" : "no"),
     el("td", {}, String(p.pricePerGPUHour)))));
 }
@@ -107,7 +107,7 @@ async function loadQuota() {
     rows.filter((i) => i.queue === name).forEach((i, n) => {
       const g = i.guarantee.gpu ?? 0, used = i.used.gpu ?? 0, borrow = Math.max(0, used - g);
       out.push(el("tr", { "data-queue": name, id: n === 0 ? `queue-${name}` : "" },
-        el("td", { class: "tree", style: `padding-left:${0.5 + depth * 1.2}rem` }, n === 0 ? (depth ? "└ " : "") + name : ""),
+        el("td", { class: "tree", style: `padding-left:${0.5 + depth * 1.2}rem` }, n === 0 ? el("span", {}, depth ? "└ " : "", objectLink("queues", name)) : ""),
         el("td", {}, i.parent || ""), el("td", {}, i.pool), el("td", {}, fmt(i.guarantee.gpu)), el("td", {}, fmt(used)),
         el("td", { class: borrow > 0 ? "borrowing" : "" }, borrow > 0 ? fmt(borrow) : "0"),
         el("td", {}, fmt(effectiveLimit(i, byKey, parent))),
@@ -210,21 +210,34 @@ async function loadCharts() {
   window.Plotly.react("chart-pending", lines(h.times, h.pending), layout("workloads"), cfg);
 }
 
-async function refresh() {
+// which page the hash names: [main element id, what loads it, reloaded by the 5 s timer]
+function page() {
+  const h = location.hash;
+  if (h.startsWith("#/workload/")) return ["workload-page", () => showWorkloadPage(decodeURIComponent(h.slice(11))), true];
+  if (h === "#/config") return ["config-page", showConfigPage, false];
+  const obj = h.match(/^#\/object\/([a-z]+)\/(.+)$/);
+  if (obj) return ["object-page", () => showObjectPage(obj[1], decodeURIComponent(obj[2])), false];
+  // incidents and history are not reloaded under the user's hands (a note being typed, a diff chosen)
+  if (h === "#/incidents") return ["incidents-page", showIncidentsPage, false];
+  return ["overview", () => Promise.all([loadCluster(), loadQuota(), loadWorkloads(), loadNodes(), loadCharts(), loadIncidentCount()]), true];
+}
+
+async function refresh(timer = false) {
   if (!state.token) { showError("Sign in with an API token (gpupool serve prints the admin token)."); return; }
+  const [, load, periodic] = page();
+  if (timer && !periodic) return;
   try {
     const who = await api("/v1/whoami");
+    state.who = who;
     document.getElementById("who").textContent = `${who.name} (${who.role}${who.scope ? ", " + who.scope : ""})`;
-    if (location.hash.startsWith("#/workload/")) await showWorkloadPage(decodeURIComponent(location.hash.slice(11)));
-    else await Promise.all([loadCluster(), loadQuota(), loadWorkloads(), loadNodes(), loadCharts()]);
+    await load();
     showError("");
   } catch (err) { showError(err.message); }
 }
 
 function route() {
-  const onWorkload = location.hash.startsWith("#/workload/");
-  document.getElementById("overview").hidden = onWorkload;
-  document.getElementById("workload-page").hidden = !onWorkload;
+  const [id] = page();
+  for (const m of document.querySelectorAll("main")) m.hidden = m.id !== id;
   const anchor = location.hash.match(/^#\/#(.+)$/);
   refresh().then(() => { if (anchor) document.getElementById(decodeURIComponent(anchor[1]))?.scrollIntoView(); });
 }
@@ -267,4 +280,4 @@ for (const b of document.querySelectorAll("#workloads th button.sort")) {
 document.getElementById("token").value = state.token;
 window.addEventListener("hashchange", route);
 route();
-setInterval(refresh, 5000);
+setInterval(() => refresh(true), 5000);
