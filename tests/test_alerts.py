@@ -14,6 +14,7 @@ from gpupool.service import alerts
 from gpupool.service.readmodel import ControllerReadModel
 from gpupool.service.routes.base import Service
 from gpupool.store import Conflict
+from gpupool.store.incidents import Firing
 from tests.test_service_support import in_process_controller, running_app, submit_to
 
 
@@ -73,3 +74,16 @@ def test_alerts_over_the_api(tmp_path: Path) -> None:
         assert r.status_code == 422
         viewer = api.token_for("v", "viewer")
         assert api.req("GET", "/v1/alerts", token=viewer).status_code == 403
+
+
+def test_listing_without_evaluating_shows_what_was_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(alerts.INTERVAL_ENV, "3600")  # the background loop stays out of the way
+    with running_app(tmp_path) as api:
+        svc = api.c.app.state.svc  # type: ignore[attr-defined]
+        svc.store.sync_incidents([Firing("GPUUnhealthy", "node/x/gpu/0", "critical", "gone")])
+        listed = api.get("/v1/alerts", params={"evaluate": "false", "open": "true"})
+        assert [i["subject"] for i in listed["items"]] == ["node/x/gpu/0"]  # not evaluated: still open
+        evaluated = api.get("/v1/alerts", params={"open": "true"})
+        assert evaluated["resolved"] == 1 and evaluated["items"] == []  # the condition does not hold
