@@ -32,7 +32,16 @@ from gpupool.kube.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.gangs import assign_slots, attempt_pods, live
 from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.nodes import NodeView
-from gpupool.kube.outcomes import Outcome, owner_outcome, pod_failure, pods_outcome
+from gpupool.kube.outcomes import (
+    PODS_READY_TIMEOUT,
+    Outcome,
+    PodsReadyPolicy,
+    not_ready_reason,
+    owner_outcome,
+    pod_failure,
+    pod_ready,
+    pods_outcome,
+)
 from gpupool.kube.recovery import adopted_runs
 from gpupool.kube.tracker import OWNER_KINDS, Top, Tracker
 from gpupool.model import Node
@@ -58,6 +67,8 @@ class KubeRun:
     tries: int = 0
     last_error: str = ""
     outcome: Outcome | None = None
+    #: every pod was seen Ready once (the podsReady timeout no longer applies, as in Kueue)
+    ready: bool = False
 
     def state(self) -> RunState:
         o = self.outcome
@@ -98,6 +109,7 @@ class KubernetesBackend:
         inventory_options: inventory.InventoryOptions | None = None,
         clock: Callable[[], float] = time.time,
         interval_s: float = 0.05,
+        pods_ready: PodsReadyPolicy | None = None,
     ) -> None:
         self.api = KubeApi.of(client)
         self.informers = informers
@@ -106,6 +118,7 @@ class KubernetesBackend:
         self.backoff_s = backoff_s
         self.clock = clock
         self.interval_s = interval_s
+        self.pods_ready = pods_ready or PodsReadyPolicy()
         self._wake = threading.Event()
         self.tracker = Tracker(informers, scheduler_name)
         self.tracker.attach()
@@ -321,6 +334,7 @@ class KubernetesBackend:
                     self.on_nodes_changed()
                 if self.leader_gate is None or self.leader_gate():
                     self.bind_pass()
+                    self.ready_pass()
             except Exception:
                 log.exception("kubernetes reconcile pass failed")
             self._stop.wait(self.interval_s)
@@ -391,19 +405,50 @@ class KubernetesBackend:
                 just = [r.job.pod for r in rs if r.ok]  # bound this pass: not in the cache yet
                 self._unbind(run, f"binding failed after {run.tries} tries: {run.last_error}", just)
 
-    def _unbind(self, run: KubeRun, why: str, just_bound: Sequence[Mapping[str, Any]] = ()) -> None:
+    def ready_pass(self, now: float | None = None) -> int:
+        """Kueue's ``waitForPodsReady``: a gang not all Ready ``pods_ready.timeout_s`` after its
+        admission (waiting for its pods to be created, bound or started all count) is evicted
+        like a gang that cannot bind, with reason ``PodsReadyTimeout``; the controller requeues
+        it under its retry policy. Returns the gangs evicted."""
+        limit = self.pods_ready.timeout_s
+        if limit is None:
+            return 0
+        now = self.clock() if now is None else now
+        with self._lock:
+            todo = [r for r in self._runs.values() if r.outcome is None and not r.ready]
+        evicted = 0
+        for run in todo:
+            want = len(run.placement.get("pods") or ())
+            mine = self.tracker.pods(run.top)
+            pods = attempt_pods(mine, run.decision) if run.bound else live(mine)
+            if run.bound and len(pods) >= want and all(pod_ready(p) for p in pods):
+                run.ready = True
+            elif now - run.started_at > limit:
+                why = f"{PODS_READY_TIMEOUT}: {not_ready_reason(pods, want, limit)}"
+                self._unbind(run, why, reason=PODS_READY_TIMEOUT)
+                evicted += 1
+        return evicted
+
+    def _unbind(
+        self,
+        run: KubeRun,
+        why: str,
+        just_bound: Sequence[Mapping[str, Any]] = (),
+        reason: str = "BindFailed",
+    ) -> None:
         """Give up a gang: delete the pods it bound (a suspendable owner is re-suspended by
-        ``forget``) and report it failed as a platform fault (``BindFailed``)."""
+        ``forget``) and report it failed with ``reason`` (``BindFailed``: a platform fault;
+        ``PodsReadyTimeout``: counted under the workload's retry policy)."""
         bound = {object_key(p): p for p in attempt_pods(self.tracker.pods(run.top), run.decision)}
         bound.update({object_key(p): p for p in just_bound})
         try:
             self.evictor.delete_pods(list(bound.values()))
         except Exception:
             log.exception("deleting the bound pods of %s failed", run.name)
-        run.outcome = Outcome("Failed", why, None, "BindFailed")
+        run.outcome = Outcome("Failed", why, None, reason)
         obj = self.tracker.owner_object(run.top)
         if obj is not None:
-            self.evictor.event(obj, "BindFailed", why, "Warning")
+            self.evictor.event(obj, reason, why, "Warning")
         log.warning("%s: %s", run.name, why)
 
 

@@ -112,4 +112,95 @@ def pods_outcome(pods: Iterable[Mapping[str, Any]], expected: int) -> Outcome | 
     return None
 
 
-__all__ = ["Outcome", "owner_outcome", "pod_failure", "pods_outcome"]
+# -- Kueue's waitForPodsReady ---------------------------------------------------------------
+PODS_READY_TIMEOUT = "PodsReadyTimeout"
+
+
+@dataclass(frozen=True, slots=True)
+class PodsReadyPolicy:
+    """Kueue's ``waitForPodsReady``: a gang whose pods are not all Ready within ``timeout_s`` of
+    its admission is evicted and requeued (off when ``timeout_s`` is None, as in Kueue).
+
+    Why: a gang admitted on devices but stuck (an image that never pulls, a pod the kubelet
+    cannot start) holds GPUs while doing nothing, and a gang is useless until every pod runs.
+    The requeue is a failure with reason ``PodsReadyTimeout`` under the workload's retry policy:
+    its backoff and ``maxRetries`` (``gpupool.io/retry-backoff`` overrides) play the part of
+    Kueue's ``requeuingStrategy`` (exponential backoff, then deactivation)."""
+
+    timeout_s: float | None = None
+
+
+def pods_ready_policy(doc: Any, where: str = "waitForPodsReady") -> PodsReadyPolicy:
+    """Parse ``{enable: bool, timeout: duration}`` (Kueue's field names; a bare duration means
+    enabled with that timeout; None means off). Raises ValueError naming the field at fault."""
+    from gpupool.quantity import QuantityError, parse_duration
+
+    if doc is None:
+        return PodsReadyPolicy()
+    if isinstance(doc, str | int | float) and not isinstance(doc, bool):
+        doc = {"enable": True, "timeout": doc}
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"{where}: expected a mapping {{enable, timeout}} or a duration, got {doc!r}")
+    unknown = sorted(set(doc) - {"enable", "timeout"})
+    if unknown:
+        raise ValueError(f"{where}.{unknown[0]}: unknown field (known: enable, timeout)")
+    enable = doc.get("enable", True)
+    if not isinstance(enable, bool):
+        raise ValueError(f"{where}.enable: expected true or false, got {enable!r}")
+    if not enable:
+        return PodsReadyPolicy()
+    try:
+        secs = parse_duration(doc.get("timeout", "5m"))  # Kueue's default timeout
+    except QuantityError as exc:
+        raise ValueError(f"{where}.timeout: {exc}") from exc
+    if secs <= 0:
+        raise ValueError(f"{where}.timeout: must be more than 0 seconds")
+    return PodsReadyPolicy(secs)
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """Running with the Ready condition True, or already Succeeded (a pod that finished fast)."""
+    st = _status(pod)
+    if st.get("phase") == "Succeeded":
+        return True
+    if st.get("phase") != "Running":
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in st.get("conditions") or ())
+
+
+def not_ready_reason(pods: Iterable[Mapping[str, Any]], want: int, timeout_s: float) -> str:
+    """Why a gang missed its podsReady timeout: how many pods are not ready, and the first
+    few by name with their phase and waiting reason (what ``kubectl get pods`` shows)."""
+    pods = list(pods)
+    late = [p for p in pods if not pod_ready(p)]
+    shown = ", ".join(f"{_name(p)} {_phase_detail(p)}" for p in late[:3])
+    missing = max(0, want - len(pods))
+    parts = [f"{len(late) + missing} of {want} pods not ready {timeout_s:g}s after admission"]
+    if shown:
+        parts.append(shown + (" ..." if len(late) > 3 else ""))
+    if missing:
+        parts.append(f"{missing} not created")
+    return "; ".join(parts)
+
+
+def _phase_detail(pod: Mapping[str, Any]) -> str:
+    st = _status(pod)
+    phase = str(st.get("phase") or "Pending")
+    for cs in st.get("containerStatuses") or ():
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return f"{phase} ({waiting['reason']})"
+    return phase
+
+
+__all__ = [
+    "PODS_READY_TIMEOUT",
+    "Outcome",
+    "PodsReadyPolicy",
+    "not_ready_reason",
+    "owner_outcome",
+    "pod_failure",
+    "pod_ready",
+    "pods_outcome",
+    "pods_ready_policy",
+]

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupool.auth import Principal, Role
 from gpupool.kube.lease import KubeLease, KubeLeaseSettings
+from gpupool.kube.outcomes import PodsReadyPolicy, pods_ready_policy
 from gpupool.kube.source import SYSTEM_NAME, Outcome, SourcePolicy, policy_from_options
 from gpupool.service.routes.base import ApiError
 from gpupool.service.routes.workloads import Prepared, after, prepare
@@ -53,6 +54,12 @@ class KubeOptions:
     policy: SourcePolicy = field(default_factory=SourcePolicy)
     lease: KubeLeaseSettings = field(default_factory=KubeLeaseSettings)
     sync_timeout_s: float = 60.0
+    pods_ready: PodsReadyPolicy = field(default_factory=PodsReadyPolicy)
+
+
+#: Kueue's ``waitForPodsReady`` for ``serve``: a duration (``5m``) or ``{enable, timeout}`` as
+#: YAML; unset: off (Kueue's default)
+PODS_READY_ENV = "GPUPOOL_KUBE_WAIT_FOR_PODS_READY"
 
 
 def kube_options(
@@ -62,8 +69,11 @@ def kube_options(
     restrict: bool,
     lease_namespace: str | None,
     lease_name: str = "gpupool-scheduler",
+    pods_ready: Any = None,
 ) -> KubeOptions:
-    """Check the options; raises ValueError naming the option at fault."""
+    """Check the options; raises ValueError naming the option at fault. ``pods_ready``: the
+    ``waitForPodsReady`` setting (a duration or ``{enable, timeout}``); when None, read from
+    ``$GPUPOOL_KUBE_WAIT_FOR_PODS_READY`` (YAML), else off."""
     if kubeconfig is not None and not kubeconfig.is_file():
         raise ValueError(f"--kubeconfig {kubeconfig}: no such file")
     policy = policy_from_options(namespace_queues, restrict)
@@ -75,7 +85,21 @@ def kube_options(
         context,
         policy,
         KubeLeaseSettings(namespace=ns, name=lease_name),
+        pods_ready=_pods_ready(pods_ready),
     )
+
+
+def _pods_ready(given: Any) -> PodsReadyPolicy:
+    where = "waitForPodsReady"
+    if given is None and os.environ.get(PODS_READY_ENV, "").strip():
+        import yaml
+
+        where = f"{PODS_READY_ENV}: waitForPodsReady"
+        try:
+            given = yaml.safe_load(os.environ[PODS_READY_ENV])
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{where}: not YAML: {exc}") from exc
+    return pods_ready_policy(given, where)
 
 
 def kube_runtime(opts: KubeOptions) -> KubeRuntime:
@@ -159,7 +183,7 @@ class KubeRuntime:
         # the backend class itself rather than make_backend("kubernetes"), which opens its own
         # connection and caches: here one connection and one set of caches serve the backend,
         # the source, the status writer and the Lease
-        backend: Any = KubernetesBackend(self.api, self.informers)
+        backend: Any = KubernetesBackend(self.api, self.informers, pods_ready=opts.pods_ready)
         # only the Lease holder binds or evicts; the store elector reads the same gate
         backend.leader_gate = self.lease.held
         self.backend = backend

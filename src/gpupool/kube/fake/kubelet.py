@@ -1,5 +1,8 @@
 """A simulated kubelet for every node: admits bound pods (through the HAMi stand-in), runs them,
 ends them after ``fake.gpupool.io/run-seconds`` and removes deleted pods after their grace period.
+``fake.gpupool.io/start-seconds`` keeps an admitted pod Pending (``ContainerCreating``, its devices
+already allocated, as during an image pull) that long before it runs: what a podsReady timeout
+is for.
 
 Why it writes straight to the store: it is part of the server process, and going through HTTP
 would double the benchmark's request count with traffic no real scheduler would cause.
@@ -19,6 +22,7 @@ if TYPE_CHECKING:
 
 RUN_SECONDS = "fake.gpupool.io/run-seconds"
 EXIT_CODE = "fake.gpupool.io/exit-code"
+START_SECONDS = "fake.gpupool.io/start-seconds"
 
 
 class Kubelet:
@@ -107,6 +111,23 @@ class Kubelet:
                 self.store.stats.violations.append(problem)
             self._release_lock(pod, node)
             ann[hami.BIND_PHASE] = "success"
+        hold = ann.get(START_SECONDS)
+        if hold is not None:
+            if self._write(pod, ann, _creating_status(pod)):
+                md = pod["metadata"]
+                ns, name, uid = md["namespace"], md["name"], md["uid"]
+                self.rt.after(float(hold) * self.srv.time_scale, lambda: self._start(ns, name, uid))
+            return
+        self._run(pod, ann)
+
+    def _start(self, ns: str, name: str, uid: str) -> None:
+        """The end of a ``start-seconds`` hold: the same pod, still Pending, now runs."""
+        pod = self.store.find(self.store.types["pods"], ns, name)
+        if pod is None or pod["metadata"]["uid"] != uid or pod["status"].get("phase") != "Pending":
+            return
+        self._run(pod, dict(pod["metadata"].get("annotations") or {}))
+
+    def _run(self, pod: Obj, ann: dict[str, str]) -> None:
         if self._write(pod, ann, _running_status(pod)):
             secs = ann.get(RUN_SECONDS)
             if secs is not None:
@@ -210,6 +231,30 @@ def _conditions(pod: Obj, ready: bool) -> list[dict[str, Any]]:
         {"type": t, "status": v, "lastProbeTime": None, "lastTransitionTime": now}
         for t, v in (("Initialized", "True"), ("Ready", s), ("ContainersReady", s))
     ]
+
+
+def _creating_status(pod: Obj) -> Obj:
+    """Admitted, devices allocated, containers not started (``ContainerCreating``)."""
+    cs = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "ready": False,
+            "restartCount": 0,
+            "imageID": "",
+            "started": False,
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+        }
+        for c in pod["spec"].get("containers", [])
+    ]
+    return {
+        **(pod.get("status") or {}),
+        "phase": "Pending",
+        "startTime": now_rfc3339(),
+        "hostIP": "10.0.0.1",
+        "conditions": _conditions(pod, False),
+        "containerStatuses": cs,
+    }
 
 
 def _running_status(pod: Obj) -> Obj:
