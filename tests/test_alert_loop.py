@@ -5,6 +5,7 @@ workload's ``max_wait_s``."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,9 +136,17 @@ class _LimitedStore:
         return getattr(self.inner, attr)
 
 
+def _limit(ctl: Controller, name: str, limit: float | None) -> None:
+    """Give a pending workload's model its task type's wait limit (when the model has the field)."""
+    q = ctl.pending[name]
+    if hasattr(q.model, "max_wait_s"):
+        q.model = dataclasses.replace(q.model, max_wait_s=limit)
+
+
 def test_a_workload_waiting_past_its_task_types_limit_fires(world: tuple[Store, Controller, Clock]) -> None:
     store, ctl, clock = world
-    svc = _svc(ctl, _LimitedStore(store, {"waits": 600.0}))
+    _limit(ctl, "waits", 600.0)
+    svc = _svc(ctl, _LimitedStore(store, {"waits": 600.0}))  # the stored limit, for a model without one
     only = {"WorkloadWaitedPastLimit": alerts.RULES["WorkloadWaitedPastLimit"]}
     clock.t += 300
     assert alerts.evaluate_rules(svc, rules=only, now=clock.t).firing == []  # 5 of 10 minutes
@@ -145,7 +154,8 @@ def test_a_workload_waiting_past_its_task_types_limit_fires(world: tuple[Store, 
     (f,) = alerts.evaluate_rules(svc, rules=only, now=clock.t).firing
     assert (f.rule, f.subject) == ("WorkloadWaitedPastLimit", "queue/vision-team")
     assert "waits (15 of 10 min)" in f.message
-    # no limit recorded (a workload of a type without one): nothing fires
+    # no limit (a workload of a type without one): nothing fires
+    _limit(ctl, "waits", None)
     assert alerts.evaluate_rules(_svc(ctl, _LimitedStore(store, {})), rules=only, now=clock.t).firing == []
 
 

@@ -124,10 +124,9 @@ def _unhealthy(svc: Service) -> list[Firing]:
     ]
 
 
-def _wait_limits(svc: Service) -> dict[str, float]:
-    """The wait limit each pending workload's task type resolved to, by name: the stored
-    workload's ``max_wait_s`` (set at submit from the task-type defaults); absent or None
-    means no limit."""
+def _stored_limits(svc: Service) -> dict[str, float]:
+    """The wait limit each pending workload's task type resolved to, by name, as stored on the
+    workload (``max_wait_s``, set at submit from the task-type defaults)."""
     out: dict[str, float] = {}
     for rec in svc.store.list_workloads(phases=["Pending"]):
         limit = getattr(rec, "max_wait_s", None)
@@ -137,16 +136,18 @@ def _wait_limits(svc: Service) -> dict[str, float]:
 
 
 def _past_limit(svc: Service, policy: AlertPolicy, now: float) -> list[Firing]:
-    limits = _wait_limits(svc)
-    if not limits:
-        return []
+    """Pending work over its task type's wait limit. The limit is the controller's model's
+    ``max_wait_s`` (built from the stored manifest with the same resolution the store keeps);
+    a model without that field (an older engine model) falls back to the stored workload's."""
     ctl = svc.controller
-    over: dict[str, list[tuple[float, str, float]]] = {}
     with ctl.lock:
-        for q in ctl.pending.values():
-            limit = limits.get(q.name)
-            if limit is not None and now - q.submitted_at > limit:
-                over.setdefault(q.queue, []).append((now - q.submitted_at, q.name, limit))
+        pending = [(q.name, q.queue, q.submitted_at, q.model) for q in ctl.pending.values()]
+    stored = _stored_limits(svc) if any(not hasattr(m, "max_wait_s") for *_, m in pending) else {}
+    over: dict[str, list[tuple[float, str, float]]] = {}
+    for name, queue, since, model in pending:
+        limit = getattr(model, "max_wait_s", None) if hasattr(model, "max_wait_s") else stored.get(name)
+        if isinstance(limit, int | float) and limit > 0 and now - since > limit:
+            over.setdefault(queue, []).append((now - since, name, float(limit)))
     out = []
     for queue, items in sorted(over.items()):
         items.sort(reverse=True)
