@@ -6,7 +6,6 @@ from hypothesis import strategies as st
 
 from gpupool.manifests import default_priority_classes
 from gpupool.model import (
-    UNLIMITED,
     Node,
     PodGroup,
     PodRequest,
@@ -23,6 +22,7 @@ from gpupool.model import (
     TopologyMode,
     TopologyScope,
     Workload,
+    devices_only,
 )
 
 MODELS = ("A", "B")
@@ -62,7 +62,7 @@ def clusters(draw: st.DrawFn) -> tuple[tuple[Node, ...], tuple[ResourcePool, ...
 
 def _limit(draw: st.DrawFn) -> tuple[int, int, int] | None:
     v = draw(st.one_of(st.none(), st.integers(0, 16)))
-    return None if v is None else (v * 1000, UNLIMITED, UNLIMITED)
+    return None if v is None else devices_only(v * 1000)
 
 
 @st.composite
@@ -78,11 +78,7 @@ def queue_trees(draw: st.DrawFn) -> tuple[Queue, ...]:
                 quotas=tuple(
                     PoolQuota(
                         p,
-                        (
-                            sum(g[k] for g in guarantees) * 1000 + draw(st.integers(0, 8)) * 1000,
-                            UNLIMITED,
-                            UNLIMITED,
-                        ),
+                        devices_only(sum(g[k] for g in guarantees) * 1000 + draw(st.integers(0, 8)) * 1000),
                     )
                     for k, p in enumerate(("p0", "p1"))
                 ),
@@ -96,7 +92,7 @@ def queue_trees(draw: st.DrawFn) -> tuple[Queue, ...]:
             )
             lend = _limit(draw)
             if lend is not None:
-                lend = (min(lend[0], guarantees[i][0] * 1000), UNLIMITED, UNLIMITED)
+                lend = devices_only(min(lend[0], guarantees[i][0] * 1000))
             queues.append(
                 Queue(
                     f"{root}-q{i}",
@@ -105,8 +101,8 @@ def queue_trees(draw: st.DrawFn) -> tuple[Queue, ...]:
                     strategy=draw(st.sampled_from(tuple(QueueingStrategy))),
                     preemption=pol,
                     quotas=(
-                        PoolQuota("p0", (guarantees[i][0] * 1000, UNLIMITED, UNLIMITED), _limit(draw), lend),
-                        PoolQuota("p1", (guarantees[i][1] * 1000, UNLIMITED, UNLIMITED), _limit(draw), None),
+                        PoolQuota("p0", devices_only(guarantees[i][0] * 1000), _limit(draw), lend),
+                        PoolQuota("p1", devices_only(guarantees[i][1] * 1000), _limit(draw), None),
                     ),
                 )
             )

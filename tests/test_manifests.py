@@ -62,8 +62,8 @@ def test_examples_load() -> None:
     q = next(q for q in b.queues if q.name == "vision-team").quota("h100-training")
     assert (
         q is not None
-        and q.guarantee == (24000, UNLIMITED, UNLIMITED)
-        and q.lending_limit == (8000, UNLIMITED, UNLIMITED)
+        and q.guarantee == (24000, UNLIMITED, UNLIMITED, UNLIMITED, UNLIMITED)
+        and q.lending_limit == (8000, UNLIMITED, UNLIMITED, UNLIMITED, UNLIMITED)
     )
 
 

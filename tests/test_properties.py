@@ -257,7 +257,7 @@ def test_preemption_device_count_bound_on_a_full_cluster(gang: int) -> None:
     and a 3-pod gang (more whole nodes than eviction can free) is refused by both alike."""
     nodes = tuple(Node(f"n{i}", "A", 8, 81920, 64000, 524288, labels=(("pool", "p0"),)) for i in range(3))
     pools = (ResourcePool("p0", (("pool", "p0"),)),)
-    queues = (Queue("q", quotas=(PoolQuota("p0", (UNLIMITED, UNLIMITED, UNLIMITED)),)),)
+    queues = (Queue("q", quotas=(PoolQuota("p0", (UNLIMITED,) * 5),)),)
     eng = Engine(Snapshot(nodes, pools, queues))
 
     def job(name: str, gpus: int, replicas: int, prio: int, preemptible: bool, t: float) -> Workload:

@@ -15,7 +15,17 @@ from hypothesis import strategies as st
 
 from gpupool.engine import Engine, apply_decisions
 from gpupool.engine.windowed import MixEngine
-from gpupool.model import Node, PodGroup, PodRequest, PoolQuota, Queue, ResourcePool, Snapshot, Workload
+from gpupool.model import (
+    Node,
+    PodGroup,
+    PodRequest,
+    PoolQuota,
+    Queue,
+    ResourcePool,
+    Snapshot,
+    Workload,
+    devices_only,
+)
 from gpupool.service.windows import WindowStats, windowed_cycle
 from tests.strategies import CLASSES, snapshots, workloads
 
@@ -69,7 +79,7 @@ def test_windows_decide_as_the_whole_backlog_with_work_running(snap: Snapshot, d
 def test_a_burst_of_identical_workloads_is_decided_from_a_few() -> None:
     nodes = tuple(Node(f"n{i}", "A", 8, 81920, 96000, 1 << 20) for i in range(4))
     pools = (ResourcePool("p0"),)
-    queues = (Queue("root", quotas=(PoolQuota("p0", (32000, 1 << 62, 1 << 62)),)), Queue("q", parent="root"))
+    queues = (Queue("root", quotas=(PoolQuota("p0", devices_only(32000)),)), Queue("q", parent="root"))
     snap = Snapshot(nodes, pools, queues, CLASSES)
     burst = [
         Workload(f"b{i}", "q", (PodGroup("main", 1, PodRequest(gpus=1, cpu_milli=1000)),), arrival=float(i))

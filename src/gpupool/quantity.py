@@ -116,6 +116,36 @@ def mib_value(value: object) -> int:
     return memory_mib(value)
 
 
+def storage_mib(value: object) -> int:
+    """``ephemeral-storage`` as Kubernetes writes it (bytes, with an optional suffix) to MiB,
+    rounding up: the same grammar as memory, so a pod's request reads the same in both places."""
+    return memory_mib(value)
+
+
+MAX_BANDWIDTH_MBPS = 10**9  # a petabit per second
+
+
+def bandwidth_mbps(value: object) -> int:
+    """Network bandwidth to whole Mbit/s, rounding up.
+
+    Why two readings: operators think in Mbit/s (``25000``) or in link speeds (``25G``). A bare
+    number is Mbit/s; a number with a suffix is a Kubernetes quantity of bits per second
+    (``25G`` is 25,000 Mbit/s, ``100M`` is 100 Mbit/s).
+    """
+    if isinstance(value, bool):
+        raise QuantityError(f"expected a bandwidth, got a boolean {value!r}")
+    d = _non_negative(parse_quantity(value), value)
+    if isinstance(value, str) and _suffixed(value):
+        d = d / Decimal(10**6)
+    n = int(d.to_integral_value(rounding="ROUND_CEILING"))
+    return _bounded(n, MAX_BANDWIDTH_MBPS, value, "Mbit/s")
+
+
+def _suffixed(value: str) -> bool:
+    m = _RE.match(value)
+    return m is not None and m.group(2) is not None
+
+
 def gpu_milli(value: object) -> int:
     """GPU count to milli-GPUs: ``8`` -> 8000, ``0.5`` or ``500m`` -> 500."""
     d = _non_negative(parse_quantity(value), value)
@@ -186,3 +216,10 @@ def format_cpu(milli: int) -> str:
     if milli % 1000 == 0:
         return str(milli // 1000)
     return f"{milli}m"
+
+
+def format_mbps(mbps: int) -> str:
+    """Network bandwidth for people: 25000 -> '25Gbit/s', 500 -> '500Mbit/s'."""
+    if mbps % 1000 == 0 and mbps:
+        return f"{mbps // 1000}Gbit/s"
+    return f"{mbps}Mbit/s"

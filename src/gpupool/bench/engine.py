@@ -18,7 +18,6 @@ from rich.table import Table
 
 from gpupool.engine import decide
 from gpupool.model import (
-    UNLIMITED,
     EngineConfig,
     Node,
     PodGroup,
@@ -33,6 +32,7 @@ from gpupool.model import (
     TopologyScope,
     Workload,
     WorkloadType,
+    devices_only,
 )
 
 MODELS = (("H100-80GB", 81920), ("A100-80GB", 81920), ("A100-40GB", 40960), ("L40S-48GB", 49152))
@@ -92,14 +92,12 @@ def _queues(nodes: list[Node], n_queues: int, n_cohorts: int) -> list[Queue]:
         queues.append(
             Queue(
                 root,
-                quotas=tuple(PoolQuota(m, (cap[m] // n_cohorts, UNLIMITED, UNLIMITED)) for m, _ in MODELS),
+                quotas=tuple(PoolQuota(m, devices_only(cap[m] // n_cohorts)) for m, _ in MODELS),
             )
         )
         for leaf in range(leaves_per_cohort):
             g = tuple(
-                PoolQuota(
-                    m, ((cap[m] // n_cohorts // leaves_per_cohort) // 1000 * 1000, UNLIMITED, UNLIMITED)
-                )
+                PoolQuota(m, devices_only((cap[m] // n_cohorts // leaves_per_cohort) // 1000 * 1000))
                 for m, _ in MODELS
             )
             queues.append(Queue(f"{root}-q{leaf:03d}", parent=root, weight=float(1 + leaf % 3), quotas=g))

@@ -180,7 +180,7 @@ def _info(w: WorkloadRecord, bundle: Bundle) -> WorkloadInfo:
     from gpupool.service.convert import workload_model
 
     m = workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False)
-    g, c, mem = m.quota_vec()
+    g, c, mem, _storage, _net = m.quota_vec()
     return WorkloadInfo(
         w.name,
         w.queue,

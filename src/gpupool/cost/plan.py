@@ -105,8 +105,9 @@ def _grown(q: Queue, extra: dict[str, tuple[int, int, int]]) -> Queue:
         if add is None:
             quotas.append(quota)
             continue
-        g, c, m = quota.guarantee
-        quotas.append(replace(quota, guarantee=(g + add[0], c + add[1] if c else 0, m + add[2] if m else 0)))
+        g, c, m, storage, net = quota.guarantee
+        grown = (g + add[0], c + add[1] if c else 0, m + add[2] if m else 0, storage, net)
+        quotas.append(replace(quota, guarantee=grown))
     return replace(q, quotas=tuple(quotas))
 
 

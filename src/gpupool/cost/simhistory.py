@@ -46,7 +46,7 @@ class MeteredSimulation(Simulation):
     def _started(self, ra: Running, t: float) -> None:
         super()._started(ra, t)
         pods = ra.admission.pods
-        g, c, m = ra.admission.quota_vec()
+        g, c, m, _storage, _net = ra.admission.quota_vec()
         model = next((self._models.get(p.node, "") for p in pods), "") or "unknown"
         frac = min((p.gpu_milli for p in pods if p.devices), default=1000)
         devices = sum(len(p.devices) for p in pods)

@@ -18,6 +18,7 @@ from gpupool.model import (
     Running,
     Snapshot,
     TopologyMode,
+    Vec,
     Workload,
     vadd,
     vle,
@@ -74,11 +75,12 @@ def check_state(snapshot: Snapshot) -> list[str]:
 
 
 def _quota_state(snapshot: Snapshot, running: tuple[Running, ...] | list[Running]) -> QuotaState:
-    cap: dict[str, tuple[int, int, int]] = {p.name: ZERO for p in snapshot.pools}
+    cap: dict[str, Vec] = {p.name: ZERO for p in snapshot.pools}
     for n in snapshot.nodes:
         for p in snapshot.pools:
             if p.selects(n):
-                cap[p.name] = vadd(cap[p.name], (n.gpu_count * 1000, n.cpu_milli, n.memory_mib))
+                own = (n.gpu_count * 1000, n.cpu_milli, n.memory_mib, n.ephemeral_storage_mib, n.network_mbps)
+                cap[p.name] = vadd(cap[p.name], own)
                 break
     qs = QuotaState(snapshot.queues, [p.name for p in snapshot.pools], cap)
     for r in running:

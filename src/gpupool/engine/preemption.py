@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal
 
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
 from gpupool.engine.running import vec_of
+from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
 from gpupool.model import Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload
 
 if TYPE_CHECKING:
@@ -26,18 +27,23 @@ if TYPE_CHECKING:
     from gpupool.model import EngineConfig, ResourcePool
 
 
-def candidate_order(victim: Running, preemptor_queue: str) -> tuple[int, int, float, str]:
+def candidate_order(
+    victim: Running, preemptor_queue: str, now: float | None = None
+) -> tuple[int, int, float, float, float, str]:
     """Sort key of a preemption candidate: the smallest key is evicted first.
 
     1. Work of *other* queues (reclaimed or borrowed capacity) before work of the preemptor's own
        queue: taking back what others borrow leaves the preemptor's queue its own work (Kueue's
        criterion "other ClusterQueues first").
     2. Lower priority first: the least important work goes.
-    3. Most recently admitted first: it has lost the least progress.
-    4. The name: a total order, so the choice never depends on how the candidates were found.
+    3. With ``now`` (the cost model, ``victim_cost.cost_key``): the least lost work first (run
+       time x size x (1 + earlier evictions)), then the most left to run.
+    4. Most recently admitted first: it has lost the least progress.
+    5. The name: a total order, so the choice never depends on how the candidates were found.
     """
     v = victim.workload
-    return (int(v.queue == preemptor_queue), v.priority, -victim.admission.admitted_at, v.name)
+    cost = (0.0, 0.0) if now is None else cost_key(victim, now)
+    return (int(v.queue == preemptor_queue), v.priority, *cost, -victim.admission.admitted_at, v.name)
 
 
 @dataclass(slots=True)
@@ -224,7 +230,10 @@ class PreemptionSearch:
         memo = (w.queue, w.priority, pool, sid)
         if memo in failed:
             return False
-        cands = self.preemption_candidates(w, pool, vec)
+        if should_wait(self, w, pool, vec):  # work about to end makes room: evict nobody
+            failed.add(memo)
+            return False
+        cands = choose_victims(self, self.preemption_candidates(w, pool, vec))
         slots = self._bounded_slots(w, pool, vec, cands)
         removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots)
         if removed is None:

@@ -11,10 +11,10 @@ from collections.abc import Container
 
 from gpupool.engine.state import QuotaState
 from gpupool.model import UNLIMITED, Vec, Workload
-from gpupool.quantity import format_cpu, format_gpu, format_mib
+from gpupool.quantity import format_cpu, format_gpu, format_mbps, format_mib
 
-_DIM_NAMES = ("GPU", "CPU", "memory")
-_DIM_FMT = (format_gpu, format_cpu, format_mib)
+_DIM_NAMES = ("GPU", "CPU", "memory", "ephemeral-storage", "network bandwidth")
+_DIM_FMT = (format_gpu, format_cpu, format_mib, format_mib, format_mbps)
 
 
 def _fmt(d: int, v: int) -> str:

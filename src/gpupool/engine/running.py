@@ -191,10 +191,12 @@ class RunningSet:
 
 
 def vec_of(pods: Iterable[object]) -> Vec:
-    """The quota vector (GPU milli, CPU milli, memory MiB) that placed pods charge."""
-    g = c = m = 0
+    """The quota vector (device milli, CPU milli, memory MiB, storage MiB, Mbit/s) placed pods charge."""
+    g = c = m = s = b = 0
     for p in pods:
         g += p.gpu_milli * len(p.devices)  # type: ignore[attr-defined]
         c += p.cpu_milli  # type: ignore[attr-defined]
         m += p.memory_mib  # type: ignore[attr-defined]
-    return (g, c, m)
+        s += p.storage_mib  # type: ignore[attr-defined]
+        b += p.network_mbps  # type: ignore[attr-defined]
+    return (g, c, m, s, b)

@@ -14,6 +14,7 @@ from typing import Any
 from sortedcontainers import SortedSet
 
 from gpupool.model import (
+    NO_LIMIT,
     UNLIMITED,
     ZERO,
     Node,
@@ -22,6 +23,7 @@ from gpupool.model import (
     ResourcePool,
     TopologyScope,
     Vec,
+    devices_only,
     vadd,
     vle,
     vmax,
@@ -91,7 +93,8 @@ class ClusterState:
             doms: list[tuple[str, TopologyScope, str]] = []
             if pool is not None and n.schedulable:
                 self.capacity[pool] = vadd(
-                    self.capacity[pool], (n.gpu_count * 1000, n.cpu_milli, n.memory_mib)
+                    self.capacity[pool],
+                    (n.gpu_count * 1000, n.cpu_milli, n.memory_mib, n.ephemeral_storage_mib, n.network_mbps),
                 )
                 idx = self.by_pool[pool].get(n.gpu_model)
                 if idx is None:
@@ -282,14 +285,14 @@ class QuotaState:
         if spec is not None:
             g = vmax(spec.guarantee, child_g) if kids else spec.guarantee
         else:
-            g = child_g if kids else (0, UNLIMITED, UNLIMITED)
+            g = child_g if kids else devices_only(0)
         is_root = self.root[name] == name
         if is_root:
             limit = g
         elif spec is not None and spec.borrowing_limit is not None:
             limit = tuple(min(UNLIMITED, a + b) for a, b in zip(g, spec.borrowing_limit, strict=True))  # type: ignore[assignment]
         else:
-            limit = (UNLIMITED, UNLIMITED, UNLIMITED)
+            limit = NO_LIMIT
         if spec is not None and spec.lending_limit is not None:
             r = tuple(max(0, a - b) for a, b in zip(g, spec.lending_limit, strict=True))
         else:
@@ -330,23 +333,25 @@ class QuotaState:
         E, R, U = self.E, self.R, self.U
         prev_old = prev_new = ZERO
         cache = self._share
-        v0, v1, v2 = vec
+        v0, v1, v2, v3, v4 = vec
         # written out per dimension, as in check(): every admission and rollback comes here
         for depth, n in enumerate(path):
             cache.pop(n, None)
             key = (n, pool)
             u = U[key]
-            U[key] = (u[0] + v0, u[1] + v1, u[2] + v2)
+            U[key] = (u[0] + v0, u[1] + v1, u[2] + v2, u[3] + v3, u[4] + v4)
             old = E[key]
             if depth == 0:
-                new = (old[0] + v0, old[1] + v1, old[2] + v2)
+                new = (old[0] + v0, old[1] + v1, old[2] + v2, old[3] + v3, old[4] + v4)
             else:
-                r0, r1, r2 = R[(path[depth - 1], pool)]
+                r0, r1, r2, r3, r4 = R[(path[depth - 1], pool)]
                 po, pn = prev_old, prev_new
                 new = (
                     old[0] - (po[0] if po[0] > r0 else r0) + (pn[0] if pn[0] > r0 else r0),
                     old[1] - (po[1] if po[1] > r1 else r1) + (pn[1] if pn[1] > r1 else r1),
                     old[2] - (po[2] if po[2] > r2 else r2) + (pn[2] if pn[2] > r2 else r2),
+                    old[3] - (po[3] if po[3] > r3 else r3) + (pn[3] if pn[3] > r3 else r3),
+                    old[4] - (po[4] if po[4] > r4 else r4) + (pn[4] if pn[4] > r4 else r4),
                 )
             E[key] = new
             prev_old, prev_new = old, new
@@ -358,22 +363,24 @@ class QuotaState:
         Hot path of every admission attempt: arithmetic is written out per dimension.
         """
         E, R, G, L = self.E, self.R, self.G, self.limit
-        v0, v1, v2 = vec
+        v0, v1, v2, v3, v4 = vec
         borrowing = False
-        o0 = o1 = o2 = n0 = n1 = n2 = 0
+        o0 = o1 = o2 = o3 = o4 = n0 = n1 = n2 = n3 = n4 = 0
         first = True
         child: str = leaf
         for n in self.path[leaf]:
             key = (n, pool)
             old = E[key]
             if first:
-                a0, a1, a2 = old[0] + v0, old[1] + v1, old[2] + v2
+                a0, a1, a2, a3, a4 = old[0] + v0, old[1] + v1, old[2] + v2, old[3] + v3, old[4] + v4
                 first = False
             else:
-                r0, r1, r2 = R[(child, pool)]
+                r0, r1, r2, r3, r4 = R[(child, pool)]
                 a0 = old[0] - (o0 if o0 > r0 else r0) + (n0 if n0 > r0 else r0)
                 a1 = old[1] - (o1 if o1 > r1 else r1) + (n1 if n1 > r1 else r1)
                 a2 = old[2] - (o2 if o2 > r2 else r2) + (n2 if n2 > r2 else r2)
+                a3 = old[3] - (o3 if o3 > r3 else r3) + (n3 if n3 > r3 else r3)
+                a4 = old[4] - (o4 if o4 > r4 else r4) + (n4 if n4 > r4 else r4)
             lim = L[key]
             if a0 > lim[0]:
                 return False, borrowing, n, (n, 0)
@@ -381,12 +388,16 @@ class QuotaState:
                 return False, borrowing, n, (n, 1)
             if a2 > lim[2]:
                 return False, borrowing, n, (n, 2)
+            if a3 > lim[3]:
+                return False, borrowing, n, (n, 3)
+            if a4 > lim[4]:
+                return False, borrowing, n, (n, 4)
             if not borrowing:
                 g = G[key]
-                if a0 > g[0] or a1 > g[1] or a2 > g[2]:
+                if a0 > g[0] or a1 > g[1] or a2 > g[2] or a3 > g[3] or a4 > g[4]:
                     borrowing = True
-            o0, o1, o2 = old
-            n0, n1, n2 = a0, a1, a2
+            o0, o1, o2, o3, o4 = old
+            n0, n1, n2, n3, n4 = a0, a1, a2, a3, a4
             child = n
         return True, borrowing, None, None
 
@@ -396,7 +407,13 @@ class QuotaState:
         E, R, G = self.E, self.R, self.G
         # the leaf's own guarantee first, without vector helpers: it is what usually fails
         e, g = E[(leaf, pool)], G[(leaf, pool)]
-        if e[0] + vec[0] > g[0] or e[1] + vec[1] > g[1] or e[2] + vec[2] > g[2]:
+        if (
+            e[0] + vec[0] > g[0]
+            or e[1] + vec[1] > g[1]
+            or e[2] + vec[2] > g[2]
+            or e[3] + vec[3] > g[3]
+            or e[4] + vec[4] > g[4]
+        ):
             return False
         prev_old = prev_new = ZERO
         for depth, n in enumerate(path):
@@ -436,8 +453,8 @@ class QuotaState:
             return cached
         best = 0.0
         U = self.U
-        for key, i0, i1, i2 in self._inv_den[name]:  # hot: the fair-share key of every pick
-            u0, u1, u2 = U[key]
+        for key, i0, i1, i2, i3, i4 in self._inv_den[name]:  # hot: the fair-share key of every pick
+            u0, u1, u2, u3, u4 = U[key]
             s = u0 * i0
             t = u1 * i1
             if t > s:
@@ -445,6 +462,14 @@ class QuotaState:
             t = u2 * i2
             if t > s:
                 s = t
+            if u3:  # storage and bandwidth: rarely requested, so mostly skipped
+                t = u3 * i3
+                if t > s:
+                    s = t
+            if u4:
+                t = u4 * i4
+                if t > s:
+                    s = t
             if s > best:
                 best = s
         self._share[name] = best
@@ -452,17 +477,17 @@ class QuotaState:
 
     def _denominators(self) -> None:
         """1/denominator per queue, pool and resource: the guarantee, or the pool when none is set."""
-        self._inv_den: dict[str, list[tuple[tuple[str, str], float, float, float]]] = {}
+        self._inv_den: dict[str, list[tuple[tuple[str, str], float, float, float, float, float]]] = {}
         for name in self.queues:
             rows = []
             for pool in self.pools:
                 g = self.G[(name, pool)]
                 cap = self.capacity.get(pool, ZERO)
                 inv = []
-                for d in range(3):
+                for d in range(len(g)):
                     den = g[d] if 0 < g[d] < UNLIMITED else cap[d]
                     inv.append(1.0 / den if den > 0 else 0.0)
-                rows.append(((name, pool), inv[0], inv[1], inv[2]))
+                rows.append(((name, pool), inv[0], inv[1], inv[2], inv[3], inv[4]))
             self._inv_den[name] = rows
 
     def common_ancestor(self, a: str, b: str) -> str | None:

@@ -16,7 +16,7 @@ from gpupool.fragbench.sim import MILLI, Cluster, PodTable, sample_arrivals
 from gpupool.fragbench.trace import Node as TraceNode
 from gpupool.fragbench.trace import Pod
 from gpupool.model import (
-    UNLIMITED,
+    NO_LIMIT,
     EngineConfig,
     Node,
     PodGroup,
@@ -43,7 +43,7 @@ def engine_snapshot(nodes: Sequence[TraceNode], score: str) -> Snapshot:
         for n in nodes
     )
     pool = ResourcePool("all", (("all", "1"),))
-    queue = Queue("q", quotas=(PoolQuota("all", (UNLIMITED, UNLIMITED, UNLIMITED)),))
+    queue = Queue("q", quotas=(PoolQuota("all", NO_LIMIT),))
     return Snapshot(ns, (pool,), (queue,), config=EngineConfig(score=score, reserve=False, preempt="none"))
 
 

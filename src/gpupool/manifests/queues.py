@@ -1,12 +1,13 @@
 """Queue and priority class manifests: quotas per pool, preemption policy, and the defaults.
 
-Why quotas are vectors of (GPU, CPU, memory): the engine compares them per dimension; an
-unset dimension of a guarantee means no guarantee of it, of a limit no limit.
+Why quotas are vectors of (devices, CPU, memory, ephemeral storage, network bandwidth): the
+engine compares them per dimension; an unset dimension of a guarantee means no guarantee of it
+(of the devices: a guarantee of none), of a limit no limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from pydantic import Field
@@ -14,9 +15,17 @@ from pydantic import Field
 from gpupool import quantity as qty
 from gpupool.manifests.base import Document, ManifestErrors, StrictModel
 from gpupool.model import (
+    ACCELERATORS,
     CPU,
-    GPU,
+    D_CPU,
+    D_DEVICE,
+    D_MEMORY,
+    D_NETWORK,
+    D_STORAGE,
     MEMORY,
+    NETWORK,
+    NO_LIMIT,
+    STORAGE,
     UNLIMITED,
     PoolQuota,
     PreemptionPolicy,
@@ -25,6 +34,7 @@ from gpupool.model import (
     QueueingStrategy,
     ReclaimPolicy,
     Vec,
+    devices_only,
 )
 
 
@@ -57,23 +67,35 @@ class PriorityClassSpec(StrictModel):
     description: str = ""
 
 
-def _quota_vec(
-    m: Mapping[str, object], where: str, err: ManifestErrors, default_unset: tuple[int, int, int]
-) -> Vec:
+def _quota_vec(m: Mapping[str, object], where: str, err: ManifestErrors, default_unset: Vec) -> Vec:
+    """A quota's resources as a vector. Any accelerator kind's resource name fills the device
+    dimension (a pool's devices are of one kind), so one quota may name one kind only."""
     vals = list(default_unset)
+    kind: str | None = None
     for k, v in m.items():
         try:
-            if k == GPU:
-                vals[0] = qty.gpu_milli(v)
-            elif k == CPU:
-                vals[1] = qty.cpu_milli(v)
-            elif k == MEMORY:
-                vals[2] = qty.memory_mib(v)
+            if k in ACCELERATORS:
+                if kind is not None:
+                    err.add(f"{where}.{k}", f"a quota counts one accelerator kind; {kind} is already set")
+                kind = k
+                vals[D_DEVICE] = qty.gpu_milli(v)
+            elif k in _PARSERS:
+                d, parse = _PARSERS[k]
+                vals[d] = parse(v)
             else:
-                err.add(f"{where}.{k}", f"unknown quota resource; use {GPU}, {CPU} or {MEMORY}")
+                err.add(f"{where}.{k}", f"unknown quota resource; use {_KNOWN}")
         except qty.QuantityError as exc:
             err.add(f"{where}.{k}", str(exc))
-    return (vals[0], vals[1], vals[2])
+    return (vals[0], vals[1], vals[2], vals[3], vals[4])
+
+
+_PARSERS: dict[str, tuple[int, Callable[[object], int]]] = {
+    CPU: (D_CPU, qty.cpu_milli),
+    MEMORY: (D_MEMORY, qty.memory_mib),
+    STORAGE: (D_STORAGE, qty.storage_mib),
+    NETWORK: (D_NETWORK, qty.bandwidth_mbps),
+}
+_KNOWN = ", ".join([*ACCELERATORS, CPU, MEMORY, STORAGE, NETWORK])
 
 
 def build_queue(doc: Document, err: ManifestErrors) -> Queue:
@@ -82,23 +104,23 @@ def build_queue(doc: Document, err: ManifestErrors) -> Queue:
     quotas = []
     for i, q in enumerate(s.quotas):
         where = f"{doc.source}: spec.quotas[{i}]"
-        g = _quota_vec(q.guarantee, f"{where}.guarantee", err, (0, UNLIMITED, UNLIMITED))
+        g = _quota_vec(q.guarantee, f"{where}.guarantee", err, devices_only(0))
         b = (
             None
             if q.borrowingLimit is None
-            else _quota_vec(q.borrowingLimit, f"{where}.borrowingLimit", err, (UNLIMITED,) * 3)
+            else _quota_vec(q.borrowingLimit, f"{where}.borrowingLimit", err, NO_LIMIT)
         )
         lend = (
             None
             if q.lendingLimit is None
-            else _quota_vec(q.lendingLimit, f"{where}.lendingLimit", err, (UNLIMITED,) * 3)
+            else _quota_vec(q.lendingLimit, f"{where}.lendingLimit", err, NO_LIMIT)
         )
-        if lend is not None and any(lend[d] > g[d] and g[d] < UNLIMITED for d in range(3)):
+        if lend is not None and any(lend[d] > g[d] and g[d] < UNLIMITED for d in range(len(g))):
             err.add(f"{where}.lendingLimit", "must not exceed the guarantee")
         quotas.append(PoolQuota(q.pool, g, b, lend))
     pol = PreemptionPolicy(
         ReclaimPolicy(s.preemption.withinQueue),
-        s.preemption.reclaimWithinCohort,
+        ReclaimPolicy(s.preemption.reclaimWithinCohort),
         ReclaimPolicy(s.preemption.borrowWithinCohort),
     )
     return Queue(

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from gpupool.audit import AuditEntry
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
-from gpupool.model import PoolQuota, Workload
+from gpupool.model import PoolQuota, Workload, vmax
 from gpupool.service import failures as flt
 from gpupool.service.controller_commit import Commit
 from gpupool.service.controller_config import ConfigInstall
@@ -135,7 +135,7 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
                 g = pq.guarantee
                 if q.parent is None:  # a cohort root's limit is its guarantee: raise it to the pool
                     c = cap.get(pq.pool, g)
-                    g = (max(g[0], c[0]), max(g[1], c[1]), max(g[2], c[2]))
+                    g = vmax(g, c)
                 quotas.append(PoolQuota(pq.pool, g, None, pq.lending_limit))
             queues.append(replace(q, quotas=tuple(quotas)))
         eng = Engine(self._snapshot(self.bundle, list(self.engine.running.values()), queues))

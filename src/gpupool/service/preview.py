@@ -27,7 +27,7 @@ from gpupool.auth import Principal
 from gpupool.engine import Decisions, Engine
 from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
-from gpupool.model import UNLIMITED, Running, Snapshot, Workload
+from gpupool.model import UNLIMITED, ZERO, Running, Snapshot, Workload
 from gpupool.service import failures as flt
 from gpupool.service.convert import workload_model
 from gpupool.service.routes.base import ApiError, Service
@@ -199,7 +199,7 @@ def _quota_rows(after: Engine, before: Engine) -> dict[tuple[str, str], dict[str
     for key in sorted(set(after.quota.G) | set(before.quota.G)):
         g0, g1 = before.quota.G.get(key), after.quota.G.get(key)
         l0, l1 = before.quota.limit.get(key), after.quota.limit.get(key)
-        used = (before.quota.U.get(key) or (0, 0, 0))[0]
+        used = (before.quota.U.get(key) or ZERO)[0]
         if not (used or (g0 or (0,))[0] or (g1 or (0,))[0]):
             continue
         rows[key] = {
@@ -217,7 +217,7 @@ def _queue_changes(rows: dict[tuple[str, str], dict[str, Any]], after: Engine) -
     """Fill in use and borrowing after the cycle; keep the rows where anything changes."""
     out = []
     for key, row in rows.items():
-        used = (after.quota.U.get(key) or (0, 0, 0))[0]
+        used = (after.quota.U.get(key) or ZERO)[0]
         g1 = after.quota.G.get(key)
         row["usedGPUs"][1] = _gpus(used)
         row["borrowing"][1] = g1 is not None and used > g1[0]

@@ -14,13 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpupool.model import Node, ResourcePool
+from gpupool.model import ZERO, Node, ResourcePool
 
 if TYPE_CHECKING:
     from gpupool.service.controller import Controller
 
-#: a quota vector: GPU milli, CPU milli, memory MiB (UNLIMITED where there is no limit)
-Vec = tuple[int, int, int]
+#: a quota vector: device milli, CPU milli, memory MiB, ephemeral storage MiB, bandwidth Mbit/s
+#: (UNLIMITED where there is no limit); the engine's own vector type
+Vec = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,7 @@ class ControllerReadModel:
             return [
                 PoolUsage(
                     pool,
-                    eng.quota.capacity.get(pool.name, (0, 0, 0))[0],
+                    eng.quota.capacity.get(pool.name, ZERO)[0],
                     eng.cluster.used_gpu_milli(pool.name),
                     sum(1 for n in ctl.bundle.nodes if pool.selects(n)),
                 )

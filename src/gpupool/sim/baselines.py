@@ -77,4 +77,8 @@ class Policy:
             return Policy(name, EngineConfig(score="spread", one_head_per_queue=True, reserve=False))
         if name == "gpupool":
             return Policy(name, EngineConfig())
+        if name == "gpupool-no-preemption":
+            return Policy(name, EngineConfig(preempt="none"))
+        if name == "gpupool-eager-preemption":  # preemption without its cost model (the old rule)
+            return Policy(name, EngineConfig(preemption_cost=False))
         raise ValueError(f"unknown policy {name!r}")

@@ -13,8 +13,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpupool.manifests import NodeGroupSpec, PreemptionSpec
 from gpupool.model import WorkloadType
 
-POLICIES = ("fifo-first-fit", "kueue-like", "gpupool")
-PolicyName = Literal["fifo-first-fit", "kueue-like", "gpupool"]
+POLICIES = ("fifo-first-fit", "kueue-like", "gpupool", "gpupool-eager-preemption", "gpupool-no-preemption")
+PolicyName = Literal[
+    "fifo-first-fit", "kueue-like", "gpupool", "gpupool-eager-preemption", "gpupool-no-preemption"
+]
 
 
 def _all_policies() -> list[PolicyName]:
@@ -28,9 +30,31 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+class QueueSetSpec(_Strict):
+    """``count`` identical leaf queues of each cohort (Kueue's ``queuesSets``)."""
+
+    name: str = Field(default="cq", min_length=1)
+    count: int = Field(ge=1, le=10_000)
+    guarantee: dict[str, str | int | float] = Field(default_factory=dict)
+    borrowingLimit: dict[str, str | int | float] | None = None
+    preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
+
+
+class CohortSetSpec(_Strict):
+    """``count`` cohorts (root queues ``<name>-<i>``) with the same leaves ``<queues.name>-<i>-<j>``
+    in one pool; a root's guarantee is the sum of its leaves' (Kueue: a cohort without quota of
+    its own). A compact form of Kueue's performance-test ``cohorts`` list."""
+
+    name: str = Field(default="cohort", min_length=1)
+    count: int = Field(ge=1, le=10_000)
+    pool: str = Field(min_length=1)
+    queues: QueueSetSpec
+
+
 class ClusterRefSpec(_Strict):
     files: list[str] = Field(default_factory=list)
     documents: list[dict[str, Any]] = Field(default_factory=list)
+    cohorts: list[CohortSetSpec] = Field(default_factory=list)
 
 
 class AutoQueuesSpec(_Strict):
@@ -101,11 +125,32 @@ class GeneratorSpec(_Strict):
     memoryPerGPU: str | int = "64Gi"
 
 
+class WorkloadSetSpec(_Strict):
+    """``count`` identical workloads per matching queue, one every ``interval`` from ``start``
+    (Kueue's performance-test generator: a compact spec instead of a 15,000-row trace).
+
+    Durations accept seconds (``0.2``) or text (``200ms``, ``2m``); CPU is in cores."""
+
+    className: str = Field(min_length=1, description="the class label reported per class")
+    queues: list[str] = Field(min_length=1, description="leaf queue names or globs (cq-*)")
+    count: int = Field(ge=1, le=1_000_000, description="workloads per queue")
+    interval: Duration = Field(description="between two submissions to one queue")
+    start: Duration = 0
+    duration: Duration
+    cpu: str | int | float = 0
+    memory: str | int = 0
+    gpus: int = Field(default=0, ge=0)
+    replicas: int = Field(default=1, ge=1)
+    priorityClass: str = ""
+    type: WorkloadType = WorkloadType.BATCH
+
+
 class WorkloadSourceSpec(_Strict):
     philly: PhillySpec | None = None
     openb: OpenbSpec | None = None
     csv: GenericSpec | None = None
     generator: GeneratorSpec | None = None
+    sets: list[WorkloadSetSpec] | None = Field(default=None, min_length=1)
 
 
 class NodeFailureSpec(_Strict):

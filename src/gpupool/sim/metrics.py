@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from gpupool.sim.results import RunResult
+from gpupool.sim.results import JobRecord, RunResult
+from gpupool.sim.sources import JobSpec
 
 #: summary rows: (key, label, True when higher is better)
 SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (
@@ -22,11 +23,13 @@ SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (
     ("jct_mean_s", "JCT mean (s)", False),
     ("jct_p95_s", "JCT p95 (s)", False),
     ("makespan_s", "makespan (s)", False),
+    ("makespan_over_limit", "makespan / physical limit", False),
     ("allocation_ratio", "GPU allocation ratio", True),
     ("utilization", "GPU utilisation (useful work)", True),
     ("fragmentation", "fragmentation (free GPUs off whole nodes)", False),
     ("preemptions", "preemptions", False),
     ("preempted_gpu_hours_lost", "GPU-hours lost to preemption", False),
+    ("preemption_lost_share", "capacity lost to preemption (share)", False),
     ("fault_gpu_hours_lost", "GPU-hours lost to faults", False),
     ("jobs_failed", "jobs failed (retries exhausted)", False),
     ("recover_mean_s", "time to recover mean (s)", False),
@@ -81,13 +84,30 @@ def jain(x: list[float]) -> float:
     return float(a.sum() ** 2 / (a.size * (a**2).sum()))
 
 
+def job_units(spec: JobSpec, resource: str) -> float:
+    """How much of the run's metric resource one job holds (GPUs, or CPUs without GPUs)."""
+    if resource == "cpu":
+        return spec.cpu_milli * spec.replicas / 1000.0
+    return spec.gpu_total_milli / 1000.0
+
+
+def job_class(spec: JobSpec) -> str:
+    """The class a job is reported under: its label, else its priority class, else "-"."""
+    return spec.label or spec.priority_class or "-"
+
+
+def _key(j: JobRecord, key: str) -> str:
+    if key == "queue":
+        return j.spec.queue
+    return job_class(j.spec) if key == "class" else j.spec.type.value
+
+
 def _group(r: RunResult, key: str) -> dict[str, dict[str, Any]]:
     groups: dict[str, list[Any]] = {}
     for j in r.jobs:
         if j.status == "rejected":
             continue
-        k = j.spec.queue if key == "queue" else j.spec.type.value
-        groups.setdefault(k, []).append(j)
+        groups.setdefault(_key(j, key), []).append(j)
     out: dict[str, dict[str, Any]] = {}
     for k, js in sorted(groups.items()):
         waits = [j.first_start - j.spec.submit for j in js if j.first_start is not None]
@@ -100,7 +120,30 @@ def _group(r: RunResult, key: str) -> dict[str, dict[str, Any]]:
             "jct_mean_s": rnd(float(np.mean(jct))) if jct else 0.0,
             "preemptions": sum(j.preempted for j in js),
         }
+        if key == "class":  # time to admission as Kueue's performance test reports it
+            out[k].update(_class_extras(r, js, waits, jct))
     return out
+
+
+def _class_extras(r: RunResult, js: list[JobRecord], waits: list[float], jct: list[float]) -> dict[str, Any]:
+    """Per class: time to admission p90, JCT p90, evictions per job and the work they threw away."""
+    lost = sum(j.lost_gpu_s for j in js)
+    return {
+        "wait_p90_s": percentiles(waits, (90,))["p90"],
+        "jct_p90_s": percentiles(jct, (90,))["p90"],
+        "evictions_per_job": rnd(sum(j.preempted for j in js) / len(js)) if js else 0.0,
+        "lost_units_s": rnd(lost, 3),
+        "work_units_s": rnd(sum(job_units(j.spec, r.resource) * j.spec.duration for j in js), 3),
+    }
+
+
+def physical_limit_s(r: RunResult, capacity_units: float) -> float:
+    """Total work divided by capacity: no schedule of these jobs can end sooner (if every job
+    could start at once); the Kueue baseline's yardstick."""
+    if capacity_units <= 0:
+        return 0.0
+    work = sum(job_units(j.spec, r.resource) * j.spec.duration for j in r.jobs if j.status != "rejected")
+    return work / capacity_units
 
 
 def compute(r: RunResult) -> dict[str, Any]:
@@ -113,7 +156,10 @@ def compute(r: RunResult) -> dict[str, Any]:
     end = max(r.end, 1e-9)
     cap_int = integral(r.times, [float(c) for c in r.cap_milli], end) / 1000.0
     alloc_int = integral(r.times, [float(a) for a in r.alloc_milli], end) / 1000.0
-    useful = sum(j.spec.gpu_total_milli / 1000.0 * j.spec.duration for j in done)
+    useful = sum(job_units(j.spec, r.resource) * j.spec.duration for j in done)
+    limit = physical_limit_s(r, r.cap_milli[0] / 1000.0 if r.cap_milli else 0.0)
+    makespan = max((j.finish or 0.0 for j in done), default=0.0)
+    lost = sum(j.lost_gpu_s for j in jobs)
     recover = [x for j in jobs for x in j.recover_s]
     gpu_hours = {q: u / 3600.0 for q, u in sorted(r.queue_usage_gpu_s.items())}
     total_usage = sum(gpu_hours.values()) or 1.0
@@ -150,12 +196,16 @@ def compute(r: RunResult) -> dict[str, Any]:
         **{f"wait_{p}_s": v for p, v in percentiles(waits).items()},
         "jct_mean_s": rnd(float(np.mean(jct))) if jct else 0.0,
         **{f"jct_{p}_s": v for p, v in percentiles(jct).items()},
-        "makespan_s": rnd(max((j.finish or 0.0 for j in done), default=0.0)),
+        "makespan_s": rnd(makespan),
+        "metric_resource": r.resource,
+        "physical_limit_s": rnd(limit),
+        "makespan_over_limit": rnd(makespan / limit) if limit else 0.0,
+        "preemption_lost_share": rnd(lost / cap_int) if cap_int else 0.0,
         "allocation_ratio": rnd(alloc_int / cap_int) if cap_int else 0.0,
         "utilization": rnd(useful / cap_int) if cap_int else 0.0,
         "fragmentation": rnd(float(np.mean(r.frag))) if r.frag else 0.0,
         "preemptions": r.preemptions,
-        "preempted_gpu_hours_lost": rnd(sum(j.lost_gpu_s for j in jobs) / 3600.0, 3),
+        "preempted_gpu_hours_lost": rnd(lost / 3600.0, 3),
         "fault_gpu_hours_lost": rnd(sum(j.lost_fault_gpu_s for j in jobs) / 3600.0, 3),
         "job_faults": kinds.get("job-fault", 0),
         "node_failures": kinds.get("node-failed", 0),
@@ -168,6 +218,7 @@ def compute(r: RunResult) -> dict[str, Any]:
         "invariant_violations": len(r.violations),
         "per_queue": _group(r, "queue"),
         "per_type": _group(r, "type"),
+        "per_class": _group(r, "class"),
         "fairness": fairness,
     }
 

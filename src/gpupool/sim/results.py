@@ -28,6 +28,8 @@ class JobRecord:
     fault_at: float | None = None  # when the last fault/eviction happened (for time to recover)
     recover_s: list[float] = field(default_factory=list)
     reject_reason: str = ""
+    #: every admission time (the first is ``first_start``; later ones follow preemptions/faults)
+    starts: list[float] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -64,6 +66,9 @@ class RunResult:
     engine_calls: int
     violations: list[str]
     end: float
+    #: the resource the allocation, usage and loss figures count: GPUs, or CPU on a cluster
+    #: without GPUs (the ``gpu_*`` names of those figures then mean CPUs)
+    resource: str = "nvidia.com/gpu"
 
 
 class Series:

@@ -13,7 +13,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from gpupool.sim.metrics import compute, series, wait_quantiles
+from gpupool.sim.metrics import compute, job_class, series, wait_quantiles
 from gpupool.sim.results import JobRecord, RunResult
 from gpupool.sim.scenario import Scenario
 from gpupool.sim.simulator import simulate
@@ -190,11 +190,26 @@ def to_json(sc: Scenario, runs: list[Run], with_series: bool = True) -> dict[str
             if e.kind != "rejected"
         ]
         entry["invariant_violations"] = r.result.violations[:100]
+        entry["job_admissions"] = job_admissions(r.result)
         if with_series:
             entry["series"] = series(r.result)
             entry["wait_quantiles"] = wait_quantiles(r.result)
         out["runs"].append(entry)
     return out
+
+
+def job_admissions(r: RunResult) -> dict[str, Any]:
+    """Per job, in trace order, as columns (a row per job would repeat every key 15,000 times):
+    name, class, submit time, every admission time, finish time (None: never) and evictions."""
+    jobs = [j for j in r.jobs if j.status != "rejected"]
+    return {
+        "name": [j.spec.name for j in jobs],
+        "class": [job_class(j.spec) for j in jobs],
+        "submit": [round(j.spec.submit, 4) for j in jobs],
+        "admitted": [[round(t, 4) for t in j.starts] for j in jobs],
+        "finish": [None if j.finish is None else round(j.finish, 4) for j in jobs],
+        "evictions": [j.preempted for j in jobs],
+    }
 
 
 def dumps(obj: Any) -> str:

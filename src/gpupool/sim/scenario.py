@@ -455,6 +455,8 @@ def fifo_queues(pools: tuple[ResourcePool, ...], nodes: tuple[Node, ...]) -> tup
         g = sum(n.gpu_count for n in nodes if p.selects(n)) * 1000
         c = sum(n.cpu_milli for n in nodes if p.selects(n))
         m = sum(n.memory_mib for n in nodes if p.selects(n))
-        quotas.append(PoolQuota(p.name, (g, c, m)))
+        s = sum(n.ephemeral_storage_mib for n in nodes if p.selects(n))
+        b = sum(n.network_mbps for n in nodes if p.selects(n))
+        quotas.append(PoolQuota(p.name, (g, c, m, s, b)))
     pol = PreemptionPolicy(ReclaimPolicy.NEVER, ReclaimPolicy.NEVER, ReclaimPolicy.NEVER)
     return (Queue("fifo", None, 1.0, QueueingStrategy.STRICT_FIFO, pol, tuple(quotas)),)

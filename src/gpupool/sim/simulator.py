@@ -84,6 +84,9 @@ class Simulation:
         head_queues = {q.name for q in self.queues if q.strategy is QueueingStrategy.STRICT_FIFO}
         self.planner = WindowPlanner(head_queues, self.one_head, full_pending, self.pull_windows)
         self.feasibility = Feasibility(self.nodes, variant.queues)
+        #: the resource the run's allocation, loss and usage figures count (quota vector index):
+        #: GPUs where the cluster has any, else CPU (a CPU-only cluster's metrics mean something)
+        self.res = metric_resource(self.nodes)
 
     def _uses_shape_mix(self, eng: MixEngine) -> bool:
         """Only the fragmentation scorer weighs placements against the mix of waiting shapes;
@@ -327,19 +330,20 @@ class Simulation:
             for vic in pe.victims:
                 vrec = self.jobs[vic.workload]
                 assert vrec.start is not None
-                vrec.lost_gpu_s += self.wl[vic.workload].gpu_milli / 1000.0 * (t - vrec.start)
+                vrec.lost_gpu_s += self._units(vic.workload) * (t - vrec.start)
                 self.events.append(Event(t, "preempted", vic.workload, f"{vic.rule} by {pe.preemptor}"))
         for v in victims:
             rv = self.running.pop(v, None)
             if rv is None:
                 continue
-            self.alloc -= rv.admission.quota_vec()[0]
+            self.alloc -= rv.admission.quota_vec()[self.res]
             for pp in rv.admission.pods:
                 self.on_node.get(pp.node, set()).discard(v)
             rec = self.jobs[v]
             assert rec.start is not None
             self._charge(v, rec.start, t)
             rec.preempted += 1
+            self.wl[v] = replace(self.wl[v], evictions=rec.preempted)  # the cost model reads it
             rec.fault_at = t
             rec.start = None
             rec.status = "pending"
@@ -350,13 +354,14 @@ class Simulation:
         name = ra.name
         self.pend.remove(name)
         self.running[name] = ra
-        self.alloc += ra.admission.quota_vec()[0]
+        self.alloc += ra.admission.quota_vec()[self.res]
         for pp in ra.admission.pods:
             self.on_node.setdefault(pp.node, set()).add(name)
         rec = self.jobs[name]
         rec.status = "running"
         rec.attempt += 1
         rec.start = t
+        rec.starts.append(t)
         if rec.first_start is None:
             rec.first_start = t
         if rec.fault_at is not None:
@@ -372,17 +377,20 @@ class Simulation:
                 return
         self.queue.push(end, FINISH, name, rec.attempt)
 
+    def _units(self, name: str) -> float:
+        """How much of the metric resource ``name`` holds (GPUs, or CPUs on a CPU-only cluster)."""
+        return self.wl[name].quota_vec()[self.res] / 1000.0
+
     def _charge(self, name: str, t0: float, t1: float) -> None:
-        w = self.wl[name]
         q = self.jobs[name].spec.queue  # the trace's queue, also under the single FIFO queue
-        self.qusage[q] = self.qusage.get(q, 0.0) + w.gpu_milli / 1000.0 * (t1 - t0)
+        self.qusage[q] = self.qusage.get(q, 0.0) + self._units(name) * (t1 - t0)
 
     def _release(self, name: str, t: float) -> Running | None:
         r = self.running.pop(name, None)
         if r is None:
             return None
         self.eng.remove_running(name)
-        self.alloc -= r.admission.quota_vec()[0]
+        self.alloc -= r.admission.quota_vec()[self.res]
         for p in r.admission.pods:
             s = self.on_node.get(p.node)
             if s is not None:
@@ -396,7 +404,7 @@ class Simulation:
         """A running job exits abnormally or loses its node: a retry after backoff, or failed."""
         rec = self.jobs[name]
         assert rec.start is not None
-        rec.lost_fault_gpu_s += self.wl[name].gpu_milli / 1000.0 * (t - rec.start)
+        rec.lost_fault_gpu_s += self._units(name) * (t - rec.start)
         self._release(name, t)
         rec.faults += 1
         rec.fault_at = t
@@ -441,10 +449,12 @@ class Simulation:
             engine_calls=self.planner.engine_calls,
             violations=self.violations,
             end=end,
+            resource=RESOURCE_NAMES[self.res],
         )
 
     def _capacity(self) -> int:
-        return sum(n.gpu_count * 1000 for n in self.nodes if n.name not in self.down)
+        up = [n for n in self.nodes if n.name not in self.down]
+        return sum(n.gpu_count * 1000 for n in up) if self.res == 0 else sum(n.cpu_milli for n in up)
 
     def _guarantees(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -452,7 +462,8 @@ class Simulation:
         for q in self.variant.queues:
             if q.name in parents:
                 continue
-            out[q.name] = sum(pq.guarantee[0] for pq in q.quotas if pq.guarantee[0] < 1 << 60)
+            r = self.res
+            out[q.name] = sum(pq.guarantee[r] for pq in q.quotas if pq.guarantee[r] < 1 << 60)
         return out
 
     def _fragmentation(self, eng: MixEngine) -> float:
@@ -467,6 +478,15 @@ class Simulation:
             if st.free_whole[i] < n.gpu_count:
                 frag += free
         return frag / free_all if free_all else 0.0
+
+
+#: the metric resource's name by quota-vector index (what the JSON says the figures count)
+RESOURCE_NAMES = {0: "nvidia.com/gpu", 1: "cpu"}
+
+
+def metric_resource(nodes: list[Node]) -> int:
+    """GPUs (index 0) where any node has one, else CPU (index 1)."""
+    return 0 if any(n.gpu_count for n in nodes) else 1
 
 
 def simulate(

@@ -24,7 +24,7 @@ from gpupool.service.routes.base import ApiError, Caller, Service, Svc
 router = APIRouter()
 
 
-def _vec(v: tuple[int, int, int] | None) -> dict[str, float | None] | None:
+def _vec(v: tuple[int, ...] | None) -> dict[str, float | None] | None:
     if v is None:
         return None
 
