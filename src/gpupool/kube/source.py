@@ -28,14 +28,24 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpupool.kube import elastic
 from gpupool.kube import workloads as kw
-from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError, WorkloadDefaults
+from gpupool.kube.source_policy import SourcePolicy, parse_namespace_queues, policy_from_options
+from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError
 
 log = logging.getLogger("gpupool.kube.source")
+__all__ = [
+    "KubeSource",
+    "Outcome",
+    "SourcePolicy",
+    "parse_namespace_queues",
+    "policy_from_options",
+    "top_owner_key",
+]
 
 #: the principal every Kubernetes-created workload is submitted as (its owner in the store)
 SYSTEM_NAME = "system:kubernetes"
@@ -47,53 +57,10 @@ REFUSED = "GpupoolRefused"
 INVALID = "GpupoolInvalid"
 
 Key = tuple[str, str, str]  # (informer kind, namespace, name or pod group)
-
-
-@dataclass(frozen=True, slots=True)
-class SourcePolicy:
-    """Which queue a namespace's objects go to, and (optionally) which queues it may use.
-
-    ``allowed``: namespace -> the queues its objects may name; None lets every namespace use
-    every queue (the queue's own access rules still apply). With an allow-list, a namespace not
-    in it may use no queue at all: the operator maps each tenant namespace explicitly."""
-
-    defaults: WorkloadDefaults = field(default_factory=WorkloadDefaults)
-    allowed: Mapping[str, frozenset[str]] | None = None
-
-    def refusal(self, namespace: str, queue: str) -> str | None:
-        """Why ``namespace`` may not submit to ``queue``, or None."""
-        if self.allowed is None:
-            return None
-        ok = self.allowed.get(namespace, frozenset())
-        if queue in ok:
-            return None
-        names = ", ".join(sorted(ok)) or "none"
-        return f"queue {queue!r} is not mapped to namespace {namespace!r} (allowed: {names})"
-
-
-def parse_namespace_queues(items: Iterable[str]) -> dict[str, list[str]]:
-    """``NS=QUEUE`` options (repeatable; a namespace's first queue is its default).
-    Raises ValueError naming the bad item."""
-    out: dict[str, list[str]] = {}
-    for item in items:
-        ns, sep, queue = item.partition("=")
-        ns, queue = ns.strip(), queue.strip()
-        if not sep or not ns or not queue:
-            raise ValueError(f"--namespace-queue {item!r}: expected NAMESPACE=QUEUE")
-        out.setdefault(ns, [])
-        if queue not in out[ns]:
-            out[ns].append(queue)
-    return out
-
-
-def policy_from_options(
-    items: Iterable[str], restrict: bool, scheduler_name: str = "gpupool"
-) -> SourcePolicy:
-    """The policy of ``--namespace-queue NS=QUEUE ...`` and ``--restrict-namespace-queues``."""
-    mapping = parse_namespace_queues(items)
-    defaults = WorkloadDefaults({ns: qs[0] for ns, qs in mapping.items()}, scheduler_name)
-    allowed = {ns: frozenset(qs) for ns, qs in mapping.items()} if restrict else None
-    return SourcePolicy(defaults, allowed)
+#: informer kinds whose objects may be elastic (gpupool.io/min-replicas), and the separator of
+#: an extra's key (``web#extra-3``: no Kubernetes name holds a '#', so it never collides)
+ELASTIC_INFORMERS = ("deployments", "statefulsets")
+EXTRA_KEY = "#extra-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,16 +291,18 @@ class KubeSource:
                 self._deleted(key, gone)
                 continue
             objs = self._objects(key)
-            ident = self._identity(objs)
+            ident = self._identity(objs) + self._scale(key, objs)
             if not objs or self._seen.get(key) == f"ok:{ident}":
                 continue  # accepted already: workloads are immutable, status updates change nothing
             try:
-                got = self._translate(key, objs)
+                elastic = self._elastic(key, objs[0])
+                got = self._translate(key, objs) if elastic is None else None
             except _Unready as exc:
                 self._unready(key, exc)
                 continue
             if got is not None:
                 todo.append((key, got, objs[0], ident))
+            todo += [(k, w, objs[0], ident) for k, w in elastic or ()]
         for i in range(0, len(todo), self.batch):
             if self._stop.is_set():
                 break  # shutting down: the next run reads these objects again
@@ -448,7 +417,9 @@ class KubeSource:
         self.events.event(obj, "Warning", reason, message)
 
     def _deleted(self, key: Key, gone: Mapping[str, Any] | None) -> None:
-        """The object is gone: cancel its workload (a name known from this run, else derived)."""
+        """The object is gone: cancel its workload (a name known from this run, else derived)
+        and, for an elastic object, every extra."""
+        self._scale_down(key, 0)
         self._seen.pop(key, None)
         name = self.names.pop(key, None)
         if name is None and gone is not None and key[0] != "pods":
@@ -459,6 +430,53 @@ class KubeSource:
             name = _name_of(got) if got is not None else None
         if name is not None and self.submitter.cancel(name):
             self.stats["cancelled"] += 1
+
+    # ------------------------------------------------------------------ elastic objects
+    def _scale(self, key: Key, objs: Sequence[Mapping[str, Any]]) -> str:
+        """The replica count, for an elastic object (it changes which workloads it stands for)."""
+        if not self.policy.elastic or key[0] not in ELASTIC_INFORMERS or not objs:
+            return ""
+        spec = objs[0].get("spec")
+        return f"/r{spec.get('replicas', 1) if isinstance(spec, Mapping) else 1}"
+
+    def _elastic(self, key: Key, obj: dict[str, Any]) -> list[tuple[Key, KubeWorkload]] | None:
+        """The base and extras of an elastic object, keyed (the extras' keys carry ``#extra-i``);
+        None when it is not elastic (the ordinary translation applies). Cancels the extras
+        above the current replica count at once (their quota is free at the next cycle)."""
+        if not self.policy.elastic or key[0] not in ELASTIC_INFORMERS:
+            return None
+        try:
+            got = elastic.elastic_workloads(obj, self.policy.defaults)
+        except KubeWorkloadError as exc:
+            self._refuse(key, obj, INVALID, f"gpupool cannot read this object: {exc}", f"invalid:{exc}")
+            self.stats["invalid"] += 1
+            return []
+        except Exception as exc:
+            raise _Unready(f"the elastic translation failed on {key[0]}/{key[1]}/{key[2]}: {exc}") from exc
+        if got is None:
+            return None if elastic.min_replicas(obj) is None else []
+        why = self.policy.refusal(key[1], _queue_of(got.base.manifest))
+        if why is not None:
+            msg = f"gpupool refused workload {_name_of(got.base)}: {why}"
+            self._refuse(key, obj, REFUSED, msg, f"policy:{why}")
+            self.stats["refused"] += 1
+            return []
+        self._scale_down(key, got.replicas)
+        extras = [
+            ((key[0], key[1], f"{key[2]}{EXTRA_KEY}{i}"), w)
+            for i, w in enumerate(got.extras, got.min_replicas)
+        ]
+        return [(key, got.base), *[(k, w) for k, w in extras if k not in self.names]]
+
+    def _scale_down(self, key: Key, replicas: int) -> None:
+        """Cancel the extras of ``key`` whose replica index is ``replicas`` or more."""
+        prefix = f"{key[2]}{EXTRA_KEY}"
+        for k in [k for k in self.names if k[:2] == key[:2] and k[2].startswith(prefix)]:
+            tail = k[2][len(prefix) :]
+            if tail.isdigit() and int(tail) >= replicas:
+                self._seen.pop(k, None)
+                if self.submitter.cancel(self.names.pop(k)):
+                    self.stats["cancelled"] += 1
 
     def _submit(self, todo: Sequence[tuple[Key, KubeWorkload, dict[str, Any], str]]) -> None:
         outcomes = self.submitter.submit_many([w.manifest for _, w, _, _ in todo])

@@ -459,6 +459,7 @@ class StatusWriter:
     def owner_object(self, key: Key) -> dict[str, Any] | None:
         """The top owner as an object an Event can name (a pod group: its first pod)."""
         kind, ns, name = key
+        name = name.partition("#")[0]  # an elastic extra ('web#extra-3'): its Deployment
         inf = self.informers.get(kind)
         if inf is None:
             return None

@@ -1,0 +1,160 @@
+"""Elastic inference (推理弹性): a serving Deployment or StatefulSet as a base and its extras.
+
+A Deployment (or StatefulSet) marked ``gpupool.io/min-replicas: N`` with ``replicas: R``
+becomes N + (R - N) workloads:
+
+* the **base**: one workload of N replicas in a non-preemptible priority class (the object's
+  own class when it names one, else ``inference-critical``), placed whole, within the serving
+  queue's guarantee: it is never preempted;
+* one **extra** per replica above N (``<base>-extra-<i>``, i = N..R-1), a one-replica workload in
+  a preemptible low class (``gpupool.io/extra-priority-class``, else ``evaluation``): an extra
+  borrows idle quota and, being a borrower of the lowest priority, is the first victim when a
+  training queue reclaims its guarantee (``engine.preemption.candidate_order``).
+
+Why one workload per extra and not one elastic workload whose count changes: the engine admits
+and preempts whole workloads (a gang is all or nothing, and a workload is immutable once
+submitted), so per-replica workloads give each extra its own admission, its own eviction and its
+own release — scaling down cancels exactly the extras that went, and their quota is free at the
+next cycle — without a resize verb in the engine, the store or the API. The cost is one
+workload row per extra replica, which at serving scale (tens of replicas) is nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from gpupool import quantity as qty
+from gpupool.kube.translate_kinds import MIN_REPLICAS
+from gpupool.kube.translate_resources import KubeWorkloadError, mapping
+from gpupool.kube.workloads import KubeWorkload, WorkloadDefaults, workload_from_object
+from gpupool.manifests import validate_document
+
+#: the priority class of the extras (a preemptible one: the extras must be the first victims)
+EXTRA_PRIORITY_CLASS = "gpupool.io/extra-priority-class"
+#: on an extra's manifest: the base workload it extends, and its replica index
+ELASTIC_OF = "gpupool.io/elastic-of"
+ELASTIC_INDEX = "gpupool.io/elastic-index"
+DEFAULT_BASE_CLASS = "inference-critical"
+DEFAULT_EXTRA_CLASS = "evaluation"
+EXTRA_SEP = "-extra-"
+ELASTIC_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet")})
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticSet:
+    """An elastic object translated: its base and one extra per replica above the minimum."""
+
+    base: KubeWorkload
+    extras: tuple[KubeWorkload, ...]
+    min_replicas: int
+    replicas: int
+
+
+def _marker(md: Mapping[str, Any], key: str) -> tuple[str, str] | None:
+    """(where, value) of a gpupool setting, from the annotations, else the labels."""
+    for part in ("annotations", "labels"):
+        value = mapping(md.get(part)).get(key)
+        if value is not None:
+            return f"metadata.{part}.{key}", str(value)
+    return None
+
+
+def min_replicas(obj: Mapping[str, Any]) -> int | None:
+    """The object's ``gpupool.io/min-replicas`` (None: not elastic). Raises KubeWorkloadError
+    naming the field for a value that is not a whole number of at least 1."""
+    api = str(obj.get("apiVersion") or "").split("/", 1)[0]
+    if (api, str(obj.get("kind") or "")) not in ELASTIC_KINDS:
+        return None
+    got = _marker(mapping(obj.get("metadata")), MIN_REPLICAS)
+    if got is None:
+        return None
+    where, value = got
+    try:
+        n = qty.count(value)
+    except qty.QuantityError as exc:
+        raise KubeWorkloadError(where, str(exc)) from None
+    if n < 1:
+        raise KubeWorkloadError(where, f"must be at least 1, got {value!r}")
+    return n
+
+
+def extra_name(base: str, index: int) -> str:
+    """The workload name of the extra replica ``index`` of base workload ``base``."""
+    return f"{base}{EXTRA_SEP}{index}"
+
+
+def base_of(name: str) -> tuple[str, int] | None:
+    """(base workload, replica index) of an extra's name; None for any other name."""
+    head, sep, tail = name.rpartition(EXTRA_SEP)
+    return (head, int(tail)) if sep and head and tail.isdigit() else None
+
+
+def _replicas(obj: Mapping[str, Any]) -> int:
+    value = mapping(obj.get("spec")).get("replicas", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
+
+
+def elastic_workloads(
+    obj: Mapping[str, Any], defaults: WorkloadDefaults = WorkloadDefaults()
+) -> ElasticSet | None:
+    """The base and extras of an elastic object; None when it is not elastic, not managed by
+    gpupool, or scaled to zero. Raises KubeWorkloadError for an unreadable object."""
+    n = min_replicas(obj)
+    if n is None:
+        return None
+    plain = copy.deepcopy(dict(obj))
+    for part in ("annotations", "labels"):
+        marks = plain["metadata"].get(part)
+        if isinstance(marks, dict):  # the base's shape is read without the gang minimum
+            marks.pop(MIN_REPLICAS, None)
+    kw = workload_from_object(plain, defaults)
+    if kw is None:
+        return None
+    replicas = _replicas(obj)
+    base = _shaped(kw, str(kw.manifest["metadata"]["name"]), min(n, replicas), _base_class(kw))
+    md = mapping(obj.get("metadata"))
+    extra_class = (_marker(md, EXTRA_PRIORITY_CLASS) or ("", DEFAULT_EXTRA_CLASS))[1]
+    extras = tuple(_extra(kw, base, i, extra_class) for i in range(n, replicas))
+    return ElasticSet(base, extras, n, replicas)
+
+
+def _base_class(kw: KubeWorkload) -> str:
+    return str(kw.manifest["spec"].get("priorityClass") or DEFAULT_BASE_CLASS)
+
+
+def _shaped(kw: KubeWorkload, name: str, replicas: int, priority_class: str) -> KubeWorkload:
+    """A copy of ``kw`` with another name, replica count and class (no gang: placed whole)."""
+    manifest = copy.deepcopy(kw.manifest)
+    manifest["metadata"]["name"] = name
+    spec = manifest["spec"]
+    spec["podGroups"][0]["replicas"] = replicas
+    spec["priorityClass"] = priority_class
+    spec.pop("gang", None)
+    errors: list[str] = []
+    if validate_document(manifest, "translated", errors) is None:
+        raise KubeWorkloadError("metadata.name", errors[0])
+    return replace(kw, manifest=manifest, pod_count=replicas)
+
+
+def _extra(kw: KubeWorkload, base: KubeWorkload, index: int, priority_class: str) -> KubeWorkload:
+    base_name = str(base.manifest["metadata"]["name"])
+    out = _shaped(kw, extra_name(base_name, index), 1, priority_class)
+    out.manifest["metadata"]["annotations"].update({ELASTIC_OF: base_name, ELASTIC_INDEX: str(index)})
+    return out
+
+
+__all__ = [
+    "DEFAULT_BASE_CLASS",
+    "DEFAULT_EXTRA_CLASS",
+    "ELASTIC_INDEX",
+    "ELASTIC_OF",
+    "EXTRA_PRIORITY_CLASS",
+    "ElasticSet",
+    "base_of",
+    "elastic_workloads",
+    "extra_name",
+    "min_replicas",
+]
