@@ -1,0 +1,107 @@
+"""The binder's requests: one Binding per pod; HAMi's node lock only where HAMi runs (a node with
+the ``hami.io/node-nvidia-register`` annotation), taken on the cached node (no GET); the next
+bind on a HAMi node starts when the watch shows the device plugin released the lock."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpupool.kube import annotations as kube_ann
+from gpupool.kube.fake import FakeApiServer
+from gpupool.service.backends import RunSpec
+from tests.kube.test_backend import NODE0, Cluster, bound, job, known, placement, pods_of, wait_for
+
+
+def _requests(srv: FakeApiServer) -> dict[str, int]:
+    return dict(srv.stats.requests)
+
+
+def _delta(before: dict[str, int], after: dict[str, int], key: str) -> int:
+    return after.get(key, 0) - before.get(key, 0)
+
+
+def _four_on_node0(c: Cluster, name: str) -> tuple[str, dict[str, int]]:
+    """A backend, a Job of four one-GPU pods placed on NODE0, the request counts before binding."""
+    be = c.fresh()
+    c.srv.create(job(name, pods=4, run_s=100_000))
+    wl = f"default.job.{name}"
+    wait_for(lambda: known(be, wl), what="the Job in the cache")
+    wait_for(lambda: len(pods_of(c.srv, f"job-name={name}")) == 0, what="suspended: no pods")
+    before = _requests(c.srv)
+    be.start([RunSpec(wl, placement(*(("main", i, NODE0, [i]) for i in range(4))))])
+    return wl, before
+
+
+@pytest.fixture
+def plain(fake_server: FakeApiServer) -> Iterator[Cluster]:
+    """Nodes without HAMi's register (the NVIDIA device plugin alone)."""
+    fake_server.add_gpu_nodes(2, gpus=8, hami=False)
+    c = Cluster(fake_server)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def hami(fake_server: FakeApiServer) -> Iterator[Cluster]:
+    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
+    c = Cluster(fake_server)
+    yield c
+    c.close()
+
+
+def test_a_node_without_hami_gets_no_lock_and_no_node_request(plain: Cluster) -> None:
+    srv = plain.srv
+    _, before = _four_on_node0(plain, "plain")
+    wait_for(lambda: len(bound(pods_of(srv, "job-name=plain"))) == 4, what="all four bound")
+    after = _requests(srv)
+    assert _delta(before, after, "create pods/binding") == 4
+    assert _delta(before, after, "patch nodes") == 0  # no HAMi lock where HAMi does not run
+    assert _delta(before, after, "get nodes") == 0
+    assert kube_ann.HAMI_NODE_LOCK not in (srv.get("nodes", "", NODE0)["metadata"].get("annotations") or {})
+    pods = pods_of(srv, "job-name=plain")
+    assert sorted(p["metadata"]["annotations"][kube_ann.GPU_INDICES] for p in pods) == ["0", "1", "2", "3"]
+
+
+def test_a_hami_node_takes_the_lock_per_bind_with_no_get(hami: Cluster) -> None:
+    srv = hami.srv
+    _, before = _four_on_node0(hami, "locked")
+    wait_for(lambda: len(bound(pods_of(srv, "job-name=locked"))) == 4, what="all four bound")
+    wait_for(
+        lambda: all(p["status"].get("phase") == "Running" for p in pods_of(srv, "job-name=locked")),
+        what="all four admitted by the HAMi stand-in",
+    )
+    after = _requests(srv)
+    assert _delta(before, after, "create pods/binding") == 4
+    assert _delta(before, after, "patch nodes") == 4  # one lock per bind: nothing retried
+    assert _delta(before, after, "get nodes") == 0  # the cached node's version, never a GET
+    assert _delta(before, after, "get pods") == 0  # the holder is known: no staleness check
+    assert srv.stats.violations == []  # the stand-in saw each pod allocated under its own lock
+
+
+def test_the_next_bind_waits_for_the_plugin_to_release_the_lock(tmp_path: Path) -> None:
+    """No kubelet: nothing releases the lock, so the second pod on the node waits (and its
+    pass gives up after lock_wait_s, retried later); releasing the lock by hand lets it bind."""
+    with FakeApiServer(kubelet=False, time_scale=0.01, bookmark_interval_s=0.2) as srv:
+        srv.write_kubeconfig(tmp_path / "kubeconfig")
+        srv.add_gpu_nodes(1, gpus=8, hami=True)
+        c = Cluster(srv)
+        try:
+            be = c.fresh(bind_deadline_s=60.0)
+            be.binder.lock_wait_s = 0.3
+            srv.create(job("two", pods=2, run_s=100_000))
+            wait_for(lambda: known(be, "default.job.two"), what="the Job in the cache")
+            be.start(
+                [RunSpec("default.job.two", placement(("main", 0, NODE0, [0]), ("main", 1, NODE0, [1])))]
+            )
+            wait_for(lambda: len(bound(pods_of(srv, "job-name=two"))) == 1, what="the first bound")
+            wait_for(lambda: be.binder.stats["lockWaits"] >= 1, what="the second told the node is locked")
+            assert len(bound(pods_of(srv, "job-name=two"))) == 1
+            holder = srv.get("nodes", "", NODE0)["metadata"]["annotations"][kube_ann.HAMI_NODE_LOCK]
+            assert holder.split(",")[1:] == ["default", next(iter(bound(pods_of(srv, "job-name=two"))))]
+            srv.patch("nodes", "", NODE0, {"metadata": {"annotations": {kube_ann.HAMI_NODE_LOCK: None}}})
+            wait_for(lambda: len(bound(pods_of(srv, "job-name=two"))) == 2, what="the second bound")
+        finally:
+            c.close()
