@@ -128,6 +128,9 @@ class ReclaimPolicy(StrEnum):
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
     ANY = "Any"
+    #: ``withinQueue`` only (Kueue's ``withinClusterQueue``): lower priority, or equal priority
+    #: and queued after the preemptor
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,8 @@ from gpupool.engine.ordering import workload_order_key as workload_order_key
 from gpupool.engine.partial import PartialAdmission, is_partial
 from gpupool.engine.placement import Placer
 from gpupool.engine.preemption import PreemptionSearch, WholeSlots
-from gpupool.engine.reasons import no_pool_reason, quota_reason
+from gpupool.engine.reasons import no_pool_reason, non_preemptible_reason, quota_reason
+from gpupool.engine.rounds import BorrowRounds
 from gpupool.engine.running import RunningSet, vec_of
 from gpupool.engine.state import ClusterState, QuotaState
 from gpupool.engine.statement import Statement
@@ -69,7 +70,7 @@ def validate_config(config: EngineConfig) -> None:
             )
 
 
-class Engine(PreemptionSearch, BlockedHints, PartialAdmission):
+class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds):
     """Scheduling state for one snapshot: cluster capacity, quota tree, running workloads."""
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -95,6 +96,9 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission):
         self._stmt = Statement(self.cluster, self.quota, self.runs)
         self.leaf = {q: not kids for q, kids in self.quota.children.items()}
         self._leaves_of_root: dict[str, list[str]] = {}
+        #: rounds of pass 2 below the cohort roots: the deepest leaf's number of ancestors
+        self._levels = max((len(p) - 1 for p in self.quota.path.values()), default=0)
+        self._level = 0
         for qn, is_leaf in self.leaf.items():
             if is_leaf:
                 self._leaves_of_root.setdefault(self.quota.root[qn], []).append(qn)
@@ -269,12 +273,12 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission):
         self.placer.reserved = {}
         self.placer.now = self.now
 
-    def _pass(
+    def _pass_at(
         self, by_queue: dict[str, list[Workload]], out: Decisions, allow_borrow: bool
     ) -> dict[str, list[Workload]]:
         """Take the pending work in fair-share order (``ordering.FairShareOrder``): the chosen
         queue's heads are taken in turn until one changes usage, the queue is done, or another
-        queue's head goes first. Returns the work pass 1 leaves to the borrowing pass."""
+        queue's head goes first. Returns the work this round leaves to a later one."""
         order = FairShareOrder(self.quota, by_queue, self.config.order == "fifo")
         pos = order.pos
         deferred: dict[str, list[Workload]] = {}
@@ -448,7 +452,10 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission):
                 assert blk is not None and dim is not None
                 reasons.append((pool, PendingCode.QUOTA, (dim[1], blk)))
                 continue
-            if borrowing and not allow_borrow:
+            if borrowing and not self._may_borrow(w, pool):
+                reasons.append((pool, PendingCode.QUOTA, non_preemptible_reason(quota, w, pool, vec)))
+                continue
+            if borrowing and (not allow_borrow or self._beyond_round(w, pool, vec)):
                 wants_borrow = True
                 continue
             res = self.placer.place(w, pool, self.config.max_domain_tries)

@@ -81,15 +81,18 @@ class BlockedHints:
         if self.config.preempt == "none" or not self.pools[pool].preemptible or not self.runs.by_pq:
             return False
         pol = self.quota.queues[w.queue].preemption
-        if (
-            pol.within_queue is not ReclaimPolicy.NEVER
-            and self.runs.lowest_priority(pool, w.queue) < w.priority
+        lowest = self.runs.lowest_priority(pool, w.queue)
+        if pol.within_queue is not ReclaimPolicy.NEVER and (
+            lowest < w.priority
+            or (lowest == w.priority and pol.within_queue is ReclaimPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY)
         ):
             return True
         if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
             return True
-        return pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and self.quota.within_guarantee(
-            w.queue, pool, vec
+        # reclaim needs a guarantee in reach: the leaf's, or an ancestor's below the root
+        return (
+            pol.reclaim_within_cohort is not ReclaimPolicy.NEVER
+            and self.quota.fit_depth(w.queue, pool, vec) is not None
         )
 
     def _held_everywhere(self, w: Workload) -> bool:

@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpupool.engine.decisions import Decisions, PreemptRule
+from gpupool.engine.preemption import within_queue_victim
 from gpupool.engine.state import QuotaState
 from gpupool.model import (
     ZERO,
     Node,
     PodPlacement,
     PodRequest,
+    ReclaimPolicy,
     Running,
     Snapshot,
     TopologyMode,
@@ -183,17 +185,33 @@ def _check_victims(before: Snapshot, decisions: Decisions, pending: dict[str, Wo
             pool = pools.get(vr.admission.pool)
             if not vw.preemptible or (pool is not None and not pool.preemptible):
                 errs.append(f"{v.workload}: preempted but its class or pool is not preemptible")
-            if v.rule is PreemptRule.WITHIN_QUEUE and not (vw.queue == w.queue and vw.priority < w.priority):
-                errs.append(f"{v.workload}: within-queue victim must be in {w.queue} with lower priority")
-            if v.rule in (PreemptRule.RECLAIM, PreemptRule.BORROW):
-                if vw.queue == w.queue or qs.root.get(vw.queue) != qs.root.get(w.queue):
-                    errs.append(f"{v.workload}: cohort victim must be in another queue of the same cohort")
-                elif not qs.is_borrowing(vw.queue, vr.admission.pool, qs.common_ancestor(w.queue, vw.queue)):
-                    errs.append(f"{v.workload}: reclaimed from queue {vw.queue} which was not borrowing")
-                if v.rule is PreemptRule.BORROW and not vw.priority < w.priority:
-                    errs.append(f"{v.workload}: borrow-preemption needs a lower-priority victim")
-            if vr.workload.priority >= w.priority and v.rule is not PreemptRule.RECLAIM:
-                errs.append(f"{v.workload}: victim priority {vw.priority} not below preemptor {w.priority}")
+            errs.extend(_victim_rule(w, vr, v.rule, qs))
+    return errs
+
+
+def _victim_rule(w: Workload, vr: Running, rule: PreemptRule, qs: QuotaState) -> list[str]:
+    """Is ``vr`` a legal victim of ``w`` under ``rule`` and ``w``'s queue's policy, in the state
+    before the cycle? Within its queue: lower priority (or newer and equal, where the policy is
+    LowerOrNewerEqualPriority). From the cohort: another queue of the same cohort that is
+    actively borrowing, as seen from the common ancestor (the leaf and every queue below that
+    ancestor above its guarantee); by borrowing or by a LowerPriority reclaim: lower priority."""
+    vw, name = vr.workload, vr.name
+    pol = qs.queues[w.queue].preemption if w.queue in qs.queues else None
+    if rule is PreemptRule.WITHIN_QUEUE:
+        equal = pol is not None and pol.within_queue is ReclaimPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
+        if vw.queue != w.queue or not within_queue_victim(w, vw, equal):
+            return [f"{name}: within-queue victim must be in {w.queue} with lower priority (or newer, equal)"]
+        return []
+    if vw.queue == w.queue or qs.root.get(vw.queue) != qs.root.get(w.queue):
+        return [f"{name}: cohort victim must be in another queue of the same cohort"]
+    errs = []
+    if not qs.borrowing_below(vw.queue, vr.admission.pool, qs.common_ancestor(w.queue, vw.queue)):
+        errs.append(f"{name}: reclaimed from queue {vw.queue} which was not borrowing")
+    lower_only = rule is not PreemptRule.RECLAIM or (
+        pol is not None and pol.reclaim_within_cohort is ReclaimPolicy.LOWER_PRIORITY
+    )
+    if lower_only and not vw.priority < w.priority:
+        errs.append(f"{name}: victim priority {vw.priority} not below preemptor {w.priority}")
     return errs
 
 

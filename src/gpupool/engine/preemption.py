@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
 from gpupool.engine.running import vec_of
 from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
-from gpupool.model import Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload
+from gpupool.model import ZERO, Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload, vadd, vsub
 
 if TYPE_CHECKING:
     from gpupool.engine.cycle_state import CycleState
@@ -46,6 +46,15 @@ def candidate_order(
     return (int(v.queue == preemptor_queue), v.priority, *cost, -victim.admission.admitted_at, v.name)
 
 
+def within_queue_victim(w: Workload, v: Workload, newer_equal: bool) -> bool:
+    """May ``w`` evict ``v`` of its own queue: lower priority, or, with ``withinQueue:
+    LowerOrNewerEqualPriority``, equal priority and queued after ``w`` (Kueue's rule: the victim
+    cannot evict ``w`` back, since ``w`` is older)."""
+    if v.priority != w.priority:
+        return v.priority < w.priority
+    return newer_equal and (v.arrival, v.name) > (w.arrival, w.name)
+
+
 @dataclass(slots=True)
 class Candidate:
     """A running workload that may be evicted for ``preemptor`` in ``pool``, and by which rule."""
@@ -55,12 +64,19 @@ class Candidate:
     preemptor: Workload
     pool: str
     cohort: str
+    #: for a victim of another queue: the common ancestor with the preemptor's queue and its
+    #: depth on the preemptor's path (a reclaim is legal only if the preemptor ends within the
+    #: guarantee of a queue below it)
+    lca: str | None = None
+    depth: int = 0
 
     @property
     def reason(self) -> str:
         """Why this victim (formatted only for victims actually chosen)."""
         w, v = self.preemptor, self.running.workload
         if self.rule is PreemptRule.WITHIN_QUEUE:
+            if w.priority == v.priority:
+                return f"preempted by {w.name} (priority {w.priority}, queued earlier) within queue {w.queue}"
             return f"preempted by {w.name} (priority {w.priority} > {v.priority}) within queue {w.queue}"
         if self.rule is PreemptRule.RECLAIM:
             return f"queue {w.queue} reclaims its guarantee in pool {self.pool}; queue {v.queue} is borrowing"
@@ -155,64 +171,121 @@ class PreemptionSearch:
 
         Collected here, ordered by ``preemption.candidate_order`` (one rule, as in Kueue): other
         queues' borrowed capacity first, then the lowest priority, then the most recently admitted.
+        Own-queue candidates and reclaim from the cohort go together (Kueue: "preempt from all
+        ClusterQueues in cohort"): reclaim is open when ``w`` could end within a guarantee once
+        its own candidates are gone. With no guarantee in reach and ``borrowWithinCohort:
+        Never`` there is nothing to preempt for (docs/engine.md, "Quota and preemption semantics").
         """
-        by_pq = self.runs.by_pq
-        if not by_pq or not self.pools[pool].preemptible:
+        if not self.runs.by_pq or not self.pools[pool].preemptible:
             return []
-        q = self.quota
-        queue = q.queues[w.queue]
-        pol = queue.preemption
-        root = q.root[w.queue]
-        out: list[Candidate] = []
-        cs = self._cs
-        evicted, now = cs.evicted, cs.admitted_now
-        if (
-            pol.within_queue is not ReclaimPolicy.NEVER
-            and self.runs.lowest_priority(pool, w.queue) < w.priority
-        ):
-            for r in by_pq.get((pool, w.queue), {}).values():
-                v = r.workload
-                if v.name in evicted or v.name in now or not v.preemptible or v.priority >= w.priority:
-                    continue
-                out.append(Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root))
-        reclaim = pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and q.within_guarantee(
-            w.queue, pool, vec
-        )
-        borrow = pol.borrow_within_cohort is not ReclaimPolicy.NEVER
-        if reclaim or borrow:
-            for other in self._leaves_of_root.get(root, ()):
-                rs = by_pq.get((pool, other))
-                if other == w.queue or not rs:
-                    continue
-                # borrowing now, and already when the cycle started (victims are pre-cycle work)
-                lca = q.common_ancestor(w.queue, other)
-                key = (other, pool, lca)
-                at_start = cs.borrowing_at_start.get(key)
-                if at_start is None:
-                    at_start = cs.borrowing_at_start[key] = q.is_borrowing(
-                        other, pool, lca, cs.usage_at_start
-                    )
-                if not at_start or not q.is_borrowing(other, pool, lca):
-                    continue
-                for r in rs.values():
-                    v = r.workload
-                    if v.name in evicted or v.name in now or not v.preemptible:
-                        continue
-                    if reclaim and (
-                        pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority
-                    ):
-                        rule = PreemptRule.RECLAIM
-                    elif borrow and v.priority < w.priority:
-                        rule = PreemptRule.BORROW
-                    else:
-                        continue
-                    out.append(Candidate(r, rule, w, pool, root))
+        own = self._own_candidates(w, pool)
+        freed = ZERO
+        for c in own:
+            freed = vadd(freed, c.running.admission.quota_vec())
+        best = self.quota.fit_depth(w.queue, pool, vsub(vec, freed))
+        if best is None and not self._may_borrow_preempting(w, pool):
+            return own[:0]  # it would stay above every guarantee: only borrowWithinCohort allows that
+        out = own + self._cohort_candidates(w, pool, best)
         mine = w.queue
         out.sort(key=lambda c: candidate_order(c.running, mine))
         return out[: self.config.max_preemption_candidates]
 
-    def _fits_now(self, w: Workload, pool: str, vec: Vec) -> bool:
-        if not self.quota.check(w.queue, pool, vec)[0]:
+    def _may_borrow_preempting(self, w: Workload, pool: str) -> bool:
+        """May ``w`` end above its guarantee after preempting (Kueue's ``borrowWithinCohort``)?
+        Never for non-preemptible work, which never borrows."""
+        pol = self.quota.queues[w.queue].preemption
+        return (
+            pol.borrow_within_cohort is not ReclaimPolicy.NEVER
+            and w.preemptible
+            and self.pools[pool].preemptible
+        )
+
+    def _own_candidates(self, w: Workload, pool: str) -> list[Candidate]:
+        """Running work of ``w``'s own queue that ``withinQueue`` lets it evict: lower priority,
+        or (``LowerOrNewerEqualPriority``) equal priority and queued after ``w``."""
+        policy = self.quota.queues[w.queue].preemption.within_queue
+        if policy is ReclaimPolicy.NEVER:
+            return []
+        equal = policy is ReclaimPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY
+        lowest = self.runs.lowest_priority(pool, w.queue)
+        if lowest > w.priority or (lowest == w.priority and not equal):
+            return []
+        cs = self._cs
+        evicted, now, root = cs.evicted, cs.admitted_now, self.quota.root[w.queue]
+        out: list[Candidate] = []
+        for r in self.runs.by_pq.get((pool, w.queue), {}).values():
+            v = r.workload
+            if (
+                v.name in evicted
+                or v.name in now
+                or not v.preemptible
+                or not within_queue_victim(w, v, equal)
+            ):
+                continue
+            out.append(Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root))
+        return out
+
+    def _cohort_candidates(self, w: Workload, pool: str, best: int | None) -> list[Candidate]:
+        """Work of other queues of the cohort that borrow as seen from their common ancestor with
+        ``w``'s queue (the leaf and every queue below that ancestor above its guarantee, now and
+        when the cycle started). Reclaim (``reclaimWithinCohort``) where ``w`` could end within
+        the guarantee of a queue below that ancestor (``best``: the lowest depth in reach);
+        else lower-priority victims only if ``borrowWithinCohort`` lets ``w`` borrow."""
+        q, cs = self.quota, self._cs
+        pol = q.queues[w.queue].preemption
+        root = q.root[w.queue]
+        borrow = self._may_borrow_preempting(w, pool)
+        evicted, now, path = cs.evicted, cs.admitted_now, q.path[w.queue]
+        out: list[Candidate] = []
+        for other in self._leaves_of_root.get(root, ()):
+            rs = self.runs.by_pq.get((pool, other))
+            if other == w.queue or not rs:
+                continue
+            lca = q.common_ancestor(w.queue, other)
+            if not self._borrowing_since_start(other, pool, lca):
+                continue
+            depth = path.index(lca) if lca is not None else len(path)
+            reclaim = (
+                pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and best is not None and best < depth
+            )
+            for r in rs.values():
+                v = r.workload
+                if v.name in evicted or v.name in now or not v.preemptible:
+                    continue
+                if reclaim and (pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority):
+                    rule = PreemptRule.RECLAIM
+                elif borrow and v.priority < w.priority:
+                    rule = PreemptRule.BORROW
+                else:
+                    continue
+                out.append(Candidate(r, rule, w, pool, root, lca, depth))
+        return out
+
+    def _borrowing_since_start(self, other: str, pool: str, lca: str | None) -> bool:
+        """Is ``other`` borrowing below ``lca`` now, and was it already when the cycle started
+        (victims are pre-cycle work; a queue that only now borrows is no reclaim source)?"""
+        q, cs = self.quota, self._cs
+        key = (other, pool, lca)
+        at_start = cs.borrowing_at_start.get(key)
+        if at_start is None:
+            at_start = cs.borrowing_at_start[key] = q.borrowing_below(other, pool, lca, cs.usage_at_start)
+        return at_start and q.borrowing_below(other, pool, lca)
+
+    def _legal(self, w: Workload, pool: str, vec: Vec, reclaim_depth: int) -> bool:
+        """Would admitting ``w`` now keep the search's rules? It ends within the guarantee of a
+        queue below every reclaimed victim's common ancestor with it (``reclaim_depth``: the
+        lowest such ancestor's depth), and above every guarantee only where
+        ``borrowWithinCohort`` allows; non-preemptible work ends within every guarantee."""
+        q = self.quota
+        if not (w.preemptible and self.pools[pool].preemptible):
+            return not q.check(w.queue, pool, vec)[1]
+        f = q.fit_depth(w.queue, pool, vec)
+        if f is None:
+            return reclaim_depth > len(q.path[w.queue]) and self._may_borrow_preempting(w, pool)
+        return f < reclaim_depth
+
+    def _fits_now(self, w: Workload, pool: str, vec: Vec, reclaim_depth: int = 1 << 30) -> bool:
+        if not self.quota.check(w.queue, pool, vec)[0] or not self._legal(w, pool, vec, reclaim_depth):
             return False
         cp = self._stmt.checkpoint()
         res = self.placer.place(w, pool, self.config.max_domain_tries)
@@ -231,7 +304,6 @@ class PreemptionSearch:
         if memo in failed:
             return False
         if should_wait(self, w, pool, vec):  # work about to end makes room: evict nobody
-            failed.add(memo)
             return False
         cands = choose_victims(self, self.preemption_candidates(w, pool, vec))
         slots = self._bounded_slots(w, pool, vec, cands)
@@ -272,19 +344,28 @@ class PreemptionSearch:
     def _remove_until_fits(
         self, w: Workload, pool: str, vec: Vec, cands: list[Candidate], slots: WholeSlots | None
     ) -> list[Candidate] | None:
-        """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back)."""
+        """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back).
+        A victim of another queue is skipped once its queue no longer borrows (earlier victims
+        gave back what it borrowed): reclaim never takes a queue's own guarantee."""
         cp = self._stmt.checkpoint()
         free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
         freed = 0
+        depth = 1 << 30
         removed: list[Candidate] = []
         for c in cands:
+            if c.rule is not PreemptRule.WITHIN_QUEUE and not self.quota.borrowing_below(
+                c.running.workload.queue, pool, c.lca
+            ):
+                continue
             self._discharge(c.running)
             removed.append(c)
+            if c.rule is PreemptRule.RECLAIM:
+                depth = min(depth, c.depth)
             freed += c.running.admission.quota_vec()[0]
             room = slots is None or slots.enough(c)  # whole free devices for every pod, by count
             if not room or free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
                 continue  # a placement trial cannot succeed yet
-            if self._fits_now(w, pool, vec):
+            if self._fits_now(w, pool, vec, depth):
                 return removed
         self._stmt.rollback(cp)
         return None
@@ -295,9 +376,15 @@ class PreemptionSearch:
         """Minimise: give back every victim that turns out not to be needed, newest choice
         first (the last one removed is needed: without it ``w`` did not fit)."""
         victims: list[Candidate] = []
-        for c in reversed(removed[:-1]):
+        rest = removed[:-1]
+        while rest:
+            c = rest.pop()
             self._charge(c.running)
-            if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec):
+            depth = min(
+                (x.depth for x in (*victims, *rest, removed[-1]) if x.rule is PreemptRule.RECLAIM),
+                default=1 << 30,
+            )
+            if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec, depth):
                 self._discharge(c.running)
                 if slots is not None:
                     slots.enough(c)

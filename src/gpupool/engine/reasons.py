@@ -51,3 +51,15 @@ def no_pool_reason(w: Workload, pools: Container[str]) -> str:
         return f"pool {w.pool} does not exist"
     models = ", ".join(w.gpu_models) or "any GPU model"
     return f"queue {w.queue} has no quota in any pool offering {models}"
+
+
+def non_preemptible_reason(q: QuotaState, w: Workload, pool: str, vec: Vec) -> str:
+    """Why non-preemptible work waits although the cohort has idle quota: it is admitted only
+    within guarantee (what it borrowed could never be reclaimed)."""
+    key = (w.queue, pool)
+    why = "its priority class" if not w.preemptible else f"pool {pool}"
+    return (
+        f"queue {w.queue}: non-preemptible work ({why}) is admitted only within guarantee, never by "
+        f"borrowing: pool {pool} GPU guarantee {_fmt(0, q.G[key][0])}, in use {_fmt(0, q.E[key][0])}, "
+        f"requested {_fmt(0, vec[0])}"
+    )

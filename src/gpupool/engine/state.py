@@ -248,6 +248,8 @@ class QuotaState:
         self.E: dict[tuple[str, str], Vec] = {}  # effective usage (with reservations)
         self.log: list[tuple[str, str, Vec]] = []
         self._share: dict[str, float] = {}
+        #: usage decay (``engine/decay.py``): a term per queue node added to its share; empty: off
+        self.decay: dict[str, float] = {}
         for pool in self.pools:
             for name in self._post_order():
                 self._init_node(name, pool)
@@ -472,8 +474,15 @@ class QuotaState:
                     s = t
             if s > best:
                 best = s
+        if self.decay:  # recent use counts against a queue (issue 11, item 7c)
+            best += self.decay.get(name, 0.0)
         self._share[name] = best
         return best
+
+    def set_decay(self, terms: dict[str, float]) -> None:
+        """Replace the usage-decay terms (``engine/decay.py``); cached shares are stale."""
+        self.decay = terms
+        self._share.clear()
 
     def _denominators(self) -> None:
         """1/denominator per queue, pool and resource: the guarantee, or the pool when none is set."""
@@ -497,3 +506,46 @@ class QuotaState:
             if n in pb:
                 return n
         return None
+
+    # -- hierarchical reclaim (docs/engine.md, "Quota and preemption semantics") ---------------
+    def fit_depth(self, leaf: str, pool: str, vec: Vec) -> int | None:
+        """How far up ``leaf``'s path an admission of ``vec`` must reach to stay within a
+        guarantee: 0 when the leaf's own guarantee holds it, d when the queue d levels up is the
+        lowest whose guarantee holds it (its own guarantee beyond its children's belongs to its
+        subtree), None when only the cohort root could (the admission borrows from the whole
+        cohort). A queue that is its own root counts as its own guarantee. ``vec`` may have
+        negative parts (work to be evicted)."""
+        path = self.path[leaf]
+        E, R, G = self.E, self.R, self.G
+        top = len(path) - 1 if len(path) > 1 else 1
+        prev_old = prev_new = ZERO
+        for depth in range(top):
+            key = (path[depth], pool)
+            old = E[key]
+            if depth == 0:
+                new = vadd(old, vec)
+            else:
+                r = R[(path[depth - 1], pool)]
+                new = vadd(vsub(old, vmax(prev_old, r)), vmax(prev_new, r))
+            if vle(new, G[key]):
+                return depth
+            prev_old, prev_new = old, new
+        return None
+
+    def borrowing_below(
+        self, leaf: str, pool: str, lca: str | None, usage: dict[tuple[str, str], Vec] | None = None
+    ) -> bool:
+        """Is ``leaf`` actively borrowing as seen from ``lca`` (Kueue's hierarchical cohorts):
+        the leaf and every queue on its path below ``lca`` use more than their guarantee? A leaf
+        within its own guarantee is never a reclaim source because an ancestor borrows, and a
+        subtree within its guarantee lends among its own children only."""
+        u = self.U if usage is None else usage
+        seen = False
+        for n in self.path[leaf]:
+            if n == lca:
+                break
+            key = (n, pool)
+            if vle(u[key], self.G[key]):
+                return False
+            seen = True
+        return seen

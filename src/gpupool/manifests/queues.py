@@ -46,8 +46,8 @@ class QuotaSpec(StrictModel):
 
 
 class PreemptionSpec(StrictModel):
-    withinQueue: Literal["Never", "LowerPriority"] = "LowerPriority"
-    reclaimWithinCohort: ReclaimPolicy = ReclaimPolicy.ANY
+    withinQueue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
+    reclaimWithinCohort: Literal["Never", "LowerPriority", "Any"] = "Any"
     borrowWithinCohort: Literal["Never", "LowerPriority"] = "Never"
 
 
