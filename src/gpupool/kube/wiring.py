@@ -263,10 +263,14 @@ class KubeRuntime:
 
         hooks.on_cycle = on_cycle
         self.writer.start()
+        from gpupool.kube.config_source import ConfigSource  # pools and queues kept in the cluster
+
+        self.config_source = ConfigSource(self.api, recorder, gate=self.source.gate)
+        self.config_source.start(svc)
 
     def stop_service(self) -> None:
         """Stop what acts through the service (the source, the status writer)."""
-        for part in (self.writer, self.source):
+        for part in (getattr(self, "config_source", None), self.writer, self.source):
             if part is not None:
                 part.stop()
 

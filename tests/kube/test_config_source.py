@@ -1,0 +1,111 @@
+"""Configuration kept in the cluster: ``kubectl apply -f pools.yaml`` with ResourcePool, Queue
+and PriorityClass objects reaches gpupool's configuration through the API's apply path; a bad
+object is refused alone (Warning Event, ``Accepted=False`` with the located errors)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpupool.kube.config_source import ORIGIN, to_manifest
+from gpupool.store import NotFound
+from tests.kube.test_kubectl_e2e import kubectl, serving, wait
+
+CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "gpupool" / "crds"
+
+POOLS = """
+apiVersion: gpupool.io/v1alpha1
+kind: ResourcePool
+metadata: {name: cluster-pool}
+spec: {nodeSelector: {gpupool.io/environment: cluster}, description: from kubectl}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Queue
+metadata: {name: cluster-team}
+spec:
+  weight: 3
+  quotas:
+    - {pool: cluster-pool, guarantee: {nvidia.com/gpu: 16}}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Queue
+metadata: {name: broken-team}
+spec:
+  quotas:
+    - {pool: no-such-pool, guarantee: {nvidia.com/gpu: 4}}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata:
+  name: batch-low
+  annotations: {gpupool.io/preemptible: "true"}
+value: 50
+description: from kubectl
+"""
+
+
+def _object(svc: Any, kind: str, name: str) -> Any:
+    try:
+        return svc.store.get_object(kind, name)
+    except NotFound:
+        return None
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_apply_pools_queues_and_classes_reaches_the_configuration(
+    fake_server: Any, tmp_path: Path
+) -> None:
+    for f in ("gpupool.io_resourcepools.yaml", "gpupool.io_queues.yaml"):
+        kubectl(fake_server, "apply", "-f", str(CHART_CRDS / f))
+    with serving(fake_server, tmp_path / "a") as app:
+        svc = app.state.svc
+        kubectl(fake_server, "apply", "-f", "-", stdin=POOLS)
+        queue = wait(lambda: _object(svc, "Queue", "cluster-team"), 60, "the queue applied")
+        pool = _object(svc, "ResourcePool", "cluster-pool")
+        pc = wait(lambda: _object(svc, "PriorityClass", "batch-low"), 60, "the priority class applied")
+        assert queue.spec["weight"] == 3 and queue.annotations[ORIGIN] == "cluster"
+        assert pool.spec["description"] == "from kubectl"
+        assert (pc.spec["value"], pc.spec["preemptible"]) == (50, True)
+        # the same revision path as the API: revision 1 each, and an audit record
+        assert [r.revision for r in svc.store.list_revisions("Queue", "cluster-team")] == [1]
+        assert "cluster-team" in {q.name for q in svc.controller.bundle.queues}  # the controller reloaded
+
+        # the bad queue: refused alone, with the located error on the object and as an Event
+        def refused() -> dict[str, Any] | None:
+            obj = json.loads(kubectl(fake_server, "get", "queues.gpupool.io", "broken-team", "-o", "json"))
+            conds = (obj.get("status") or {}).get("conditions") or []
+            return conds[0] if conds else None
+
+        cond = wait(refused, 60, "the refused queue's condition")
+        assert (cond["type"], cond["status"], cond["reason"]) == ("Accepted", "False", "Invalid")
+        assert "no-such-pool" in cond["message"], cond
+        assert _object(svc, "Queue", "broken-team") is None
+        events = json.loads(kubectl(fake_server, "get", "events", "-A", "-o", "json"))["items"]
+        assert any(e["reason"] == "GpupoolConfigRefused" and "broken-team" in e["message"] for e in events)
+        good = json.loads(kubectl(fake_server, "get", "queues.gpupool.io", "cluster-team", "-o", "json"))
+        assert good["status"]["conditions"][0]["status"] == "True"
+
+        # deleting the object deletes gpupool's copy; a queue from the files is untouched
+        kubectl(fake_server, "delete", "queues.gpupool.io", "cluster-team")
+        wait(lambda: _object(svc, "Queue", "cluster-team") is None, 60, "the deleted queue removed")
+        assert _object(svc, "Queue", "llm-research") is not None
+
+
+def test_only_priority_classes_meant_for_gpupool_are_read() -> None:
+    system = {"kind": "PriorityClass", "metadata": {"name": "system-node-critical"}, "value": 2000001000}
+    assert to_manifest(system) is None
+    ours = {
+        "kind": "PriorityClass",
+        "metadata": {"name": "serve", "annotations": {"gpupool.io/preemptible": "false"}},
+        "value": 900,
+    }
+    assert to_manifest(ours) == {
+        "apiVersion": "gpupool.io/v1alpha1",
+        "kind": "PriorityClass",
+        "metadata": {"name": "serve", "annotations": {ORIGIN: "cluster"}},
+        "spec": {"value": 900, "preemptible": False},
+    }
