@@ -650,7 +650,8 @@ def test_jobs_and_shares_through_the_webhook_run_on_the_fake_cluster(fake_api: A
         proc.wait(30)
 
 
-#: the writes the Kubernetes backend makes (read from gpupool.kube.binder, evictor, status, lease)
+#: the writes the Kubernetes backend makes (read from gpupool.kube.binder, evictor, status, lease,
+#: mirror, config_source)
 BACKEND_WRITES = (
     ("", "nodes", "patch"),  # binder: HAMi's node lock
     ("", "pods/binding", "create"),  # binder
@@ -670,6 +671,11 @@ BACKEND_WRITES = (
             ("apps", "statefulsets"),
         )
     ),
+    ("gpupool.io", "workloads", "create"),  # mirror: a Workload per Kubernetes workload
+    ("gpupool.io", "workloads", "delete"),  # mirror: the workload's object is gone
+    ("gpupool.io", "workloads/status", "patch"),  # mirror: queue, phase, position, reason
+    ("gpupool.io", "resourcepools/status", "patch"),  # config source: Accepted condition
+    ("gpupool.io", "queues/status", "patch"),  # config source: Accepted condition
 )
 
 
@@ -682,9 +688,11 @@ def test_the_scheduler_may_do_what_the_backend_does() -> None:
     from gpupool.kube.informer import WATCHED
 
     granted = _granted(SCHEDULER_RULES)
-    for kind in WATCHED:
-        res = RESOURCES[kind]
-        assert {(res.group, res.plural, "list"), (res.group, res.plural, "watch")} <= granted, kind
+    from gpupool.kube.config_source import KINDS as CONFIG_KINDS
+
+    watched = [RESOURCES[kind] for kind in WATCHED] + list(CONFIG_KINDS.values())
+    for res in watched:  # the backend's informers and the configuration source's
+        assert {(res.group, res.plural, "list"), (res.group, res.plural, "watch")} <= granted, res.plural
     assert set(BACKEND_WRITES) <= granted
     lease = _granted(LEASE_RULES)
     assert {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")} <= lease
