@@ -322,6 +322,9 @@ class Workload:
     node_selector: tuple[tuple[str, str], ...] = ()
     expected_duration_s: float | None = None
     arrival: float = 0.0
+    #: how often this workload was preempted before (the caller counts; the preemption cost
+    #: model protects work that already lost runs: ``engine/victim_cost.py``)
+    evictions: int = 0
 
     @property
     def pod_count(self) -> int:
@@ -413,6 +416,16 @@ class EngineConfig:
     one_head_per_queue: bool = False
     #: hold nodes for the best-ranked blocked whole-GPU workload per pool (backfill around it)
     reserve: bool = True
+    #: cost-aware preemption (``engine/victim_cost.py``, docs/engine.md "Preemption cost"):
+    #: off, victims go by priority and age only and nobody waits
+    preemption_cost: bool = True
+    #: a preemptor waits instead of evicting when running work expected to end within this share
+    #: of its own expected run time frees enough for it (0: never; unknown duration: never)...
+    preemption_wait_fraction: float = 0.3
+    #: ... and within this many seconds at most
+    preemption_wait_s: float = 600.0
+    #: a workload admitted less than this many seconds ago is not a victim (0: off)
+    preemption_cooldown_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -303,7 +303,7 @@ class PreemptionSearch:
         memo = (w.queue, w.priority, pool, sid)
         if memo in failed:
             return False
-        if should_wait(self, w, pool, vec):  # work about to end makes room: evict nobody
+        if should_wait(self, w, pool, vec, memo):  # work about to end makes room: evict nobody
             return False
         cands = choose_victims(self, self.preemption_candidates(w, pool, vec))
         slots = self._bounded_slots(w, pool, vec, cands)

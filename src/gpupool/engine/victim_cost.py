@@ -22,6 +22,7 @@ workload's ``expected_duration_s``, eviction counts from ``Workload.evictions`` 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from gpupool.model import Running
@@ -74,23 +75,46 @@ def choose_victims(search: PreemptionSearch, cands: list[Candidate]) -> list[Can
     return sorted(cands, key=lambda c: candidate_order(c.running, mine, now))
 
 
+def duration_octave(d: float | None) -> int | None:
+    """The power of two a duration falls in (``2**k <= d < 2**(k+1)``): the wait horizon is
+    a function of it, so workloads alike but for a slightly different duration wait alike (a
+    caller that groups interchangeable workloads, like the simulator, groups by it too)."""
+    if d is None or d <= 0:
+        return None
+    return math.floor(math.log2(d))
+
+
 def wait_horizon(cfg: EngineConfig, w: Workload) -> float:
     """How long ``w`` may wait for running work to end rather than evict (0: not at all): a
-    share of its own expected run time, capped. Relative, so one setting fits sub-second jobs
-    and day-long ones alike."""
-    d = w.expected_duration_s
-    if not cfg.preemption_cost or d is None:
+    share of its expected run time (rounded down to its power of two), capped. Relative, so one
+    setting fits sub-second jobs and day-long ones alike."""
+    k = duration_octave(w.expected_duration_s)
+    if not cfg.preemption_cost or k is None:
         return 0.0
-    return max(0.0, min(cfg.preemption_wait_s, cfg.preemption_wait_fraction * d))
+    return max(0.0, min(cfg.preemption_wait_s, cfg.preemption_wait_fraction * 2.0**k))
 
 
-def should_wait(search: PreemptionSearch, w: Workload, pool: str, vec: Vec) -> bool:
+def should_wait(search: PreemptionSearch, w: Workload, pool: str, vec: Vec, memo: tuple[object, ...]) -> bool:
     """Whether ``w`` should wait for running work about to end instead of evicting anyone:
-    the work of ``pool`` expected to end within ``preemption_wait_s`` of now, released on the
-    engine's state, makes room for it (quota and a real placement trial); undone after."""
+    the work of ``pool`` expected to end within the horizon, released on the engine's state,
+    makes room for it (quota and a real placement trial; undone after). A yes is remembered
+    for the cycle under ``memo`` and the horizon (the preemption search's memo: capacity only
+    shrinks until a preemption, which clears it), so each later workload alike waits too."""
     horizon = wait_horizon(search.config, w)
     if horizon <= 0:
         return False
+    key = (*memo, "wait", horizon)
+    failed = search._cs.preempt_failed
+    if key in failed:
+        return True
+    if _room_after_ending(search, w, pool, vec, horizon):
+        failed.add(key)
+        return True
+    return False
+
+
+def _room_after_ending(search: PreemptionSearch, w: Workload, pool: str, vec: Vec, horizon: float) -> bool:
+    """Would ``w`` fit once the work of ``pool`` expected to end within ``horizon`` has ended?"""
     now = search.now
     limit = now + horizon
     ending = [

@@ -14,6 +14,7 @@ from collections import Counter
 
 from gpupool.engine.core import workload_order_key
 from gpupool.engine.fragscore import add_shapes
+from gpupool.engine.victim_cost import duration_octave
 from gpupool.model import Workload
 
 #: a class member as its class keeps it: the engine's order key, then the name
@@ -33,6 +34,7 @@ def scheduling_shape(w: Workload) -> tuple[object, ...]:
         w.node_selector,
         w.gang_min,
         w.pool,
+        duration_octave(w.expected_duration_s),  # the preemption wait horizon depends on it
     )
 
 
