@@ -42,6 +42,7 @@ from gpupool.sim.manifest import (
     TaskTypeSpec,
     WhatIfSpec,
 )
+from gpupool.sim.sets import cohort_documents, expand_sets, resolve_sets
 from gpupool.sim.sources import (
     BurstGen,
     SimInputError,
@@ -147,10 +148,11 @@ def parse_scenario(text: str, source: str, base: Path) -> ScenarioSpec:
         raise SimInputError(errors) from None
     if errors:
         raise SimInputError(errors)
-    chosen = [k for k in ("philly", "openb", "csv", "generator") if getattr(spec.workload, k) is not None]
+    kinds = ("philly", "openb", "csv", "generator", "sets")
+    chosen = [k for k in kinds if getattr(spec.workload, k) is not None]
     if len(chosen) != 1:
         raise SimInputError(
-            f"{source}: spec.workload: set exactly one of philly, openb, csv, generator (got {chosen or 'none'})"
+            f"{source}: spec.workload: set exactly one of {', '.join(kinds)} (got {chosen or 'none'})"
         )
     return spec
 
@@ -205,6 +207,9 @@ def _cluster_documents(spec: ScenarioSpec, base: Path, src: str) -> list[Documen
             docs.extend(
                 parse_documents(yaml.safe_dump_all(spec.cluster.documents), f"{src}: spec.cluster.documents")
             )
+        if spec.cluster.cohorts:
+            raw = cohort_documents(spec.cluster.cohorts, f"{src}: spec.cluster.cohorts")
+            docs.extend(parse_documents(yaml.safe_dump_all(raw), f"{src}: spec.cluster.cohorts"))
     except ManifestError as exc:
         errors.extend(exc.errors)
     if errors:
@@ -235,6 +240,11 @@ def _trace(spec: ScenarioSpec, base: Path, src: str, docs: list[Document], error
         return load_generic(
             _checked(base, g.path, f"{where}.csv.path"), g.columns, g.format, g.defaultQueue, g.maxJobs
         )
+    if w.sets is not None:
+        queues = [d for d in docs if d.kind == "Queue"]
+        parents = {getattr(d.spec, "parent", None) for d in queues}
+        leaves = [d.name for d in queues if d.name not in parents]
+        return expand_sets(resolve_sets(w.sets, leaves, f"{where}.sets"))
     assert w.generator is not None
     return _generated(w.generator, spec.seed, f"{where}.generator", errors)
 
