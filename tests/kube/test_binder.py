@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,3 +106,61 @@ def test_the_next_bind_waits_for_the_plugin_to_release_the_lock(tmp_path: Path) 
             wait_for(lambda: len(bound(pods_of(srv, "job-name=two"))) == 2, what="the second bound")
         finally:
             c.close()
+
+
+def test_the_lock_alone_does_not_rebuild_the_node_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The binder's lock and the plugin's release are two node events per bind on a HAMi node;
+    a rebuild scans every cached pod, so these two must not cause one (a label change must)."""
+    from gpupool.kube import inventory, nodes
+    from gpupool.kube.fake.nodes import gpu_node
+
+    calls: list[str] = []
+    real = inventory.node_inventory
+
+    def counting(obj: dict[str, Any], *a: Any, **kw: Any) -> Any:
+        calls.append(obj["metadata"]["name"])
+        return real(obj, *a, **kw)
+
+    monkeypatch.setattr(nodes.inventory, "node_inventory", counting)
+    listeners: list[Any] = []
+
+    class _Cache:
+        def __init__(self) -> None:
+            self.objs: dict[str, dict[str, Any]] = {}
+
+        def items(self) -> list[dict[str, Any]]:
+            return list(self.objs.values())
+
+        def get(self, _ns: str, name: str) -> dict[str, Any] | None:
+            return self.objs.get(name)
+
+        def add_listener(self, fn: Any) -> None:
+            listeners.append(fn)
+
+    class _Informers:
+        nodes = _Cache()
+        pods = _Cache()
+
+    infs = _Informers()
+    view = nodes.NodeView(infs, inventory.InventoryOptions())  # type: ignore[arg-type]
+    node = gpu_node(NODE0, gpus=8)
+    node["metadata"]["resourceVersion"] = "1"
+
+    def event(obj: dict[str, Any]) -> None:
+        infs.nodes.objs[NODE0] = obj
+        for fn in listeners:
+            fn("MODIFIED", obj)
+
+    event(node)
+    view.refresh()
+    assert calls == [NODE0]
+    locked = {**node, "metadata": {**node["metadata"], "resourceVersion": "2"}}
+    locked["metadata"]["annotations"] = {**node["metadata"]["annotations"], kube_ann.HAMI_NODE_LOCK: "x"}
+    event(locked)
+    event({**node, "metadata": {**node["metadata"], "resourceVersion": "3"}})  # released
+    view.refresh()
+    assert calls == [NODE0]  # no rebuild for the lock
+    relabelled = {**node, "metadata": {**node["metadata"], "labels": {"rack": "r9"}, "resourceVersion": "4"}}
+    event(relabelled)
+    view.refresh()
+    assert calls == [NODE0, NODE0]

@@ -12,6 +12,7 @@ import threading
 from collections import defaultdict
 from typing import Any
 
+from gpupool.kube import annotations as kube_ann
 from gpupool.kube import inventory
 from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.tracker import is_terminal, node_of
@@ -30,12 +31,24 @@ class NodeView:
         self._all_dirty = True
         self._refreshing = threading.Lock()
         self._changed = False
+        self._seen: dict[str, tuple[Any, ...]] = {}
         informers.nodes.add_listener(self._on_node)
         informers.pods.add_listener(self._on_pod)
 
-    def _on_node(self, _typ: str, obj: dict[str, Any]) -> None:
+    def _on_node(self, typ: str, obj: dict[str, Any]) -> None:
+        """Mark the node for a rebuild, unless only HAMi's node lock changed: the binder writes
+        it before every bind on a HAMi node and the device plugin clears it, two events per
+        bind that change nothing the inventory reads (a rebuild scans every cached pod)."""
+        name = object_key(obj)[1]
+        seen = None if typ == "DELETED" else _inventory_part(obj)
         with self._lock:
-            self._dirty.add(object_key(obj)[1])
+            if seen is not None and self._seen.get(name) == seen:
+                return
+            if seen is None:
+                self._seen.pop(name, None)
+            else:
+                self._seen[name] = seen
+            self._dirty.add(name)
 
     def _on_pod(self, _typ: str, pod: dict[str, Any]) -> None:
         node = node_of(pod)
@@ -110,6 +123,15 @@ class NodeView:
     def devices(self, node: str) -> tuple[inventory.Device, ...]:
         i = self._current().get(node)
         return i.devices if i is not None else ()
+
+
+def _inventory_part(obj: dict[str, Any]) -> tuple[Any, ...]:
+    """What of a Node the inventory may read: all of it but the resourceVersion, the managed
+    fields and HAMi's node lock annotation."""
+    md = obj.get("metadata") or {}
+    ann = {k: v for k, v in (md.get("annotations") or {}).items() if k != kube_ann.HAMI_NODE_LOCK}
+    rest = {k: v for k, v in md.items() if k not in ("annotations", "resourceVersion", "managedFields")}
+    return (rest, ann, obj.get("spec"), obj.get("status"))
 
 
 __all__ = ["NodeView"]
