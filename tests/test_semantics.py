@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupool.engine import apply_decisions, decide
+from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Decisions, PreemptRule
 from gpupool.engine.invariants import check_cycle
 from gpupool.engine.preemption import within_queue_victim
@@ -73,45 +74,45 @@ def _use(q: QuotaState, leaf: str, gpus: int) -> None:
 # -- the quota tree's answers ------------------------------------------------------------------
 def test_fit_depth_is_the_lowest_guarantee_that_holds_the_admission() -> None:
     q = _tree()
-    assert q.fit_depth("y", POOL, _v(2)) == 0  # y's own 2
-    assert q.fit_depth("x", POOL, _v(4)) == 1  # x has none: dept's own 8
-    assert q.fit_depth("x", POOL, _v(9)) is None  # beyond dept: the whole cohort
+    assert fit_depth(q, "y", POOL, _v(2)) == 0  # y's own 2
+    assert fit_depth(q, "x", POOL, _v(4)) == 1  # x has none: dept's own 8
+    assert fit_depth(q, "x", POOL, _v(9)) is None  # beyond dept: the whole cohort
     _use(q, "y", 6)
-    assert q.fit_depth("x", POOL, _v(4)) is None  # dept's 8 hold only 2 more
-    assert q.fit_depth("x", POOL, _v(2)) == 1
+    assert fit_depth(q, "x", POOL, _v(4)) is None  # dept's 8 hold only 2 more
+    assert fit_depth(q, "x", POOL, _v(2)) == 1
     # negative parts: what evicting 4 of y's would leave room for
-    assert q.fit_depth("y", POOL, _v(-4)) == 0
+    assert fit_depth(q, "y", POOL, _v(-4)) == 0
 
 
 def test_a_queue_that_is_its_own_root_fits_within_its_own_guarantee() -> None:
     q = QuotaState([Queue("solo", quotas=(_g(4),))], [POOL], {POOL: devices_only(8000)})
-    assert q.fit_depth("solo", POOL, _v(4)) == 0
-    assert q.fit_depth("solo", POOL, _v(5)) is None
+    assert fit_depth(q, "solo", POOL, _v(4)) == 0
+    assert fit_depth(q, "solo", POOL, _v(5)) is None
 
 
 def test_a_leaf_within_its_guarantee_is_not_borrowing_whatever_its_parent_does() -> None:
     q = _tree()
     _use(q, "y", 2)  # y within its own 2
     _use(q, "x", 10)  # x borrows: dept (8) now uses 12
-    assert q.borrowing_below("x", POOL, "org")
-    assert not q.borrowing_below("y", POOL, "org")  # the old rule said yes: dept borrows
+    assert borrowing_below(q, "x", POOL, "org")
+    assert not borrowing_below(q, "y", POOL, "org")  # the old rule said yes: dept borrows
     assert q.is_borrowing("y", POOL, "org")  # (the old query, still there for the preview)
 
 
 def test_a_subtree_within_its_guarantee_lends_only_among_its_children() -> None:
     q = _tree()
     _use(q, "x", 6)  # x above its 0, but dept at 6 of its 8
-    assert not q.borrowing_below("x", POOL, "org")  # team-c may not reclaim from x
-    assert q.borrowing_below("x", POOL, "dept")  # y may: their common ancestor is dept
-    assert not q.borrowing_below("x", POOL, "x")  # nothing below the leaf itself
+    assert not borrowing_below(q, "x", POOL, "org")  # team-c may not reclaim from x
+    assert borrowing_below(q, "x", POOL, "dept")  # y may: their common ancestor is dept
+    assert not borrowing_below(q, "x", POOL, "x")  # nothing below the leaf itself
 
 
 def test_borrowing_below_reads_the_usage_it_is_given() -> None:
     q = _tree()
     before = dict(q.U)
     _use(q, "team-c", 12)
-    assert q.borrowing_below("team-c", POOL, "org")
-    assert not q.borrowing_below("team-c", POOL, "org", before)
+    assert borrowing_below(q, "team-c", POOL, "org")
+    assert not borrowing_below(q, "team-c", POOL, "org", before)
 
 
 # -- withinQueue: LowerOrNewerEqualPriority ---------------------------------------------------
@@ -254,7 +255,7 @@ def _replay_rules(before: Snapshot, d: Decisions) -> list[str]:
         p = preempts.get(w.name)
         if p is None:
             continue
-        f = q.fit_depth(w.queue, POOL, ZERO)
+        f = fit_depth(q, w.queue, POOL, ZERO)
         pol = q.queues[w.queue].preemption
         if f is None and pol.borrow_within_cohort is ReclaimPolicy.NEVER:
             errs.append(f"{w.name}: preempted and ends above every guarantee without borrowWithinCohort")

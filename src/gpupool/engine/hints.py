@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpupool.engine.cohorts import fit_depth
 from gpupool.model import ReclaimPolicy, Vec, Workload
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class BlockedHints:
         # reclaim needs a guarantee in reach: the leaf's, or an ancestor's below the root
         return (
             pol.reclaim_within_cohort is not ReclaimPolicy.NEVER
-            and self.quota.fit_depth(w.queue, pool, vec) is not None
+            and fit_depth(self.quota, w.queue, pool, vec) is not None
         )
 
     def _held_everywhere(self, w: Workload) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gpupool.engine.cohorts import borrowing_below
 from gpupool.engine.decisions import Decisions, PreemptRule
 from gpupool.engine.preemption import within_queue_victim
 from gpupool.engine.state import QuotaState
@@ -205,7 +206,7 @@ def _victim_rule(w: Workload, vr: Running, rule: PreemptRule, qs: QuotaState) ->
     if vw.queue == w.queue or qs.root.get(vw.queue) != qs.root.get(w.queue):
         return [f"{name}: cohort victim must be in another queue of the same cohort"]
     errs = []
-    if not qs.borrowing_below(vw.queue, vr.admission.pool, qs.common_ancestor(w.queue, vw.queue)):
+    if not borrowing_below(qs, vw.queue, vr.admission.pool, qs.common_ancestor(w.queue, vw.queue)):
         errs.append(f"{name}: reclaimed from queue {vw.queue} which was not borrowing")
     lower_only = rule is not PreemptRule.RECLAIM or (
         pol is not None and pol.reclaim_within_cohort is ReclaimPolicy.LOWER_PRIORITY

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
 from gpupool.engine.running import vec_of
 from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
@@ -182,7 +183,7 @@ class PreemptionSearch:
         freed = ZERO
         for c in own:
             freed = vadd(freed, c.running.admission.quota_vec())
-        best = self.quota.fit_depth(w.queue, pool, vsub(vec, freed))
+        best = fit_depth(self.quota, w.queue, pool, vsub(vec, freed))
         if best is None and not self._may_borrow_preempting(w, pool):
             return own[:0]  # it would stay above every guarantee: only borrowWithinCohort allows that
         out = own + self._cohort_candidates(w, pool, best)
@@ -268,8 +269,8 @@ class PreemptionSearch:
         key = (other, pool, lca)
         at_start = cs.borrowing_at_start.get(key)
         if at_start is None:
-            at_start = cs.borrowing_at_start[key] = q.borrowing_below(other, pool, lca, cs.usage_at_start)
-        return at_start and q.borrowing_below(other, pool, lca)
+            at_start = cs.borrowing_at_start[key] = borrowing_below(q, other, pool, lca, cs.usage_at_start)
+        return at_start and borrowing_below(q, other, pool, lca)
 
     def _legal(self, w: Workload, pool: str, vec: Vec, reclaim_depth: int) -> bool:
         """Would admitting ``w`` now keep the search's rules? It ends within the guarantee of a
@@ -279,7 +280,7 @@ class PreemptionSearch:
         q = self.quota
         if not (w.preemptible and self.pools[pool].preemptible):
             return not q.check(w.queue, pool, vec)[1]
-        f = q.fit_depth(w.queue, pool, vec)
+        f = fit_depth(q, w.queue, pool, vec)
         if f is None:
             return reclaim_depth > len(q.path[w.queue]) and self._may_borrow_preempting(w, pool)
         return f < reclaim_depth
@@ -353,8 +354,8 @@ class PreemptionSearch:
         depth = 1 << 30
         removed: list[Candidate] = []
         for c in cands:
-            if c.rule is not PreemptRule.WITHIN_QUEUE and not self.quota.borrowing_below(
-                c.running.workload.queue, pool, c.lca
+            if c.rule is not PreemptRule.WITHIN_QUEUE and not borrowing_below(
+                self.quota, c.running.workload.queue, pool, c.lca
             ):
                 continue
             self._discharge(c.running)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpupool.engine.cohorts import fit_depth
+
 if TYPE_CHECKING:
     from gpupool.engine.decisions import Decisions
     from gpupool.engine.state import QuotaState
@@ -65,5 +67,5 @@ class BorrowRounds:
         """Does ``w``'s borrowing reach further up the tree than this round of pass 2 admits?"""
         if self._level >= BORROW_ANY:
             return False
-        d = self.quota.fit_depth(w.queue, pool, vec)
+        d = fit_depth(self.quota, w.queue, pool, vec)
         return d is None or d > self._level
