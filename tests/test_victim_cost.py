@@ -203,3 +203,24 @@ def test_no_preemption_loops(tmp_path: Path) -> None:
         r = simulate(sc, policy)
         pairs = {(e.subject, e.detail.rsplit(" by ", 1)[1]) for e in r.events if e.kind == "preempted"}
         assert pairs and not {(b, a) for a, b in pairs} & pairs, policy
+
+
+# -- the controller counts evictions ---------------------------------------------------------------
+def test_the_controller_requeues_a_victim_with_one_more_eviction() -> None:
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from gpupool.service.controller_commit import Commit
+
+    rec = SimpleNamespace(
+        seq=3, queue="a", owner="o", submitted_at=datetime(2026, 1, 1, tzinfo=UTC), manifest={}, reason=""
+    )
+    ctl = SimpleNamespace(
+        store=SimpleNamespace(get_workload=lambda name: rec),
+        pending={},
+        _stored_reasons={},
+        _requeue=lambda names, why, now: None,
+    )
+    victim = _run(_wl("v", 1, 0, 10.0, evictions=1), at=0.0)
+    Commit._requeue_victims(ctl, {"v": victim}, 5.0)  # type: ignore[arg-type]
+    assert ctl.pending["v"].model.evictions == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gpupool.audit import AuditEntry
@@ -118,7 +119,9 @@ class Commit(ControllerState):
                 rec.queue,
                 rec.owner,
                 rec.submitted_at.timestamp(),
-                r.workload,
+                # one more eviction: the preemption cost model protects work that lost runs
+                # (counted in memory: a restart or a resync from the store starts at 0 again)
+                replace(r.workload, evictions=r.workload.evictions + 1),
                 is_exception(rec.manifest),
             )
             self._stored_reasons[name] = rec.reason
