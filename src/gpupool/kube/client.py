@@ -6,9 +6,9 @@ in-cluster service accounts, and treats CRDs as generic resources; the official 
 and needs a workaround for ``pods/binding``. Why ``KubeApi`` beside it: objects cross gpupool's
 module boundaries as the dicts the server returns (the translation layer needs no client
 types), the informer needs watch bookmarks (lightkube's watch does not ask for them), and the
-binder's hot path should not build and then serialize models for every request. Unary requests
-go over the standard library's keep-alive connections (``_Connections``: a fifth of httpx's CPU
-per request), watches over httpx.
+binder's hot path should not build and then serialize models for every request. Requests and
+watches go over the standard library's HTTP connections (``_Connections``: a fifth of httpx's
+CPU per request); lightkube provides the configuration (TLS context, credentials).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import contextlib
 import http.client
 import json
 import os
+import socket
 import ssl
 import threading
 import urllib.parse
@@ -129,8 +130,6 @@ class KubeApi:
     def __init__(self, source: lightkube.Client | SingleConfig, *, pool: int = 64, timeout_s: float = 30.0):
         config = source.config if isinstance(source, lightkube.Client) else source
         params = ConnectionParams(timeout=httpx2.Timeout(timeout_s), trust_env=False).httpx_params(config)
-        limits = httpx2.Limits(max_connections=pool, max_keepalive_connections=pool)
-        self._http = httpx2.Client(**params, limits=limits)  # watch streams
         self._conns = _Connections(params["base_url"], params["verify"], params["auth"], timeout_s, pool)
         #: requests sent, by verb (for the benchmark's requests-per-bind)
         self.requests: dict[str, int] = {}
@@ -141,7 +140,6 @@ class KubeApi:
 
     def close(self) -> None:
         self._conns.close()
-        self._http.close()
 
     # -- one request ------------------------------------------------------------------------
     def request(
@@ -223,21 +221,34 @@ class KubeApi:
         on_open: Any = None,
     ) -> Iterator[dict[str, Any]]:
         """The events of one watch request (``{"type", "object"}``), until the server ends it.
-        ``on_open(response)`` receives the open response so another thread can close it."""
+        ``on_open(stream)`` receives something whose ``close()`` ends the stream from another
+        thread. Why its own connection, read line by line with ``http.client``: every pod and
+        node change of the cluster comes through here, and httpx's streaming layers cost more
+        CPU per event than decoding the event itself."""
         self.requests["WATCH"] = self.requests.get("WATCH", 0) + 1
-        query = {**params, "watch": "true"}
-        timeout = httpx2.Timeout(10.0, read=None)
+        path = res.path(namespace)
         try:
-            with self._http.stream("GET", res.path(namespace), params=query, timeout=timeout) as resp:
-                if resp.status_code >= 400:
-                    _decoded(resp.status_code, resp.read(), "WATCH", res.path(namespace))
-                if on_open is not None:
-                    on_open(resp)
-                for line in resp.iter_lines():
-                    if line.strip():
-                        yield json.loads(line)
-        except httpx2.HTTPError as exc:
+            conn, resp = self._conns.open_stream(path + _query({**params, "watch": "true"}))
+        except (http.client.HTTPException, OSError) as exc:
             raise ApiError(0, "ConnectionError", f"watch {res.plural}: {exc}") from exc
+        stream = _Stream(conn)
+        try:
+            if resp.status >= 400:
+                _decoded(resp.status, resp.read(), "WATCH", path)
+            if on_open is not None:
+                on_open(stream)
+            while True:
+                line = resp.readline()
+                if not line:
+                    return
+                if line.strip():
+                    yield json.loads(line)
+        except (http.client.HTTPException, OSError, ValueError, AttributeError) as exc:
+            if stream.closed:
+                return  # closed on purpose (the informer stops)
+            raise ApiError(0, "ConnectionError", f"watch {res.plural}: {exc}") from exc
+        finally:
+            stream.close()
 
 
 class _Connections:
@@ -285,11 +296,7 @@ class _Connections:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
-        if self.https:
-            return http.client.HTTPSConnection(
-                self.host, self.port, timeout=self.timeout_s, context=self.ctx
-            ), False
-        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s), False
+        return self._new(), False
 
     def _release(self, conn: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -335,11 +342,52 @@ class _Connections:
                 self._release(conn)
             return resp.status, data
 
+    def open_stream(self, target: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """A GET on a connection of its own (a watch), its headers read; no read timeout after
+        that (a quiet watch waits for the server's own timeout or a bookmark)."""
+        conn = self._new()
+        headers = {"Accept": "application/json", "User-Agent": "gpupool"}
+        if self._authorization:
+            headers["Authorization"] = self._authorization
+        try:
+            conn.request("GET", self.prefix + target, headers=headers)
+            resp = conn.getresponse()
+            if resp.status == 401 and self.auth is not None:  # the informer's retry sends the new one
+                self._authorization = self._auth_header(True)
+            if conn.sock is not None:
+                conn.sock.settimeout(None)
+        except BaseException:
+            conn.close()
+            raise
+        return conn, resp
+
+    def _new(self) -> http.client.HTTPConnection:
+        if self.https:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout_s, context=self.ctx)
+        return http.client.HTTPConnection(self.host, self.port, timeout=self.timeout_s)
+
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+class _Stream:
+    """A watch's connection, closable from another thread: shutting the socket down wakes the
+    thread blocked reading it (closing the file alone would not)."""
+
+    def __init__(self, conn: http.client.HTTPConnection) -> None:
+        self.conn = conn
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+        sock = self.conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+        self.conn.close()
 
 
 def _ssl_context(verify: Any) -> ssl.SSLContext:
