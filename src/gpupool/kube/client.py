@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx2
 import lightkube
+import orjson
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
@@ -242,7 +243,7 @@ class KubeApi:
                 if not line:
                     return
                 if line.strip():
-                    yield json.loads(line)
+                    yield orjson.loads(line)
         except (http.client.HTTPException, OSError, ValueError, AttributeError) as exc:
             if stream.closed:
                 return  # closed on purpose (the informer stops)
@@ -411,7 +412,7 @@ def _query(params: Mapping[str, Any] | None) -> str:
 
 def _decoded(status: int, content: bytes, method: str, path: str) -> dict[str, Any]:
     try:
-        data = json.loads(content) if content else {}
+        data = orjson.loads(content) if content else {}
     except ValueError:
         data = {"message": content[:200].decode(errors="replace")}
     if status >= 400:
