@@ -72,7 +72,9 @@ def test_kubectl_apply_pools_queues_and_classes_reaches_the_configuration(
         assert (pc.spec["value"], pc.spec["preemptible"]) == (50, True)
         # the same revision path as the API: revision 1 each, and an audit record
         assert [r.revision for r in svc.store.list_revisions("Queue", "cluster-team")] == [1]
-        assert "cluster-team" in {q.name for q in svc.controller.bundle.queues}  # the controller reloaded
+        wait(  # the controller reloads its configuration
+            lambda: "cluster-team" in {q.name for q in svc.controller.bundle.queues}, 30, "the reload"
+        )
 
         # the bad queue: refused alone, with the located error on the object and as an Event
         def refused() -> dict[str, Any] | None:
@@ -109,3 +111,41 @@ def test_only_priority_classes_meant_for_gpupool_are_read() -> None:
         "metadata": {"name": "serve", "annotations": {ORIGIN: "cluster"}},
         "spec": {"value": 900, "preemptible": False},
     }
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_objects() -> str:
+    """The README's `kubectl apply` block (pool, queue, Kueue-style Job), with the scheduler name
+    the chart's mutating webhook would add (the fake server runs no webhook)."""
+    text = README.read_text(encoding="utf-8")
+    block = text.split("kubectl apply -f - <<'YAML'\n", 1)[1].split("\nYAML\n", 1)[0]
+    return block.replace(
+        "    spec:\n      restartPolicy", "    spec:\n      schedulerName: gpupool\n      restartPolicy"
+    )
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_the_readme_pool_queue_and_job_run_and_show_in_get_workloads(
+    fake_server: Any, tmp_path: Path
+) -> None:
+    fake_server.add_gpu_nodes(2, labels={"gpupool.io/managed": "true"})
+    for f in ("gpupool.io_resourcepools.yaml", "gpupool.io_queues.yaml", "gpupool.io_workloads.yaml"):
+        kubectl(fake_server, "apply", "-f", str(CHART_CRDS / f))
+    with serving(fake_server, tmp_path / "a"):
+        kubectl(fake_server, "apply", "-f", "-", stdin=_readme_objects())
+
+        def accepted() -> bool:
+            obj = json.loads(kubectl(fake_server, "get", "queues.gpupool.io", "team-a", "-o", "json"))
+            conds = (obj.get("status") or {}).get("conditions") or []
+            return bool(conds) and conds[0]["status"] == "True"
+
+        wait(accepted, 60, "the README's queue accepted")
+
+        def running() -> str | None:
+            out = kubectl(fake_server, "get", "workloads.gpupool.io", "-n", "default")
+            row = next((r for r in out.splitlines() if r.startswith("job.train ")), "")
+            return out if "team-a" in row and " gpu " in f" {row} " else None
+
+        wait(running, 90, "the README's Job admitted to pool gpu in kubectl get workloads")

@@ -82,8 +82,12 @@ class ConfigSource:
         *,
         informers: Mapping[str, Any] | None = None,
         gate: Callable[[], bool] = lambda: True,
+        on_change: Callable[[], None] = lambda: None,
     ) -> None:
         self.api = api
+        #: called after an object changed gpupool's configuration (the workload source looks
+        #: again at what it refused: a Job may name a queue applied with it)
+        self.on_change = on_change
         self.events = events
         self.gate = gate
         self.informers = (
@@ -185,6 +189,8 @@ class ConfigSource:
             self._status(kind, obj, False, "Invalid", why)
             return
         self.stats["applied" if res["result"] != "unchanged" else "unchanged"] += 1
+        if res["result"] != "unchanged":
+            self.on_change()
         self._status(kind, obj, True, "Applied", f"{res['result']} in gpupool's configuration")
 
     def _status(self, kind: str, obj: Mapping[str, Any], ok: bool, reason: str, message: str) -> None:

@@ -34,11 +34,13 @@ from typing import Any, Protocol
 
 from gpupool.kube import elastic
 from gpupool.kube import workloads as kw
+from gpupool.kube.source_keys import OWNER_KINDS, top_owner_key
 from gpupool.kube.source_policy import SourcePolicy, parse_namespace_queues, policy_from_options
 from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError
 
 log = logging.getLogger("gpupool.kube.source")
 __all__ = [
+    "OWNER_KINDS",
     "KubeSource",
     "Outcome",
     "SourcePolicy",
@@ -248,6 +250,15 @@ class KubeSource:
         pods = self.informers.get("pods")
         for pod in pods.items() if pods is not None else ():
             self._on_pod("ADDED", pod)
+
+    def retry_refused(self) -> None:
+        """Look again at the objects the service refused (the configuration changed: the queue a
+        Job names may exist now, as when a queue and its Job are applied together)."""
+        with self._mu:
+            keys = [k for k, mark in self._seen.items() if mark.startswith("refused:")]
+        for key in keys:
+            self._seen.pop(key, None)
+            self._mark(key, None)
 
     def _run(self) -> None:
         # the first pass (everything cached is dirty) is followed by a reconcile, as is every
@@ -495,43 +506,6 @@ class KubeSource:
             self._seen[key] = f"ok:{ident}"
             self.names[key] = out.name or _name_of(w)
             self.stats["submitted" if out.result == "created" else "unchanged"] += 1
-
-
-#: controller kind of a pod's owner -> the source's informer name of the top owner
-OWNER_KINDS = {
-    "Job": "jobs",
-    "PyTorchJob": "pytorchjobs",
-    "JobSet": "jobsets",
-    "Deployment": "deployments",
-    "StatefulSet": "statefulsets",
-}
-
-
-def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    for o in _meta(obj).get("ownerReferences") or []:
-        if isinstance(o, Mapping) and o.get("controller"):
-            return o
-    return None
-
-
-def top_owner_key(pod: Mapping[str, Any], jobs: Any, group_of: Callable[[Mapping[str, Any]], str]) -> Key:
-    """The source key of the workload a pod belongs to: its top owner (a Job's JobSet, a
-    ReplicaSet's Deployment by the pod-template-hash suffix), or its bare pod group."""
-    m = _meta(pod)
-    ns = str(m.get("namespace") or "")
-    owner = _controller(pod)
-    if owner is None:
-        return ("pods", ns, group_of(pod))
-    kind, name = str(owner.get("kind") or ""), str(owner.get("name") or "")
-    if kind == "Job" and jobs is not None:
-        job = jobs.get(ns, name)
-        up = _controller(job) if job is not None else None
-        if up is not None and up.get("kind") == "JobSet":
-            return ("jobsets", ns, str(up.get("name")))
-    if kind == "ReplicaSet":
-        suffix = "-" + str((m.get("labels") or {}).get("pod-template-hash") or "")
-        return ("deployments", ns, name[: -len(suffix)] if name.endswith(suffix) and suffix != "-" else name)
-    return (OWNER_KINDS.get(kind, kind.lower() + "s"), ns, name)
 
 
 def _queue_of(manifest: Mapping[str, Any]) -> str:

@@ -265,7 +265,9 @@ class KubeRuntime:
         self.writer.start()
         from gpupool.kube.config_source import ConfigSource  # pools and queues kept in the cluster
 
-        self.config_source = ConfigSource(self.api, recorder, gate=self.source.gate)
+        self.config_source = ConfigSource(
+            self.api, recorder, gate=self.source.gate, on_change=self.source.retry_refused
+        )
         self.config_source.start(svc)
 
     def stop_service(self) -> None:
