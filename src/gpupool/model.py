@@ -201,10 +201,14 @@ class ResourcePool:
     placement: PlacementPolicy = PlacementPolicy.DEFAULT
     sla_tier: str = ""
     environment: str = ""
+    #: the accelerator kinds (resource names) whose nodes it takes; empty: any kind
+    accelerators: tuple[str, ...] = ()
 
     def selects(self, node: Node) -> bool:
         labels = node.label_map
         if any(labels.get(k) != v for k, v in self.node_selector):
+            return False
+        if self.accelerators and node.accelerator not in self.accelerators:
             return False
         return not self.gpu_models or node.gpu_model in self.gpu_models
 

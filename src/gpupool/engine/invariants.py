@@ -13,6 +13,7 @@ from gpupool.engine.decisions import Decisions, PreemptRule
 from gpupool.engine.preemption import within_queue_victim
 from gpupool.engine.state import QuotaState
 from gpupool.model import (
+    GPU,
     ZERO,
     Node,
     PodPlacement,
@@ -34,7 +35,7 @@ def check_state(snapshot: Snapshot) -> list[str]:
     nodes: dict[str, Node] = {n.name: n for n in snapshot.nodes}
     dev_milli: dict[tuple[str, int], int] = defaultdict(int)
     dev_mem: dict[tuple[str, int], int] = defaultdict(int)
-    node_use: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0])
+    node_use: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
     pools = {p.name: p for p in snapshot.pools}
     for r in snapshot.running:
         for p in r.admission.pods:
@@ -49,6 +50,9 @@ def check_state(snapshot: Snapshot) -> list[str]:
                 errs.append(
                     f"{r.name}: GPU model {n.gpu_model} not allowed ({', '.join(r.workload.gpu_models)})"
                 )
+            kind = _kind_of(r.workload, p.group)
+            if p.devices and kind != n.accelerator:
+                errs.append(f"{r.name}: pod {p.group}-{p.index} needs {kind}, {p.node} has {n.accelerator}")
             if len(set(p.devices)) != len(p.devices):
                 errs.append(f"{r.name}: pod {p.group}-{p.index} lists a device twice")
             for d in p.devices:
@@ -60,6 +64,8 @@ def check_state(snapshot: Snapshot) -> list[str]:
             u[0] += p.cpu_milli
             u[1] += p.memory_mib
             u[2] += p.rdma
+            u[3] += p.storage_mib
+            u[4] += p.network_mbps
     for (node, d), m in dev_milli.items():
         if m > 1000:
             errs.append(f"device {node}/{d} over-committed: {m} milli-GPU")
@@ -67,14 +73,24 @@ def check_state(snapshot: Snapshot) -> list[str]:
             errs.append(
                 f"device {node}/{d} memory over-committed: {dev_mem[(node, d)]}Mi > {nodes[node].gpu_memory_mib}Mi"
             )
-    for node, (c, m, rd) in node_use.items():
+    for node, (c, m, rd, sto, net) in node_use.items():
         n = nodes[node]
         if c > n.cpu_milli or m > n.memory_mib or rd > n.rdma:
             errs.append(
                 f"node {node} over-committed: cpu {c}/{n.cpu_milli}, memory {m}/{n.memory_mib}, rdma {rd}/{n.rdma}"
             )
+        if sto > n.ephemeral_storage_mib or net > n.network_mbps:
+            errs.append(
+                f"node {node} over-committed: ephemeral-storage {sto}/{n.ephemeral_storage_mib}Mi, "
+                f"network {net}/{n.network_mbps} Mbit/s"
+            )
     errs.extend(check_quota(snapshot, snapshot.running))
     return errs
+
+
+def _kind_of(w: Workload, group: str) -> str:
+    """The accelerator kind a pod group's devices must be of."""
+    return next((g.request.accelerator for g in w.pod_groups if g.name == group), GPU)
 
 
 def _quota_state(snapshot: Snapshot, running: tuple[Running, ...] | list[Running]) -> QuotaState:

@@ -30,7 +30,9 @@ from gpupool.model import (
     TopologyMode,
     TopologyScope,
     Workload,
+    device_noun,
 )
+from gpupool.quantity import format_mbps, format_mib
 
 
 @dataclass(slots=True)  # internal and short-lived: a frozen __init__ costs 3x per pod
@@ -132,42 +134,47 @@ class Placer:
     ) -> PodPlacement | None:
         st = self.st
         r = p.req
+        ok = pod_filter(st, r, ok)
         if r.gpus:
             i = scorer.pick_whole(st, idxs, r.gpus, r, ok)
             if i is None:
                 return None
-            devs = tuple(free_devices(st, i, r.gpus))
-            mem = st.nodes[i].gpu_memory_mib
-            st.allocate(i, devs, 1000, mem, r.cpu_milli, r.memory_mib, r.rdma)
-            return PodPlacement(
-                p.group, p.index, st.nodes[i].name, devs, 1000, mem, r.cpu_milli, r.memory_mib, r.rdma
-            )
+            return self._bind(p, i, tuple(free_devices(st, i, r.gpus)), 1000, st.nodes[i].gpu_memory_mib)
         if r.gpu_milli:
             got = scorer.pick_fraction(st, idxs, r, ok)
             if got is None:
                 return None
             i, d = got
-            mem = mem_for(st, i, r)
-            st.allocate(i, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma)
-            return PodPlacement(
-                p.group, p.index, st.nodes[i].name, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma
-            )
+            return self._bind(p, i, (d,), r.gpu_milli, mem_for(st, i, r))
         # CPU-only pod: on the node with the fewest free GPUs that fits, so that its CPU and
         # memory are not taken from nodes whose GPUs are still free (that strands GPUs)
         pick_cpu = getattr(scorer, "pick_cpu", None)
         i = pick_cpu(st, idxs, r, ok) if pick_cpu is not None else pick_cpu_only(st, idxs, r, ok)
         if i is None:
             return None
-        st.allocate(i, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma)
-        return PodPlacement(p.group, p.index, st.nodes[i].name, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma)
+        return self._bind(p, i, (), 0, 0)
+
+    def _bind(self, p: PodSpec, i: int, devs: tuple[int, ...], milli: int, mem: int) -> PodPlacement:
+        """Allocate the pod on node ``i`` (its devices, CPU, memory, RDMA, storage, bandwidth)."""
+        r = p.req
+        sto, net = r.storage_mib, r.network_mbps
+        self.st.allocate(i, devs, milli, mem, r.cpu_milli, r.memory_mib, r.rdma, sto, net)
+        name = self.st.nodes[i].name
+        return PodPlacement(
+            p.group, p.index, name, devs, milli, mem, r.cpu_milli, r.memory_mib, r.rdma, sto, net
+        )
 
     def _place_in_nodes(self, p: PodSpec, nodes: list[int], ok: NodeFilter) -> PodPlacement | None:
         """Best fit restricted to a topology domain's nodes (small lists: a linear scan is fine)."""
         st = self.st
         r = p.req
+        ok = pod_filter(st, r, ok)
+        kind = r.accelerator if r.gpus or r.gpu_milli else None
         best: tuple[int, int, int] | None = None  # (score, node, device)
         for i in nodes:
             if not fits_node(st, i, r) or not ok(i):
+                continue
+            if kind is not None and st.nodes[i].accelerator != kind:
                 continue
             if r.gpus:
                 fw = st.free_whole[i]
@@ -187,20 +194,10 @@ class Placer:
             return None
         _, i, d = best
         if r.gpus:
-            devs = tuple(free_devices(st, i, r.gpus))
-            mem = st.nodes[i].gpu_memory_mib
-            st.allocate(i, devs, 1000, mem, r.cpu_milli, r.memory_mib, r.rdma)
-            return PodPlacement(
-                p.group, p.index, st.nodes[i].name, devs, 1000, mem, r.cpu_milli, r.memory_mib, r.rdma
-            )
+            return self._bind(p, i, tuple(free_devices(st, i, r.gpus)), 1000, st.nodes[i].gpu_memory_mib)
         if r.gpu_milli:
-            mem = mem_for(st, i, r)
-            st.allocate(i, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma)
-            return PodPlacement(
-                p.group, p.index, st.nodes[i].name, (d,), r.gpu_milli, mem, r.cpu_milli, r.memory_mib, r.rdma
-            )
-        st.allocate(i, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma)
-        return PodPlacement(p.group, p.index, st.nodes[i].name, (), 0, 0, r.cpu_milli, r.memory_mib, r.rdma)
+            return self._bind(p, i, (d,), r.gpu_milli, mem_for(st, i, r))
+        return self._bind(p, i, (), 0, 0)
 
     # -- a whole gang -------------------------------------------------------------------------
     def place(self, w: Workload, pool: str, max_domain_tries: int = 64) -> PlaceResult:
@@ -210,6 +207,9 @@ class Placer:
         if not idxs:
             models = ", ".join(w.gpu_models) or "any"
             return PlaceResult(None, f"pool {pool} has no schedulable nodes with GPU model {models}")
+        missing = self._missing_kind(w, pool, pods)
+        if missing is not None:
+            return PlaceResult(None, missing)
         ok = self.node_filter(w)
         held = self.reserved.get(pool)
         if held is not None and not self.may_backfill(w, pool):
@@ -245,7 +245,9 @@ class Placer:
         out: list[PodPlacement] = []
         failed: PodSpec | None = None
         for p in pods:
-            pl = self._place_pod(p, idxs, scorer, ok)
+            r = p.req
+            mine = st.pool_indexes(pool, w.gpu_models, r.accelerator) if r.gpus or r.gpu_milli else idxs
+            pl = self._place_pod(p, mine, scorer, ok)
             if pl is None:
                 if failed is None:
                     failed = p
@@ -259,8 +261,24 @@ class Placer:
         assert failed is not None
         return PlaceResult(None, self._why(w, pool, failed, len(out), len(pods), idxs))
 
+    def _missing_kind(self, w: Workload, pool: str, pods: list[PodSpec]) -> str | None:
+        """A pod group asks for an accelerator kind the pool has no schedulable node of."""
+        for p in pods:
+            r = p.req
+            if (r.gpus or r.gpu_milli) and not self.st.pool_indexes(pool, w.gpu_models, r.accelerator):
+                have = ", ".join(self.st.kinds(pool)) or "none"
+                return (
+                    f"pod group {p.group} asks for {r.accelerator}; pool {pool} has no schedulable nodes "
+                    f"of that kind{' and GPU model ' + ', '.join(w.gpu_models) if w.gpu_models else ''} "
+                    f"(its kinds: {have})"
+                )
+        return None
+
     def _why(self, w: Workload, pool: str, p: PodSpec, placed: int, total: int, idxs: list[PoolIndex]) -> str:
         r = p.req
+        if r.gpus or r.gpu_milli:
+            idxs = self.st.pool_indexes(pool, w.gpu_models, r.accelerator)
+        noun = device_noun(r.accelerator)
         models = "/".join(ix.model for ix in idxs)
         gang = (
             f"gang of {total} pods: placed {placed} before pod {p.group}-{p.index} failed; "
@@ -270,7 +288,8 @@ class Placer:
         if r.gpus:
             largest = max(ix.largest_free_block() for ix in idxs)
             return (
-                f"{gang}needs {r.gpus} free {models} GPUs on one node (cpu {r.cpu_milli}m, memory {r.memory_mib}Mi); "
+                f"{gang}needs {r.gpus} free {models} {noun}s on one node (cpu {r.cpu_milli}m, memory {r.memory_mib}Mi"
+                f"{_extras(r)}); "
                 f"the largest free block in pool {pool} is {largest}"
             )
         if r.gpu_milli:
@@ -284,11 +303,14 @@ class Placer:
                         best = max(best, max(self.st.dev_milli[i][d] for i, d in ix.partial[b]))
                         break
             return (
-                f"{gang}needs {r.gpu_milli / 1000:g} of one {models} GPU"
+                f"{gang}needs {r.gpu_milli / 1000:g} of one {models} {noun}"
                 f"{f' with {r.gpu_memory_mib}Mi memory' if r.gpu_memory_mib else ''}; "
                 f"the largest free share in pool {pool} is {best / 1000:g}"
             )
-        return f"{gang}needs cpu {r.cpu_milli}m and memory {r.memory_mib}Mi on one node of pool {pool}; none has room"
+        return (
+            f"{gang}needs cpu {r.cpu_milli}m and memory {r.memory_mib}Mi{_extras(r)} on one node of pool {pool}; "
+            "none has room"
+        )
 
     def _place_topology(
         self,
@@ -345,6 +367,23 @@ class Placer:
             + (f" ({len(cands)} candidate domains tried, none fits every pod)" if cands else ""),
             topology=True,
         )
+
+
+def pod_filter(st: ClusterState, r: PodRequest, ok: NodeFilter) -> NodeFilter:
+    """Filter extension point, per pod: ephemeral storage and network bandwidth are checked like
+    RDMA, but in the filter rather than in every scorer's inner loop, and only for the pods that
+    ask for them (most do not, and then the workload's filter is used as it is)."""
+    if not (r.storage_mib or r.network_mbps):
+        return ok
+    free_sto, free_net = st.free_storage, st.free_net
+    sto, net = r.storage_mib, r.network_mbps
+    return lambda i: free_sto[i] >= sto and free_net[i] >= net and ok(i)
+
+
+def _extras(r: PodRequest) -> str:
+    """The storage and bandwidth a pod asks for, for reasons (empty when it asks for neither)."""
+    out = f", ephemeral-storage {format_mib(r.storage_mib)}" if r.storage_mib else ""
+    return out + (f", network {format_mbps(r.network_mbps)}" if r.network_mbps else "")
 
 
 # the names these helpers had before they moved to ``engine/scoring.py``: still imported from

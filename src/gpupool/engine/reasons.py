@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Container
 
 from gpupool.engine.state import QuotaState
-from gpupool.model import UNLIMITED, Vec, Workload
+from gpupool.model import GPU, UNLIMITED, Vec, Workload, device_noun
 from gpupool.quantity import format_cpu, format_gpu, format_mbps, format_mib
 
 _DIM_NAMES = ("GPU", "CPU", "memory", "ephemeral-storage", "network bandwidth")
@@ -28,7 +28,7 @@ def quota_reason(q: QuotaState, w: Workload, pool: str, vec: Vec, d: int, blk: s
     root = q.root[w.queue]
     rk = (root, pool)
     idle = max(0, q.G[rk][d] - q.E[rk][d])
-    name = _DIM_NAMES[d]
+    name = _DIM_NAMES[d] if d else device_noun(workload_kind(w))
     if blk == root:
         return (
             f"cohort {root}: pool {pool} {name} capacity {_fmt(d, q.G[key][d])}, in use {_fmt(d, q.E[key][d])}, "
@@ -40,6 +40,16 @@ def quota_reason(q: QuotaState, w: Workload, pool: str, vec: Vec, d: int, blk: s
         f"queue {blk}: pool {pool} {name} guarantee {_fmt(d, q.G[key][d])}, borrowing limit {borrow}, "
         f"in use {_fmt(d, q.E[key][d])}, requested {_fmt(d, vec[d])}; cohort {root} has {_fmt(d, idle)} idle"
     )
+
+
+def workload_kind(w: Workload) -> str:
+    """The accelerator kind a workload's devices are of (its first pod group that asks for any;
+    a pool counts one kind, so that is the kind its quota's device dimension counts)."""
+    for g in w.pod_groups:
+        r = g.request
+        if r.gpus or r.gpu_milli:
+            return r.accelerator
+    return GPU
 
 
 def no_pool_reason(w: Workload, pools: Container[str]) -> str:

@@ -1,27 +1,21 @@
 """Mutable working state for one scheduling cycle, with checkpoint and rollback.
 
 The engine tries admissions and preemptions on this state and rolls back what it does not keep
-(KAI's "statement" idea), so a cycle never needs to copy the cluster. Nodes are kept in buckets
-by free whole GPUs and partially used devices in buckets by free milli-GPU (YuniKorn's idea of a
-sorted node structure), so placement never rescans the cluster.
+(KAI's "statement" idea), so a cycle never needs to copy the cluster. The quota tree lives here;
+the free capacity of nodes and devices (``ClusterState``, ``PoolIndex``) in
+``engine/cluster_state.py``, re-exported here for the modules that import it from this one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any
 
-from sortedcontainers import SortedSet
-
+from gpupool.engine.cluster_state import FRAC_BUCKET, N_FRAC_BUCKETS, ClusterState, PoolIndex
 from gpupool.model import (
     NO_LIMIT,
     UNLIMITED,
     ZERO,
-    Node,
-    PodPlacement,
     Queue,
-    ResourcePool,
-    TopologyScope,
     Vec,
     devices_only,
     vadd,
@@ -29,187 +23,6 @@ from gpupool.model import (
     vmax,
     vsub,
 )
-
-FRAC_BUCKET = 50  # milli-GPU per bucket of the partial-device index
-N_FRAC_BUCKETS = 1000 // FRAC_BUCKET
-
-
-class PoolIndex:
-    """Per pool and GPU model: nodes by free whole GPUs, partial devices by free milli."""
-
-    __slots__ = ("max_gpus", "model", "nodes", "partial", "whole")
-
-    def __init__(self, model: str, max_gpus: int) -> None:
-        self.model = model
-        self.max_gpus = max_gpus
-        self.nodes: list[int] = []
-        # Buckets are sorted sets, so ties always break by node order, never by the history of
-        # allocations and rollbacks: the same snapshot gives the same placement.
-        # whole[k]: node indices with exactly k fully free devices
-        self.whole: list[SortedSet] = [SortedSet() for _ in range(max_gpus + 1)]
-        # partial[b]: (node, device) with free milli in [b*50, b*50+50), 0 < free < 1000
-        self.partial: list[SortedSet] = [SortedSet() for _ in range(N_FRAC_BUCKETS)]
-
-    def largest_free_block(self) -> int:
-        for k in range(self.max_gpus, -1, -1):
-            if self.whole[k]:
-                return k
-        return 0
-
-
-class ClusterState:
-    """Free capacity of every node and device, and the indexes over it."""
-
-    def __init__(self, nodes: Iterable[Node], pools: Iterable[ResourcePool]) -> None:
-        self.nodes: list[Node] = list(nodes)
-        self.index: dict[str, int] = {n.name: i for i, n in enumerate(self.nodes)}
-        self.free_cpu = [n.cpu_milli for n in self.nodes]
-        self.free_mem = [n.memory_mib for n in self.nodes]
-        self.free_rdma = [n.rdma for n in self.nodes]
-        self.dev_milli = [[1000] * n.gpu_count for n in self.nodes]
-        self.dev_mem = [[n.gpu_memory_mib] * n.gpu_count for n in self.nodes]
-        self.free_whole = [n.gpu_count for n in self.nodes]
-        self.pools: dict[str, ResourcePool] = {p.name: p for p in pools}
-        self.pool_of: list[str | None] = []
-        self.by_pool: dict[str, dict[str, PoolIndex]] = {p: {} for p in self.pools}
-        self.capacity: dict[str, Vec] = {p: ZERO for p in self.pools}
-        #: GPU milli allocated per pool (kept up to date by every allocate/release)
-        self.pool_used: dict[str, int] = dict.fromkeys(self.pools, 0)
-        # topology: (pool, scope) -> domain -> [node indices]; free whole GPUs per (pool, scope, domain)
-        self.domains: dict[tuple[str, TopologyScope], dict[str, list[int]]] = {}
-        self.domain_free: dict[tuple[str, TopologyScope, str], int] = {}
-        self._node_domains: list[tuple[tuple[str, TopologyScope, str], ...]] = []
-        self.log: list[tuple[int, int, tuple[int, ...], int, int, int, int, int]] = []
-        self._idx_cache: dict[tuple[str, tuple[str, ...]], list[PoolIndex]] = {}
-        #: per-cycle context of the fragmentation Score plugin (engine.fragscore.FragContext)
-        self.frag: Any = None
-        #: the fragmentation plugin's index of nodes by state class (engine.fragscore.ClassIndex),
-        #: and the nodes whose free capacity changed since it last looked (None: nobody watches)
-        self.frag_index: Any = None
-        self.touched: set[int] | None = None
-        for i, n in enumerate(self.nodes):
-            pool = next((p.name for p in self.pools.values() if p.selects(n)), None)
-            self.pool_of.append(pool)
-            doms: list[tuple[str, TopologyScope, str]] = []
-            if pool is not None and n.schedulable:
-                self.capacity[pool] = vadd(
-                    self.capacity[pool],
-                    (n.gpu_count * 1000, n.cpu_milli, n.memory_mib, n.ephemeral_storage_mib, n.network_mbps),
-                )
-                idx = self.by_pool[pool].get(n.gpu_model)
-                if idx is None:
-                    idx = self.by_pool[pool][n.gpu_model] = PoolIndex(n.gpu_model, n.gpu_count)
-                if n.gpu_count > idx.max_gpus:
-                    idx.whole.extend(SortedSet() for _ in range(n.gpu_count - idx.max_gpus))
-                    idx.max_gpus = n.gpu_count
-                idx.nodes.append(i)
-                idx.whole[n.gpu_count].add(i)
-                for scope in (TopologyScope.NVLINK, TopologyScope.RACK):
-                    key = n.domain(scope)
-                    self.domains.setdefault((pool, scope), {}).setdefault(key, []).append(i)
-                    dk = (pool, scope, key)
-                    self.domain_free[dk] = self.domain_free.get(dk, 0) + n.gpu_count
-                    doms.append(dk)
-            self._node_domains.append(tuple(doms))
-
-    # -- transactions -------------------------------------------------------------------------
-    def checkpoint(self) -> int:
-        return len(self.log)
-
-    def rollback(self, cp: int) -> None:
-        log = self.log
-        while len(log) > cp:
-            sign, i, devs, milli, mem, cpu, nmem, rdma = log.pop()
-            self._apply(-sign, i, devs, milli, mem, cpu, nmem, rdma)
-
-    def allocate(
-        self, i: int, devs: tuple[int, ...], milli: int, mem: int, cpu: int, nmem: int, rdma: int
-    ) -> None:
-        self._apply(1, i, devs, milli, mem, cpu, nmem, rdma)
-        self.log.append((1, i, devs, milli, mem, cpu, nmem, rdma))
-
-    def release(
-        self, i: int, devs: tuple[int, ...], milli: int, mem: int, cpu: int, nmem: int, rdma: int
-    ) -> None:
-        self._apply(-1, i, devs, milli, mem, cpu, nmem, rdma)
-        self.log.append((-1, i, devs, milli, mem, cpu, nmem, rdma))
-
-    def allocate_pod(self, p: PodPlacement) -> None:
-        self.allocate(
-            self.index[p.node], p.devices, p.gpu_milli, p.gpu_memory_mib, p.cpu_milli, p.memory_mib, p.rdma
-        )
-
-    def release_pod(self, p: PodPlacement) -> None:
-        self.release(
-            self.index[p.node], p.devices, p.gpu_milli, p.gpu_memory_mib, p.cpu_milli, p.memory_mib, p.rdma
-        )
-
-    def commit(self) -> None:
-        """Forget the undo log (the caller keeps what it did)."""
-        self.log.clear()
-
-    def _apply(
-        self, sign: int, i: int, devs: tuple[int, ...], milli: int, mem: int, cpu: int, nmem: int, rdma: int
-    ) -> None:
-        self.free_cpu[i] -= sign * cpu
-        self.free_mem[i] -= sign * nmem
-        self.free_rdma[i] -= sign * rdma
-        if self.touched is not None:
-            self.touched.add(i)
-        if not devs:
-            return
-        pool = self.pool_of[i]
-        idx = (
-            self.by_pool[pool][self.nodes[i].gpu_model]
-            if pool is not None and self.nodes[i].schedulable
-            else None
-        )
-        if idx is not None:
-            self.pool_used[pool] += sign * milli * len(devs)  # type: ignore[index]
-        dm = self.dev_milli[i]
-        dmem = self.dev_mem[i]
-        old_whole = self.free_whole[i]
-        whole = old_whole
-        for d in devs:
-            before = dm[d]
-            after = before - sign * milli
-            dm[d] = after
-            dmem[d] -= sign * mem
-            if before == 1000:
-                whole -= 1
-            if after == 1000:
-                whole += 1
-            if idx is not None:
-                if 0 < before < 1000:
-                    idx.partial[before // FRAC_BUCKET].discard((i, d))
-                if 0 < after < 1000:
-                    idx.partial[after // FRAC_BUCKET].add((i, d))
-        if whole != old_whole:
-            self.free_whole[i] = whole
-            if idx is not None:
-                idx.whole[old_whole].discard(i)
-                idx.whole[whole].add(i)
-                delta = whole - old_whole
-                for dk in self._node_domains[i]:
-                    self.domain_free[dk] += delta
-
-    # -- queries ------------------------------------------------------------------------------
-    def pool_indexes(self, pool: str, models: tuple[str, ...]) -> list[PoolIndex]:
-        key = (pool, models)
-        got = self._idx_cache.get(key)
-        if got is None:
-            per_model = self.by_pool.get(pool, {})
-            got = [per_model[m] for m in sorted(per_model) if not models or m in models]
-            self._idx_cache[key] = got
-        return got
-
-    def used_gpu_milli(self, pool: str | None = None) -> int:
-        total = 0
-        for i, n in enumerate(self.nodes):
-            if pool is not None and self.pool_of[i] != pool:
-                continue
-            total += n.gpu_count * 1000 - sum(self.dev_milli[i])
-        return total
 
 
 class QuotaState:
@@ -506,3 +319,6 @@ class QuotaState:
             if n in pb:
                 return n
         return None
+
+
+__all__ = ["FRAC_BUCKET", "N_FRAC_BUCKETS", "ClusterState", "PoolIndex", "QuotaState"]

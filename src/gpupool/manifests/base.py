@@ -20,6 +20,15 @@ KINDS = ("Cluster", "ResourcePool", "Queue", "PriorityClass", "Workload")
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"
+#: AMD's resource and its node labeller's labels (``-product-name``, ``-vram``: e.g. ``64G``)
+AMD_GPU = "amd.com/gpu"
+AMD_PRODUCT = "amd.com/gpu.product-name"
+AMD_VRAM = "amd.com/gpu.vram"
+#: Ascend NPUs: the device plugin's resources (``huawei.com/Ascend910``) and node labels
+#: (``accelerator=huawei-Ascend910``; the chip, e.g. ``910B3``, in ``node.kubernetes.io/npu.chip.name``)
+ASCEND_PREFIX = "huawei.com/"
+ASCEND_LABEL = "accelerator"
+ASCEND_CHIP = "node.kubernetes.io/npu.chip.name"
 HAMI_MEM = "nvidia.com/gpumem"
 HAMI_CORES = "nvidia.com/gpucores"
 KAI_FRACTION = "gpu-fraction"

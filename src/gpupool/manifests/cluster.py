@@ -12,8 +12,20 @@ from typing import Literal
 from pydantic import Field
 
 from gpupool import quantity as qty
-from gpupool.manifests.base import GFD_MEMORY, GFD_PRODUCT, Document, ManifestErrors, StrictModel
-from gpupool.model import Node, PlacementPolicy, ResourcePool, Taint
+from gpupool.manifests.base import (
+    AMD_GPU,
+    AMD_PRODUCT,
+    AMD_VRAM,
+    ASCEND_CHIP,
+    ASCEND_LABEL,
+    ASCEND_PREFIX,
+    GFD_MEMORY,
+    GFD_PRODUCT,
+    Document,
+    ManifestErrors,
+    StrictModel,
+)
+from gpupool.model import ACCELERATORS, GPU, Node, PlacementPolicy, ResourcePool, Taint
 
 
 class TaintSpec(StrictModel):
@@ -23,6 +35,9 @@ class TaintSpec(StrictModel):
 
 
 class GPUSpec(StrictModel):
+    """A node's devices: all of one accelerator kind (``resource``, NVIDIA GPUs by default)."""
+
+    resource: str = GPU
     model: str = Field(min_length=1)
     count: int = Field(ge=0, le=64)
     memory: str | int
@@ -42,6 +57,8 @@ class NodeGroupSpec(StrictModel):
     cpu: str | int | float
     memory: str | int
     rdma: int = Field(default=0, ge=0, le=1024)
+    ephemeralStorage: str | int = 0
+    networkBandwidth: str | int = 0
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     topology: TopologySpec = Field(default_factory=TopologySpec)
@@ -53,6 +70,8 @@ class NodeSpec(StrictModel):
     cpu: str | int | float
     memory: str | int
     rdma: int = Field(default=0, ge=0, le=1024)
+    ephemeralStorage: str | int = 0
+    networkBandwidth: str | int = 0
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
     rack: str = ""
@@ -69,6 +88,8 @@ class PoolSpec(StrictModel):
     description: str = ""
     nodeSelector: dict[str, str] = Field(default_factory=dict)
     gpuModels: list[str] = Field(default_factory=list)
+    #: accelerator kinds (resource names) whose nodes the pool takes; empty: any kind
+    accelerators: list[str] = Field(default_factory=list)
     preemptible: bool = True
     requiresApproval: bool = False
     pricePerGPUHour: float = Field(default=0.0, ge=0, le=1e6)
@@ -90,9 +111,9 @@ def _gpu_mem(v: str | int, where: str, err: ManifestErrors) -> int:
 
 
 def _node_labels(
-    base: Mapping[str, str], model: str, mem: int, rack: str, nvl: str
+    base: Mapping[str, str], gpu: GPUSpec, mem: int, rack: str, nvl: str
 ) -> tuple[tuple[str, str], ...]:
-    labels = {GFD_PRODUCT: model, GFD_MEMORY: str(mem)}
+    labels = kind_labels(gpu.resource, gpu.model, mem)
     if rack:
         labels["gpupool.io/rack"] = rack
     if nvl:
@@ -125,6 +146,7 @@ def _group_nodes(g: NodeGroupSpec, where: str, err: ManifestErrors) -> list[Node
     except qty.QuantityError as exc:
         err.add(f"{where}.memory", str(exc))
         nmem = 0
+    sto, net = _extras(g, where, err)
     prefix = g.namePrefix if g.namePrefix is not None else f"{g.name}-"
     width = max(3, len(str(g.count)))
     per_rack = -(-g.count // g.topology.racks)
@@ -146,10 +168,13 @@ def _group_nodes(g: NodeGroupSpec, where: str, err: ManifestErrors) -> list[Node
                 cpu,
                 nmem,
                 g.rdma,
-                _node_labels(g.labels, g.gpu.model, mem, rack, nvl),
+                _node_labels(g.labels, g.gpu, mem, rack, nvl),
                 _taints(g.taints),
                 nvl,
                 rack,
+                accelerator=g.gpu.resource,
+                ephemeral_storage_mib=sto,
+                network_mbps=net,
             )
         )
     return out
@@ -164,6 +189,7 @@ def _listed_node(n: NodeSpec, where: str, err: ManifestErrors) -> Node:
     except qty.QuantityError as exc:
         err.add(where, str(exc))
         cpu = nmem = 0
+    sto, net = _extras(n, where, err)
     return Node(
         n.name,
         n.gpu.model,
@@ -172,12 +198,41 @@ def _listed_node(n: NodeSpec, where: str, err: ManifestErrors) -> Node:
         cpu,
         nmem,
         n.rdma,
-        _node_labels(n.labels, n.gpu.model, mem, n.rack, n.nvlinkDomain),
+        _node_labels(n.labels, n.gpu, mem, n.rack, n.nvlinkDomain),
         _taints(n.taints),
         n.nvlinkDomain or n.name,
         n.rack,
         n.schedulable,
+        n.gpu.resource,
+        sto,
+        net,
     )
+
+
+def _extras(n: NodeGroupSpec | NodeSpec, where: str, err: ManifestErrors) -> tuple[int, int]:
+    """A node's accelerator kind checked, its ephemeral storage (MiB) and bandwidth (Mbit/s)."""
+    if n.gpu.resource not in ACCELERATORS:
+        err.add(f"{where}.gpu.resource", f"unknown accelerator kind; use one of {', '.join(ACCELERATORS)}")
+    sto = net = 0
+    try:
+        sto = qty.storage_mib(n.ephemeralStorage)
+    except qty.QuantityError as exc:
+        err.add(f"{where}.ephemeralStorage", str(exc))
+    try:
+        net = qty.bandwidth_mbps(n.networkBandwidth)
+    except qty.QuantityError as exc:
+        err.add(f"{where}.networkBandwidth", str(exc))
+    return sto, net
+
+
+def kind_labels(resource: str, model: str, mem: int) -> dict[str, str]:
+    """The labels a node of this kind carries on Kubernetes (what the vendor's plugin or
+    labeller writes), so that generated nodes look like discovered ones."""
+    if resource == AMD_GPU:
+        return {AMD_PRODUCT: model, AMD_VRAM: f"{mem >> 10}G"}
+    if resource.startswith(ASCEND_PREFIX):
+        return {ASCEND_LABEL: "huawei-" + resource.removeprefix(ASCEND_PREFIX), ASCEND_CHIP: model}
+    return {GFD_PRODUCT: model, GFD_MEMORY: str(mem)}
 
 
 def build_pool(doc: Document) -> ResourcePool:
@@ -194,4 +249,5 @@ def build_pool(doc: Document) -> ResourcePool:
         s.placement,
         s.slaTier,
         s.environment,
+        accelerators=tuple(s.accelerators),
     )

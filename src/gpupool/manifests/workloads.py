@@ -25,9 +25,12 @@ from gpupool.manifests.base import (
     StrictModel,
 )
 from gpupool.model import (
+    ACCELERATORS,
     CPU,
     GPU,
     MEMORY,
+    NETWORK,
+    STORAGE,
     PodGroup,
     PodRequest,
     PriorityClass,
@@ -37,6 +40,7 @@ from gpupool.model import (
     TopologyScope,
     Workload,
     WorkloadType,
+    device_noun,
 )
 
 
@@ -88,20 +92,19 @@ def _pod_request(
 ) -> PodRequest:
     """One pod's request from its resources (whole GPUs, a share, HAMi's cores and memory) and
     the document's KAI annotations; located errors for what cannot be read or combined."""
-    gpus = milli = gmem = cpu = mem = rdma = 0
+    gpus = milli = gmem = cpu = mem = rdma = storage = net = 0
+    kind = GPU
     for k, v in res.items():
         try:
-            if k == GPU:
-                m = qty.gpu_milli(v)
-                if m >= 1000:
-                    if m % 1000:
-                        err.add(
-                            f"{where}.{k}",
-                            "more than one GPU must be a whole number; a fraction must be below 1",
-                        )
-                    gpus = m // 1000
-                else:
-                    milli = m
+            if k in ACCELERATORS:
+                if (gpus or milli) and k != kind:
+                    err.add(f"{where}.{k}", f"a pod's devices are of one kind; it already asks for {kind}")
+                kind = k
+                gpus, milli = _devices(k, v, f"{where}.{k}", err)
+            elif k == STORAGE:
+                storage = qty.storage_mib(v)
+            elif k == NETWORK:
+                net = qty.bandwidth_mbps(v)
             elif k == HAMI_CORES:
                 pct = qty.count(v)
                 if not 0 < pct <= 100:
@@ -116,10 +119,7 @@ def _pod_request(
             elif k in RDMA_KEYS:
                 rdma = qty.count(v)
             else:
-                err.add(
-                    f"{where}.{k}",
-                    f"unknown resource; use {GPU}, {HAMI_CORES}, {HAMI_MEM}, {CPU}, {MEMORY} or rdma",
-                )
+                err.add(f"{where}.{k}", f"unknown resource; use {_KNOWN}")
         except qty.QuantityError as exc:
             err.add(f"{where}.{k}", str(exc))
     src = where.rsplit(": ", 1)[0]  # the document: annotation errors are located there too
@@ -131,7 +131,29 @@ def _pod_request(
             where,
             f"a GPU memory request ({HAMI_MEM}) needs a compute share too: set {GPU} below 1 or {HAMI_CORES}",
         )
-    return PodRequest(gpus, milli if not gpus else 0, gmem if not gpus else 0, cpu, mem, rdma)
+    if kind != GPU and (milli or gmem) and not gpus:
+        shared = "" if ACCELERATORS[kind].shareable else f" ({kind} cannot be shared)"
+        err.add(where, f"a GPU share ({HAMI_CORES}, {HAMI_MEM} or KAI's annotations) is for {GPU}{shared}")
+    return PodRequest(
+        gpus, milli if not gpus else 0, gmem if not gpus else 0, cpu, mem, rdma, storage, net, kind
+    )
+
+
+def _devices(kind: str, v: object, where: str, err: ManifestErrors) -> tuple[int, int]:
+    """(whole devices, milli of one device) of an accelerator request: more than one must be a
+    whole number, and a fraction only of a kind that can be shared."""
+    m = qty.gpu_milli(v)
+    if m >= 1000:
+        if m % 1000:
+            noun = device_noun(kind)
+            err.add(where, f"more than one {noun} must be a whole number; a fraction must be below 1")
+        return m // 1000, 0
+    if m and not ACCELERATORS[kind].shareable:
+        err.add(where, f"{kind} cannot be shared: ask for whole devices (1, 2, ...), not {v!r}")
+    return 0, m
+
+
+_KNOWN = ", ".join([*ACCELERATORS, HAMI_CORES, HAMI_MEM, CPU, MEMORY, STORAGE, NETWORK, "rdma"])
 
 
 def _kai_share(
