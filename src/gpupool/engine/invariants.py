@@ -129,6 +129,7 @@ def _check_admissions(before: Snapshot, decisions: Decisions, pending: dict[str,
     """Each admission: of a pending workload, once, its gang whole, each pod as requested."""
     errs: list[str] = []
     nodes = {n.name: n for n in before.nodes}
+    pools = {p.name: p for p in before.pools}
     seen: set[str] = set()
     for a in decisions.admitted:
         w = pending.get(a.workload)
@@ -138,6 +139,9 @@ def _check_admissions(before: Snapshot, decisions: Decisions, pending: dict[str,
         if a.workload in seen:
             errs.append(f"{a.workload}: admitted twice")
         seen.add(a.workload)
+        pool = pools.get(a.pool)
+        if a.borrowing and (not w.preemptible or (pool is not None and not pool.preemptible)):
+            errs.append(f"{a.workload}: non-preemptible work admitted by borrowing")
         if not w.min_pods <= len(a.pods) <= w.pod_count:
             errs.append(
                 f"{a.workload}: gang broken: {len(a.pods)} pods placed, needs {w.min_pods}..{w.pod_count}"
