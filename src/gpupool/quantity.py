@@ -126,24 +126,17 @@ MAX_BANDWIDTH_MBPS = 10**9  # a petabit per second
 
 
 def bandwidth_mbps(value: object) -> int:
-    """Network bandwidth to whole Mbit/s, rounding up.
+    """Network bandwidth as a count of Mbit/s, rounding up: ``25000`` (or ``25k``) is 25 Gbit/s.
 
-    Why two readings: operators think in Mbit/s (``25000``) or in link speeds (``25G``). A bare
-    number is Mbit/s; a number with a suffix is a Kubernetes quantity of bits per second
-    (``25G`` is 25,000 Mbit/s, ``100M`` is 100 Mbit/s).
-    """
+    Why a count and not bits per second: on Kubernetes the bandwidth is an extended resource,
+    and the kubelet admits a pod by comparing its request with the node's allocatable as plain
+    numbers, so the manifest, the node and the pod must count in the same unit; a suffix is
+    Kubernetes' multiplier of that count, never a unit of its own."""
     if isinstance(value, bool):
-        raise QuantityError(f"expected a bandwidth, got a boolean {value!r}")
+        raise QuantityError(f"expected a bandwidth in Mbit/s, got a boolean {value!r}")
     d = _non_negative(parse_quantity(value), value)
-    if isinstance(value, str) and _suffixed(value):
-        d = d / Decimal(10**6)
     n = int(d.to_integral_value(rounding="ROUND_CEILING"))
     return _bounded(n, MAX_BANDWIDTH_MBPS, value, "Mbit/s")
-
-
-def _suffixed(value: str) -> bool:
-    m = _RE.match(value)
-    return m is not None and m.group(2) is not None
 
 
 def gpu_milli(value: object) -> int:

@@ -13,9 +13,10 @@ from decimal import Decimal
 from typing import Any
 
 from gpupool import quantity as qty
+from gpupool.kube.accelerators import accelerator_kind, other_devices
 from gpupool.kube.translate_hami import RegisterError, parse_register
 from gpupool.kube.translate_models import model_name
-from gpupool.model import Node, Taint
+from gpupool.model import NETWORK, STORAGE, Node, Taint
 
 #: GPU feature discovery labels (NVIDIA gpu-feature-discovery)
 GPU_PRODUCT = "nvidia.com/gpu.product"
@@ -44,6 +45,8 @@ class InventoryOptions:
     gpu_resource: str = "nvidia.com/gpu"
     rdma_resource: str = "rdma/hca"
     scheduler_name: str = "gpupool"
+    #: the extended resource a node advertises its bandwidth in (Mbit/s), pods request it by
+    network_resource: str = NETWORK
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +73,14 @@ def node_inventory(
     labels = _strings(md.get("labels"))
     problems: list[str] = []
     allocatable = _mapping(_mapping(node_obj.get("status")).get("allocatable"))
-    devices = _devices(labels, _strings(md.get("annotations")), allocatable, opts, problems)
-    model = _model(labels, devices, problems)
-    cpu, mem, rdma = _free(allocatable, unmanaged_pods, opts, problems)
+    kind = accelerator_kind(allocatable, opts)
+    if kind == opts.gpu_resource:
+        devices = _devices(labels, _strings(md.get("annotations")), allocatable, opts, problems)
+        model = _model(labels, devices, problems)
+    else:
+        count, memory, model = other_devices(kind, labels, allocatable, problems)
+        devices = tuple(Device(i, "", memory, model=model) for i in range(count))
+    cpu, mem, rdma, storage, net = _free(allocatable, unmanaged_pods, opts, problems)
     taints = _taints(node_obj, problems)
     not_ready = _not_ready(node_obj)
     reasons = [not_ready] if not_ready else []
@@ -94,6 +102,9 @@ def node_inventory(
         nvlink_domain=clique,
         rack=rack,
         schedulable=not reasons,
+        accelerator=kind,
+        ephemeral_storage_mib=storage,
+        network_mbps=net,
     )
     ready = not not_ready and not problems
     return NodeInventory(node, devices, ready=ready, unschedulable_reason="; ".join(reasons))
@@ -189,14 +200,21 @@ def _free(
     pods: Iterable[Mapping[str, Any]],
     opts: InventoryOptions,
     problems: list[str],
-) -> tuple[int, int, int]:
-    """Allocatable CPU, memory and RDMA minus what the other schedulers' pods request (never < 0)."""
-    have = [0, 0, 0]
-    for i, (key, parse) in enumerate(
-        (("cpu", qty.cpu_milli), ("memory", qty.memory_mib), (opts.rdma_resource, qty.count))
-    ):
+) -> tuple[int, int, int, int, int]:
+    """Allocatable CPU, memory, RDMA, ephemeral storage (MiB) and network bandwidth (Mbit/s, an
+    extended resource the administrator advertises) minus what the other schedulers' pods
+    request (never < 0)."""
+    have = [0, 0, 0, 0, 0]
+    parsers = (
+        ("cpu", qty.cpu_milli),
+        ("memory", qty.memory_mib),
+        (opts.rdma_resource, qty.count),
+        (STORAGE, qty.storage_mib),
+        (opts.network_resource, qty.bandwidth_mbps),
+    )
+    for i, (key, parse) in enumerate(parsers):
         if key not in alloc:
-            if key != opts.rdma_resource:
+            if key in ("cpu", "memory"):
                 problems.append(f"status.allocatable.{key}: missing")
             continue
         try:
@@ -207,13 +225,21 @@ def _free(
         if is_managed(pod, opts) or _terminal(pod):
             continue
         try:
-            used = pod_requests(pod, opts)
+            used = [*pod_requests(pod, opts), *_storage_and_net(pod, opts)]
         except PodRequestError as exc:
             pmd = _mapping(pod.get("metadata"))
             problems.append(f"pod {pmd.get('namespace', '')}/{pmd.get('name', '')}: {exc}")
             continue
         have = [h - u for h, u in zip(have, used, strict=True)]
-    return max(have[0], 0), max(have[1], 0), max(have[2], 0)
+    return max(have[0], 0), max(have[1], 0), max(have[2], 0), max(have[3], 0), max(have[4], 0)
+
+
+def _storage_and_net(pod: Mapping[str, Any], opts: InventoryOptions) -> tuple[int, int]:
+    got = extended_requests(pod, (STORAGE, opts.network_resource))
+    sto = got.get(STORAGE, Decimal(0)) / (2**20)
+    return int(sto.to_integral_value(rounding="ROUND_CEILING")), qty.bandwidth_mbps(
+        int(got.get(opts.network_resource, 0))
+    )
 
 
 def _terminal(pod: Mapping[str, Any]) -> bool:
@@ -274,13 +300,26 @@ def pod_requests(pod: Mapping[str, Any], opts: InventoryOptions = InventoryOptio
     wins; pod-level ``spec.resources`` replaces that per key; ``spec.overhead`` is added. A key
     missing from ``requests`` falls back to ``limits`` (the API server's default). Raises
     PodRequestError naming the field."""
+    total = _pod_totals(pod, ("cpu", "memory", opts.rdma_resource))
+    cpu = int((total[0] * 1000).to_integral_value(rounding="ROUND_CEILING"))
+    mem = int((total[1] / (2**20)).to_integral_value(rounding="ROUND_CEILING"))
+    return cpu, mem, int(total[2].to_integral_value(rounding="ROUND_CEILING"))
+
+
+def extended_requests(pod: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Decimal]:
+    """What a pod requests of each of ``keys`` (ephemeral storage in bytes, accelerators,
+    bandwidth), totalled as ``pod_requests`` totals CPU; keys it does not ask for are left out.
+    Raises PodRequestError naming the field."""
+    return {k: v for k, v in zip(keys, _pod_totals(pod, keys), strict=True) if v}
+
+
+def _pod_totals(pod: Mapping[str, Any], keys: tuple[str, ...]) -> list[Decimal]:
     spec = _mapping(pod.get("spec"))
-    keys = ("cpu", "memory", opts.rdma_resource)
-    total = [Decimal(0)] * 3
+    total = [Decimal(0)] * len(keys)
     for i, c in enumerate(_list(spec.get("containers"))):
         total = _add(total, _container(c, keys, f"spec.containers[{i}]"))
-    sidecars = [Decimal(0)] * 3
-    init_peak = [Decimal(0)] * 3
+    sidecars = [Decimal(0)] * len(keys)
+    init_peak = [Decimal(0)] * len(keys)
     for i, c in enumerate(_list(spec.get("initContainers"))):
         req = _container(c, keys, f"spec.initContainers[{i}]")
         if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
@@ -293,10 +332,7 @@ def pod_requests(pod: Mapping[str, Any], opts: InventoryOptions = InventoryOptio
     if pod_level:  # pod-level resources (Kubernetes 1.32+) replace the containers' sum per key
         level = _quantities(pod_level, keys, "spec.resources.requests")
         total = [lv if k in pod_level else t for k, lv, t in zip(keys, level, total, strict=True)]
-    total = _add(total, _quantities(_mapping(spec.get("overhead")), keys, "spec.overhead"))
-    cpu = int((total[0] * 1000).to_integral_value(rounding="ROUND_CEILING"))
-    mem = int((total[1] / (2**20)).to_integral_value(rounding="ROUND_CEILING"))
-    return cpu, mem, int(total[2].to_integral_value(rounding="ROUND_CEILING"))
+    return _add(total, _quantities(_mapping(spec.get("overhead")), keys, "spec.overhead"))
 
 
 def _list(value: object) -> list[Any]:

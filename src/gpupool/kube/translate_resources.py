@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupool import quantity as qty
-from gpupool.kube.inventory import InventoryOptions, PodRequestError, pod_requests
+from gpupool.kube.inventory import InventoryOptions, PodRequestError, extended_requests, pod_requests
+from gpupool.model import ACCELERATORS, NETWORK, STORAGE
 
 GPU = "nvidia.com/gpu"
 HAMI_MEM = "nvidia.com/gpumem"
@@ -75,6 +76,31 @@ def template_resources(
     if rdma:
         out["rdma"] = rdma
     out.update(_gpu(spec, mapping(mapping(template.get("metadata")).get("annotations")), path))
+    out.update(_other_resources(spec, path))
+    if len([k for k in out if k in ACCELERATORS]) > 1:
+        raise KubeWorkloadError(join(path, "spec.containers"), "a pod's devices are of one accelerator kind")
+    return out
+
+
+#: what a pod may ask for besides CPU, memory, RDMA and NVIDIA GPUs, in the manifest's names
+_OTHERS = (STORAGE, NETWORK, *(k for k in ACCELERATORS if k != GPU))
+
+
+def _other_resources(spec: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """Ephemeral storage (as MiB), network bandwidth (Mbit/s) and Ascend or AMD devices (whole
+    ones: those device plugins share none), totalled as the kubelet totals a pod."""
+    try:
+        got = extended_requests({"spec": spec}, _OTHERS)
+    except PodRequestError as exc:
+        raise KubeWorkloadError(join(path, exc.field), exc.problem) from None
+    out: dict[str, Any] = {}
+    for key, value in got.items():
+        if key == STORAGE:
+            out[key] = f"{qty.storage_mib(int(value))}Mi"
+        elif value != value.to_integral_value():
+            raise KubeWorkloadError(join(path, f"spec.containers.resources.requests.{key}"), "must be whole")
+        else:
+            out[key] = int(value)
     return out
 
 
