@@ -43,7 +43,7 @@ from gpupool.kube.outcomes import (
     pods_outcome,
 )
 from gpupool.kube.recovery import adopted_runs
-from gpupool.kube.tracker import OWNER_KINDS, Top, Tracker
+from gpupool.kube.tracker import OWNER_KINDS, Top, Tracker, node_of
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
 
@@ -69,6 +69,8 @@ class KubeRun:
     outcome: Outcome | None = None
     #: every pod was seen Ready once (the podsReady timeout no longer applies, as in Kueue)
     ready: bool = False
+    #: adopted after a restart: ``kw`` is translated when a pod of it is first to be bound
+    untranslated: bool = False
 
     def state(self) -> RunState:
         o = self.outcome
@@ -165,9 +167,11 @@ class KubernetesBackend:
         with self._lock:
             if self._adopted:
                 return
+            # Why no translation here: after a restart nearly every adopted gang is fully bound
+            # and never needs its pod slots; translating (and validating) 1,600 Jobs took seconds
+            # of restart-to-first-bind. ``_jobs_of`` translates the few that still bind.
             for run in adopted_runs(self.tracker, self.informers, self.clock()):
-                obj = self.tracker.owner_object(run.top)
-                run.kw = self._translate(run.top, obj) if obj is not None else None
+                run.untranslated = True
                 self._runs.setdefault(run.name, run)
             self._adopted = True
 
@@ -367,6 +371,10 @@ class KubernetesBackend:
         """The binds a gang needs now ([] when all are bound), or None while it must wait (its
         pods do not all exist yet, or a victim still holds a device)."""
         pods = self.tracker.pods(run.top)
+        if run.untranslated and any(not node_of(p) for p in live(pods)):
+            run.untranslated = False
+            obj = self.tracker.owner_object(run.top)
+            run.kw = self._translate(run.top, obj) if obj is not None else None
         pairs = assign_slots(run, pods)
         if pairs is None:
             return None
