@@ -592,7 +592,7 @@ def test_jobs_and_shares_through_the_webhook_run_on_the_fake_cluster(fake_api: A
             "spec": {"parallelism": pods, "completions": pods, "template": tmpl},
         }
 
-    kai = {
+    kai: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
