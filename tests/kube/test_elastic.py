@@ -212,3 +212,11 @@ def test_an_unreadable_elastic_object_gets_one_warning_and_blocks_nothing() -> N
     src.process()
     assert _submitted(sub) == ["serve.deployment.chat", "serve.deployment.chat-extra-2"]
     assert src.stats["invalid"] == 1
+
+
+def test_an_extra_whose_name_would_be_too_long_is_refused_naming_the_field() -> None:
+    d = deployment(3, 1)
+    d["metadata"]["name"] = "x" * 230  # the base's name fits; '<base>-extra-1' does not
+    with pytest.raises(KubeWorkloadError) as info:
+        elastic_workloads(d)
+    assert info.value.field == "metadata.name", info.value

@@ -134,8 +134,9 @@ def _shaped(kw: KubeWorkload, name: str, replicas: int, priority_class: str) -> 
     spec["priorityClass"] = priority_class
     spec.pop("gang", None)
     errors: list[str] = []
-    if validate_document(manifest, "translated", errors) is None:
-        raise KubeWorkloadError("metadata.name", errors[0])
+    if validate_document(manifest, "translated", errors) is None:  # e.g. a name grown too long
+        field, _, problem = errors[0].partition(": ")[2].partition(": ")
+        raise KubeWorkloadError(field or "metadata.name", problem or errors[0])
     return replace(kw, manifest=manifest, pod_count=replicas)
 
 
