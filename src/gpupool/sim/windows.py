@@ -42,7 +42,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpupool.engine import Decisions, PendingCode
-from gpupool.engine.core import workload_order_key
 from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import Workload
@@ -289,17 +288,12 @@ class WindowPlanner:
                 ok = False
                 self.k_class[c] = self.k_class.get(c, 1) * 2
                 continue
-            first = pend.eligible(c, bf_any, set(names) | extra, 1)
-            if not held or not first:
+            if not held or not pend.eligible(c, bf_any, set(names) | extra, 1):
                 continue
-            # the witness must come before the first member left out that may backfill: that
-            # one is tried earlier, at a looser state, than any witness behind it
-            bound = (workload_order_key(pend.w[first[0]]), first[0])
             if any(
                 outcome.get(n) in FAILED_CODES
                 and (failed is None or n in failed)
                 and declared_duration(pend.w[n]) <= bf_all
-                and (workload_order_key(pend.w[n]), n) < bound
                 for n in list(names) + [x for x in extra if pend.cls_of.get(x) == c]
             ):
                 continue
