@@ -4,6 +4,7 @@ storage and network bandwidth, in the model, the manifests, the engine and on Ku
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,14 @@ from gpupool.engine import decide
 from gpupool.engine.invariants import check_state
 from gpupool.kube.inventory import node_inventory
 from gpupool.kube.translate_resources import KubeWorkloadError, template_resources
-from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, parse_documents
+from gpupool.manifests import (
+    Bundle,
+    ManifestError,
+    build,
+    default_priority_classes,
+    load_bundle,
+    parse_documents,
+)
 from gpupool.model import (
     ACCELERATORS,
     GPU,
@@ -372,3 +380,16 @@ def test_a_pod_template_asking_for_two_kinds_is_refused() -> None:
     with pytest.raises(KubeWorkloadError) as ei:
         template_resources({"spec": {"containers": [{"name": "c", "resources": both}]}}, "spec.template")
     assert "one accelerator kind" in str(ei.value)
+
+
+def test_the_heterogeneous_example_places_each_pod_group_on_its_kind() -> None:
+    b = load_bundle([Path(__file__).resolve().parents[1] / "examples" / "heterogeneous"])
+    s = Snapshot(
+        tuple(b.nodes), tuple(b.pools), tuple(b.queues), tuple(b.priority_classes), tuple(b.workloads)
+    )
+    d = decide(s)
+    assert sorted(a.workload for a in d.admitted) == ["hx-llm-sft", "hx-npu-pretrain", "hx-vlm"], d.pending
+    vlm = next(a for a in d.admitted if a.workload == "hx-vlm")
+    nodes = {p.group: p.node for p in vlm.pods}
+    assert nodes["trainer"] == "hx-mm-ascend" and nodes["evaluator"] == "hx-mm-mi300"
+    assert sum(p.storage_mib for p in vlm.pods) == (1 << 20) + 500 * 1024 + 2 * 200 * 1024

@@ -66,7 +66,7 @@ def test_every_problem_in_one_round_with_the_nearest_names(tmp_path: Path) -> No
 def test_the_readme_validate_of_examples_passes() -> None:
     code, out = validate(ROOT / "examples")
     assert code == 0, out
-    assert out.startswith("valid: 16 nodes")
+    assert out.startswith("valid: 22 nodes")  # examples/cluster (16) and examples/heterogeneous (6)
     assert "valid (scenario " in out and "poc.yaml" in out
 
 
