@@ -326,6 +326,10 @@ class Workload:
     node_selector: tuple[tuple[str, str], ...] = ()
     expected_duration_s: float | None = None
     arrival: float = 0.0
+    #: pools tried first, in this order (its task type's default, docs/engine.md "Task types")
+    preferred_pools: tuple[str, ...] = ()
+    #: how long it may wait before an alert fires (its task type's default; None: no limit)
+    max_wait_s: float | None = None
     #: how often this workload was preempted before (the caller counts; the preemption cost
     #: model protects work that already lost runs: ``engine/victim_cost.py``)
     evictions: int = 0
@@ -420,6 +424,9 @@ class EngineConfig:
     one_head_per_queue: bool = False
     #: hold nodes for the best-ranked blocked whole-GPU workload per pool (backfill around it)
     reserve: bool = True
+    #: fair share with usage decay (``engine/decay.py``): the half-life of the decayed usage the
+    #: caller passes in ``Snapshot.decayed_usage``; None (the default): off, usage is ignored
+    usage_half_life_s: float | None = None
     #: cost-aware preemption (``engine/victim_cost.py``, docs/engine.md "Preemption cost"):
     #: off, victims go by priority and age only and nobody waits
     preemption_cost: bool = True
@@ -444,3 +451,6 @@ class Snapshot:
     running: tuple[Running, ...] = ()
     now: float = 0.0
     config: EngineConfig = field(default_factory=EngineConfig)
+    #: decayed GPU-seconds per queue (``engine/decay.DecayedUsage``), weighed by the fair-share
+    #: order when ``config.usage_half_life_s`` is set; empty (the default): today's order exactly
+    decayed_usage: tuple[tuple[str, float], ...] = ()

@@ -40,6 +40,23 @@ def explain(
         console.print(
             f"  {ex.get('code', '')}: {ex.get('reason', '')}", highlight=False, soft_wrap=True, markup=False
         )
+    for line in type_lines(ex):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def type_lines(ex: dict[str, Any]) -> list[str]:
+    """The pods admitted of those asked (partial admission) and what the task type set, each
+    value with where it came from (docs/engine.md, "Task types")."""
+    out = []
+    got, asked = ex.get("admittedPods"), ex.get("requestedPods")
+    if got is not None and asked is not None and got != asked:
+        out.append(f"  admitted with {got} of {asked} pods (gang minimum)")
+    for field, v in (ex.get("typeDefaults") or {}).items():
+        if isinstance(v, dict) and v.get("value") is not None:
+            value = v["value"]
+            text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+            out.append(f"  {field}: {text} (from {v.get('from', 'none')})")
+    return out
 
 
 def approve(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Literal
 
 from gpupool.engine.cycle_state import CycleState
+from gpupool.engine.decay import UsageDecayOrder
 from gpupool.engine.decisions import (
     Admit,
     Decisions,
@@ -70,7 +71,7 @@ def validate_config(config: EngineConfig) -> None:
             )
 
 
-class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds):
+class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds, UsageDecayOrder):
     """Scheduling state for one snapshot: cluster capacity, quota tree, running workloads."""
 
     def __init__(self, snapshot: Snapshot) -> None:
@@ -110,6 +111,7 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds):
 
             add_shapes(self._running_shapes, (r.workload for r in snapshot.running))  # type: ignore[arg-type]
         self._stmt.commit()
+        self.set_decayed_usage(snapshot.decayed_usage)
         self.now = snapshot.now
         self._pool_order: dict[str, list[str]] = {}
         self._model_pools: dict[tuple[str, ...], set[str]] = {}
@@ -361,7 +363,8 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds):
         return False
 
     def candidate_pools(self, w: Workload) -> list[str]:
-        """Pools a workload may use: its own choice, else its queue's pools in the order they are listed."""
+        """Pools a workload may use: its own choice, else its queue's pools in the order they are
+        listed, its preferred pools (``Workload.preferred_pools``) moved to the front."""
         order = self._pool_order.get(w.queue)
         if order is None:
             order = []
@@ -373,6 +376,9 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds):
             self._pool_order[w.queue] = order
         if w.pool is not None:
             return [w.pool] if w.pool in order else []
+        if w.preferred_pools:  # its task type's pools first, in their order (docs/engine.md)
+            first = [p for p in w.preferred_pools if p in order]
+            order = first + [p for p in order if p not in first]
         if not w.gpu_models:
             return order
         ok = self._model_pools.get(w.gpu_models)

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpupool.model import Node, PriorityClass, Queue, ResourcePool, Workload
+
+if TYPE_CHECKING:
+    from gpupool.manifests.task_types import TaskTypeSpec
 
 API_VERSION = "gpupool.io/v1alpha1"
 KINDS = ("Cluster", "ResourcePool", "Queue", "PriorityClass", "Workload")
@@ -110,3 +113,16 @@ class Bundle:
     priority_classes: list[PriorityClass] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
     documents: list[Document] = field(default_factory=list)
+    #: a Cluster's ``spec.fairSharing.usageHalfLife`` in seconds (None: usage decay off)
+    usage_half_life_s: float | None = None
+    #: task-type defaults of the configuration (``manifests/task_types.py``)
+    task_types: TaskTypeTable = field(default_factory=lambda: TaskTypeTable())
+
+
+@dataclass(slots=True)
+class TaskTypeTable:
+    """Task-type defaults a configuration sets: the Cluster's ``spec.taskTypes`` and each
+    queue's ``spec.typeDefaults``, by type (the packaged defaults come under both)."""
+
+    cluster: dict[str, TaskTypeSpec] = field(default_factory=dict)
+    queues: dict[str, dict[str, TaskTypeSpec]] = field(default_factory=dict)

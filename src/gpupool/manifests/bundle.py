@@ -10,9 +10,10 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from gpupool.manifests.base import Bundle, Document, ManifestError, ManifestErrors
-from gpupool.manifests.cluster import build_nodes, build_pool
+from gpupool.manifests.cluster import build_nodes, build_pool, usage_half_life
 from gpupool.manifests.documents import load_files
 from gpupool.manifests.queues import PriorityClassSpec, build_queue, default_priority_classes
+from gpupool.manifests.task_types import check_task_type_refs, parse_task_types
 from gpupool.manifests.workloads import build_workload
 from gpupool.model import PriorityClass, Queue
 
@@ -31,10 +32,16 @@ def build(docs: Iterable[Document], base: Bundle | None = None, *, references: b
     for d in docs:
         if d.kind == "Cluster":
             b.nodes.extend(build_nodes(d, err))
+            b.usage_half_life_s = usage_half_life(d, err) or b.usage_half_life_s
+            b.task_types.cluster.update(
+                parse_task_types(d.spec.taskTypes, f"{d.source}: spec.taskTypes", err)
+            )
         elif d.kind == "ResourcePool":
             b.pools = [p for p in b.pools if p.name != d.name] + [build_pool(d)]
         elif d.kind == "Queue":
             b.queues = [q for q in b.queues if q.name != d.name] + [build_queue(d, err)]
+            where = f"{d.source}: spec.typeDefaults"
+            b.task_types.queues[d.name] = parse_task_types(d.spec.typeDefaults, where, err)
         elif d.kind == "PriorityClass":
             s: PriorityClassSpec = d.spec
             b.priority_classes = [p for p in b.priority_classes if p.name != d.name] + [
@@ -44,7 +51,7 @@ def build(docs: Iterable[Document], base: Bundle | None = None, *, references: b
     seq = 0
     for d in docs:
         if d.kind == "Workload":
-            b.workloads.append(build_workload(d, classes, err, arrival=float(seq)))
+            b.workloads.append(build_workload(d, classes, err, arrival=float(seq), types=b.task_types))
             seq += 1
     if references:
         check_references(b, err, {d.name: d.source for d in docs})
@@ -80,6 +87,7 @@ def check_references(b: Bundle, err: ManifestErrors, sources: Mapping[str, str])
             err.add(f"{src}: spec.queue", f"queue {w.queue!r} does not exist")
         if w.pool is not None and pnames and w.pool not in pnames:
             err.add(f"{src}: spec.pool", f"pool {w.pool!r} does not exist")
+    check_task_type_refs(b, err, sources)
 
 
 def _check_queue(

@@ -25,6 +25,7 @@ from gpupool.manifests.base import (
     ManifestErrors,
     StrictModel,
 )
+from gpupool.manifests.task_types import TaskTypeSpec
 from gpupool.model import ACCELERATORS, GPU, Node, PlacementPolicy, ResourcePool, Taint
 
 
@@ -79,9 +80,17 @@ class NodeSpec(StrictModel):
     schedulable: bool = True
 
 
+class FairSharingSpec(StrictModel):
+    #: fair share with usage decay (docs/engine.md, "Usage decay"): e.g. ``1h``; unset: off
+    usageHalfLife: str | int | float | None = None
+
+
 class ClusterSpec(StrictModel):
     nodeGroups: list[NodeGroupSpec] = Field(default_factory=list)
     nodes: list[NodeSpec] = Field(default_factory=list)
+    fairSharing: FairSharingSpec = Field(default_factory=FairSharingSpec)
+    #: defaults by workload type (docs/engine.md, "Task types"), over the packaged ones
+    taskTypes: dict[str, TaskTypeSpec] = Field(default_factory=dict)
 
 
 class PoolSpec(StrictModel):
@@ -233,6 +242,23 @@ def kind_labels(resource: str, model: str, mem: int) -> dict[str, str]:
     if resource.startswith(ASCEND_PREFIX):
         return {ASCEND_LABEL: "huawei-" + resource.removeprefix(ASCEND_PREFIX), ASCEND_CHIP: model}
     return {GFD_PRODUCT: model, GFD_MEMORY: str(mem)}
+
+
+def usage_half_life(doc: Document, err: ManifestErrors) -> float | None:
+    """A Cluster's ``spec.fairSharing.usageHalfLife`` in seconds (None: decay off)."""
+    v = doc.spec.fairSharing.usageHalfLife
+    if v is None:
+        return None
+    where = f"{doc.source}: spec.fairSharing.usageHalfLife"
+    try:
+        s = qty.parse_duration(v)
+    except qty.QuantityError as exc:
+        err.add(where, str(exc))
+        return None
+    if not s > 0:
+        err.add(where, f"must be a positive duration (e.g. 1h), got {v!r}")
+        return None
+    return s
 
 
 def build_pool(doc: Document) -> ResourcePool:

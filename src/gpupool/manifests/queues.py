@@ -14,6 +14,7 @@ from pydantic import Field
 
 from gpupool import quantity as qty
 from gpupool.manifests.base import Document, ManifestErrors, StrictModel
+from gpupool.manifests.task_types import TaskTypeSpec
 from gpupool.model import (
     ACCELERATORS,
     CPU,
@@ -59,6 +60,8 @@ class QueueSpec(StrictModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
     requiresApproval: bool = False
     quotas: list[QuotaSpec] = Field(default_factory=list)
+    #: this queue's defaults by workload type, over the Cluster's (docs/engine.md, "Task types")
+    typeDefaults: dict[str, TaskTypeSpec] = Field(default_factory=dict)
 
 
 class PriorityClassSpec(StrictModel):

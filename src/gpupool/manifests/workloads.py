@@ -23,7 +23,9 @@ from gpupool.manifests.base import (
     Document,
     ManifestErrors,
     StrictModel,
+    TaskTypeTable,
 )
+from gpupool.manifests.task_types import resolve_workload
 from gpupool.model import (
     ACCELERATORS,
     CPU,
@@ -85,6 +87,11 @@ class WorkloadSpec(StrictModel):
     podGroups: list[PodGroupSpec] = Field(min_length=1)
     maxRetries: int = Field(default=0, ge=0, le=1000)
     exception: dict[str, Any] | None = None
+    #: task-type overrides (docs/engine.md, "Task types"); unset: the queue's, Cluster's or
+    #: packaged default for ``type``
+    preemptible: bool | None = None
+    preferredPools: list[str] | None = Field(default=None, max_length=64)
+    maxWait: str | int | float | None = None
 
 
 def _pod_request(
@@ -177,9 +184,14 @@ def _kai_share(
 
 
 def build_workload(
-    doc: Document, classes: Mapping[str, PriorityClass], err: ManifestErrors, arrival: float = 0.0
+    doc: Document,
+    classes: Mapping[str, PriorityClass],
+    err: ManifestErrors,
+    arrival: float = 0.0,
+    types: TaskTypeTable | None = None,
 ) -> Workload:
-    """The model workload of a Workload document; ``classes`` are the priority classes known.
+    """The model workload of a Workload document; ``classes`` are the priority classes known,
+    ``types`` the configuration's task-type defaults (None: the packaged ones only).
 
     ``arrival`` orders workloads submitted together (their place in the set)."""
     s: WorkloadSpec = doc.spec
@@ -188,8 +200,13 @@ def build_workload(
         err.add(f"{doc.source}: spec.queue", f"required (or set the label {KUEUE_QUEUE_LABEL})")
         queue = ""
     groups = _pod_groups(doc, err)
-    cls = s.priorityClass or ""
+    tt = resolve_workload(doc, queue, types, err)
+    cls = tt.values.get("priorityClass") or ""
+    if tt.sources.get("priorityClass") not in (None, "workload") and cls not in classes:
+        cls = ""  # a default naming a class this configuration lacks: no class (checked at apply)
     prio, preemptible = _priority(cls, classes, doc.source, err)
+    # a non-preemptible class stays so; otherwise the type's (or the workload's) choice
+    preemptible = preemptible and tt.values.get("preemptible", True) is not False
     total = sum(g.replicas for g in groups)
     if s.gang.minMember is not None and s.gang.minMember > total:
         err.add(
@@ -223,6 +240,8 @@ def build_workload(
         tuple(sorted(s.nodeSelector.items())),
         duration,
         arrival,
+        preferred_pools=tuple(tt.values.get("preferredPools") or ()),
+        max_wait_s=tt.max_wait_s,
     )
 
 

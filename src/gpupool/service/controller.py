@@ -33,6 +33,7 @@ from gpupool.manifests import ManifestError
 from gpupool.model import Node, Running
 from gpupool.quantity import QuantityError
 from gpupool.service import failures as flt
+from gpupool.service import task_types
 from gpupool.service.controller_cycle import Cycle
 from gpupool.service.controller_recovery import Recovery
 from gpupool.service.controller_state import (
@@ -129,6 +130,9 @@ class Controller(Cycle, Recovery):
         """Where a workload stands in its queue and, if it waits, the engine's reason why."""
         with self.lock:
             out: dict[str, Any] = {"name": rec.name, "queue": rec.queue, "phase": rec.phase}
+            # what its type set, and from where; the pods admitted of those asked (partial admission)
+            out["typeDefaults"] = task_types.explained(rec.manifest, self.bundle)
+            out.update(task_types.pod_counts(rec.manifest, rec.placement))
             if rec.phase != "Pending":
                 out["reason"] = rec.reason or rec.phase
                 if rec.phase == "AwaitingApproval":

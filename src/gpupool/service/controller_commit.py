@@ -132,7 +132,13 @@ class Commit(ControllerState):
         specs = [
             (
                 w.name,
-                workload_model(w.manifest, self.bundle.priority_classes, float(w.seq), strict=False),
+                workload_model(
+                    w.manifest,
+                    self.bundle.priority_classes,
+                    float(w.seq),
+                    strict=False,
+                    types=self.bundle.task_types,
+                ),
                 dict(w.placement or {}),
             )
             for w in recs

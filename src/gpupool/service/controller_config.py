@@ -16,6 +16,7 @@ from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.model import Queue, Running, Snapshot
 from gpupool.service import failures as flt
+from gpupool.service import usage_decay
 from gpupool.service.controller_state import ControllerState
 from gpupool.service.convert import bundle_from_manifests, object_manifest, workload_model
 from gpupool.service.view import tree_of
@@ -40,7 +41,11 @@ class ConfigInstall(ControllerState):
             self.isolated.clear()  # the new configuration may decide them fine
             for q in self.pending.values():  # priority classes may have changed
                 q.model = workload_model(
-                    self._manifest_of(q.name), bundle.priority_classes, float(q.seq), strict=False
+                    self._manifest_of(q.name),
+                    bundle.priority_classes,
+                    float(q.seq),
+                    strict=False,
+                    types=bundle.task_types,
                 )
             self._wake.set()
 
@@ -80,6 +85,7 @@ class ConfigInstall(ControllerState):
     def _install(self, bundle: Bundle, running: Sequence[Running]) -> None:
         self.bundle = bundle
         self.parents, self.children = tree_of(bundle.queues)
+        self.usage_decay = usage_decay.decay_for(bundle, self.usage_decay)
         self.engine = MixEngine(self._snapshot(bundle, running))
         flt.occupy_unhealthy(self.engine, self.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
@@ -97,6 +103,8 @@ class ConfigInstall(ControllerState):
             tuple(bundle.priority_classes),
             running=tuple(running),
             now=self.clock(),
+            config=usage_decay.engine_config(bundle),
+            decayed_usage=usage_decay.usage_of(self.usage_decay),
         )
 
     def _rebuild_engine(self) -> None:

@@ -17,6 +17,7 @@ from gpupool.audit import AuditEntry
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.model import PoolQuota, Workload, vmax
 from gpupool.service import failures as flt
+from gpupool.service import usage_decay
 from gpupool.service.controller_commit import Commit
 from gpupool.service.controller_config import ConfigInstall
 from gpupool.service.controller_finish import Finishing
@@ -51,6 +52,7 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
                 for q in self.pending.values()
                 if q.exception and self.exceptions.get(q.name, 0) > now and q.name not in held
             ]
+            usage_decay.step(self.usage_decay, self.engine, now)  # recent use, when configured
             if normal or exc:
                 normal = self._decidable(normal)
                 d = self._isolating(normal, lambda ws: self._windowed(ws, now), now)

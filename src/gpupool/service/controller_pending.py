@@ -71,7 +71,13 @@ class PendingSet(ControllerState):
         else:
             loaded = self.store.list_workloads(names=unknown, phases=["Pending"]) if unknown else []
         for w in loaded:
-            model = workload_model(w.manifest, self.bundle.priority_classes, float(w.seq), strict=False)
+            model = workload_model(
+                w.manifest,
+                self.bundle.priority_classes,
+                float(w.seq),
+                strict=False,
+                types=self.bundle.task_types,
+            )
             self._note_hints(w.name, w.manifest)
             fresh[w.name] = _Queued(
                 w.name, w.seq, w.queue, w.owner, w.submitted_at.timestamp(), model, is_exception(w.manifest)

@@ -35,7 +35,10 @@ class Recovery(Approvals, Commit, ConfigInstall):
         bundle = self._observed(bundle_from_manifests(self.config_manifests(), skip_invalid=True))
         running = [
             running_from_json(
-                workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False), w.placement
+                workload_model(
+                    w.manifest, bundle.priority_classes, float(w.seq), strict=False, types=bundle.task_types
+                ),
+                w.placement,
             )
             for w in self.store.list_workloads(phases=list(ACTIVE))
             if w.placement
@@ -116,7 +119,9 @@ class Recovery(Approvals, Commit, ConfigInstall):
             if not w.placement:
                 continue
             try:
-                model = workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False)
+                model = workload_model(
+                    w.manifest, bundle.priority_classes, float(w.seq), strict=False, types=bundle.task_types
+                )
                 out.append(running_from_json(model, w.placement))
             except Exception:
                 log.exception("recovery: cannot read the placement of %s; requeuing it", w.name)

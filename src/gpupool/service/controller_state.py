@@ -19,6 +19,7 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.engine import Engine, Pending, PendingCode
+from gpupool.engine.decay import DecayedUsage
 from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.model import Queue, ResourcePool, Snapshot, Workload
@@ -133,6 +134,8 @@ class ControllerState(ConfigLookups):
         self._nodes_dirty = False
         #: workloads a cycle failed on, held out of scheduling: name -> the error
         self.isolated: dict[str, str] = {}
+        #: decayed GPU-seconds per queue, when the Cluster sets a usage half-life (usage_decay.py)
+        self.usage_decay: DecayedUsage | None = None
         self.ready = False
         self.cycles = 0
         self.last_cycle_at = 0.0
@@ -148,7 +151,13 @@ class ControllerState(ConfigLookups):
 
     def queue_again(self, rec: WorkloadRecord) -> None:
         """Hold a workload requeued outside a cycle's decisions (a failure, an eviction) as pending."""
-        model = workload_model(rec.manifest, self.bundle.priority_classes, float(rec.seq), strict=False)
+        model = workload_model(
+            rec.manifest,
+            self.bundle.priority_classes,
+            float(rec.seq),
+            strict=False,
+            types=self.bundle.task_types,
+        )
         at = rec.submitted_at.timestamp()
         exc = is_exception(rec.manifest)
         self.pending[rec.name] = _Queued(rec.name, rec.seq, rec.queue, rec.owner, at, model, exc)

@@ -23,6 +23,7 @@ from gpupool.manifests import (
     default_priority_classes,
     validate_document,
 )
+from gpupool.manifests.base import TaskTypeTable
 from gpupool.model import (
     Admission,
     PodGroup,
@@ -155,8 +156,10 @@ def workload_model(
     *,
     strict: bool = True,
     doc: Document | None = None,
+    types: TaskTypeTable | None = None,
 ) -> Workload:
-    """The engine's Workload for a stored or submitted manifest.
+    """The engine's Workload for a stored or submitted manifest; ``types`` are the
+    configuration's task-type defaults (``Bundle.task_types``; None: the packaged ones).
 
     ``strict=False`` never fails: a running workload must still be charged after its priority
     class was deleted, so the class is dropped rather than the workload.
@@ -165,7 +168,7 @@ def workload_model(
         if doc is None:
             doc = parse_manifest(manifest, "workload")
         err = ManifestErrors()
-        w = build_workload(doc, {c.name: c for c in classes}, err, arrival=arrival)
+        w = build_workload(doc, {c.name: c for c in classes}, err, arrival=arrival, types=types)
         if err.items:
             raise ManifestError(err.items)
         return w

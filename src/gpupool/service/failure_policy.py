@@ -114,11 +114,15 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
 
 
-def policy_for(manifest: Mapping[str, Any], state: FaultState) -> RetryPolicy:
-    """The retry policy of a workload: its type's default, then ``spec.maxRetries`` and annotations."""
+def policy_for(manifest: Mapping[str, Any], state: FaultState, max_retries: int | None = None) -> RetryPolicy:
+    """The retry policy of a workload: its type's default, then the retry limit its task type
+    resolved to (``max_retries``: queue ``typeDefaults`` or the Cluster's ``taskTypes``, see
+    gpupool.service.task_types), then ``spec.maxRetries`` and annotations."""
     spec = manifest.get("spec") if isinstance(manifest, Mapping) else None
     spec = spec if isinstance(spec, Mapping) else {}
     pol = DEFAULT_POLICIES.get(str(spec.get("type") or "batch"), DEFAULT_POLICIES["batch"])
+    if max_retries is not None:
+        pol = replace(pol, max_retries=max_retries)
     if state.backoff_s is not None:
         pol = replace(pol, backoff_s=state.backoff_s)
     if state.max_backoff_s is not None:

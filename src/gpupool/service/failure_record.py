@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpupool.audit import AuditEntry
+from gpupool.service import task_types
 from gpupool.store import PhaseChange, WorkloadRecord
 
 if TYPE_CHECKING:
@@ -52,9 +53,7 @@ def record_failures(ctl: ControllerState, failed: Sequence[tuple[WorkloadRecord,
     if not failed:
         return
     outcomes = [
-        _outcome(
-            rec, fault, policy_for(rec.manifest, ctl.faults), failures(ctl.store.list_events(rec.name)), now
-        )
+        _outcome(rec, fault, _policy(ctl, rec), failures(ctl.store.list_events(rec.name)), now)
         for rec, fault in failed
     ]
     done = ctl.store.apply_transitions(
@@ -72,6 +71,11 @@ def record_failures(ctl: ControllerState, failed: Sequence[tuple[WorkloadRecord,
         else:
             ctl.faults.hints.pop(new.name, None)
             ctl.hooks.on_finish(new.queue, new.phase)
+
+
+def _policy(ctl: ControllerState, rec: WorkloadRecord) -> RetryPolicy:
+    """The workload's retry policy, with the retry limit its task type resolved to."""
+    return policy_for(rec.manifest, ctl.faults, task_types.max_retries(rec.manifest, ctl.bundle))
 
 
 def _outcome(

@@ -238,6 +238,12 @@ class Explanation(BaseModel):
     position: int | None = None
     queueLength: int | None = None
     ahead: list[str] | None = None
+    #: what the workload's type set, per field: ``{"value": ..., "from": "workload" | "queue
+    #: <name>" | "cluster" | "packaged" | "none"}`` (docs/engine.md, "Task types")
+    typeDefaults: dict[str, dict[str, Any]] | None = None
+    #: an admitted workload's pods, and how many it asked for (partial admission admits fewer)
+    admittedPods: int | None = None
+    requestedPods: int | None = None
 
 
 class Approval(BaseModel):

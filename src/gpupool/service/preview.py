@@ -89,7 +89,9 @@ def _copy_state(svc: Service, new: Bundle, extra: Iterable[Workload]) -> _State:
 
 def _remodel(svc: Service, name: str, seq: int, bundle: Bundle) -> Workload:
     manifest = svc.store.get_workload(name).manifest
-    return workload_model(manifest, bundle.priority_classes, float(seq), strict=False)
+    return workload_model(
+        manifest, bundle.priority_classes, float(seq), strict=False, types=bundle.task_types
+    )
 
 
 def _engine(svc: Service, bundle: Bundle, running: Sequence[Running], now: float) -> Engine:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from gpupool.engine import Decisions, apply_decisions
+from gpupool.engine.decay import DecayedUsage, gpus_by_queue
 from gpupool.engine.invariants import check_cycle
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import (
@@ -302,6 +303,11 @@ class Simulation:
     def _schedule(self, t: float) -> None:
         """One logical cycle; a one-head policy repeats at the same instant while it admits."""
         pend = self.pend
+        hl = self.config.usage_half_life_s
+        if hl:  # usage decay (engine/decay.py): the decayed GPU-seconds per queue, up to now
+            self.decay = getattr(self, "decay", None) or DecayedUsage(hl)
+            self.decay.advance(t, gpus_by_queue(self.running.values()))
+            self.eng.set_decayed_usage(self.decay.usage)
         while len(pend):
             d, passed = self.planner.decide(self.eng, pend, t, self.dirty)
             self.dirty = bool(d.admitted or d.preempted)

@@ -102,7 +102,7 @@ def prepare(svc: Service, p: Principal, body: Mapping[str, Any], view: ConfigVie
     body = normalise_workload(body)
     ctl: Controller | ConfigView = view or svc.controller
     bundle = ctl.bundle
-    model = workload_model(body, bundle.priority_classes, 0.0, doc=doc)
+    model = workload_model(body, bundle.priority_classes, 0.0, doc=doc, types=bundle.task_types)
     queue = model.queue
     refused = queue_refusal(queue, ctl)
     if refused is None:
