@@ -14,6 +14,7 @@ pods never need more), so the largest count that fits is found by bisection.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -98,7 +99,11 @@ class PartialAdmission:
         def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions, sid: object) -> bool: ...
 
     def _try_partial(
-        self, w: Workload, reasons: list[tuple[str, PendingCode, object]], out: Decisions, allow_borrow: bool
+        self,
+        w: Workload,
+        reasons: Sequence[tuple[str, PendingCode, object]],
+        out: Decisions,
+        allow_borrow: bool,
     ) -> bool | None:
         """In each pool where quota refused the full gang, in pool order, the largest count at
         or above the gang minimum that quota allows, placed with that minimum. True: admitted;
