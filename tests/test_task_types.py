@@ -5,6 +5,7 @@ packaged defaults, each value with where it came from."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from gpupool.manifests.task_types import FIELDS, packaged_task_types
 from gpupool.model import Snapshot, WorkloadType
 from gpupool.service import task_types
 from gpupool.service.failure_policy import FaultState, policy_for
+from tests.test_service_support import in_process_controller, submit_to
 
 CLUSTER = """
 apiVersion: gpupool.io/v1alpha1
@@ -191,3 +193,25 @@ def test_explain_lines_show_values_with_their_source_and_partial_counts() -> Non
     manifest = {"spec": {"podGroups": [{"replicas": 3}]}}
     assert task_types.pod_counts(manifest, {"pods": [{}, {}]}) == {"admittedPods": 2, "requestedPods": 3}
     assert task_types.pod_counts(manifest, None) == {}
+
+
+def test_explain_shows_type_defaults_and_a_partial_gang_s_count(tmp_path: Path) -> None:
+    """Through the controller: a gang of 10 x 8 GPUs with minMember 2 runs with the 6 pods its
+    quota holds (48 GPUs: the 64 of the pool less the 16 vision-team does not lend), and
+    explain says so, with what its type set and from where."""
+    store, ctl, _ = in_process_controller(f"sqlite:///{tmp_path}/t.db", tmp_path)
+    try:
+        ctl.recover()
+        groups = [{"replicas": 10, "resources": {"nvidia.com/gpu": 8, "cpu": 2, "memory": "8Gi"}}]
+        spec = {"type": "evaluation", "gang": {"minMember": 2}, "podGroups": groups}
+        submit_to(store, ctl, "g", queue="llm-research", duration="10h", **spec)
+        ctl.cycle()
+        rec = store.get_workload("g")
+        assert rec.phase in ("Admitted", "Running"), rec.reason
+        ex = ctl.explain(rec)
+        assert (ex["admittedPods"], ex["requestedPods"]) == (6, 10)
+        assert rec.placement is not None and len(rec.placement["pods"]) == 6  # the stored record
+        assert ex["typeDefaults"]["maxWait"] == {"value": 8 * 3600.0, "from": "packaged"}
+        assert ex["typeDefaults"]["priorityClass"] == {"value": "experiment", "from": "workload"}
+    finally:
+        store.close()

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.audit import AuditEntry
 from gpupool.engine import Engine, decide
 from gpupool.engine.decay import DecayedUsage, decay_shares
 from gpupool.manifests import ManifestError, build, parse_documents
@@ -30,6 +32,8 @@ from gpupool.model import (
     Snapshot,
     Workload,
 )
+from gpupool.service.convert import object_manifest
+from tests.test_service_support import in_process_controller, submit_to
 
 HOUR = 3600.0
 
@@ -133,3 +137,29 @@ def test_the_half_life_is_read_from_the_cluster_and_validated() -> None:
         with pytest.raises(ManifestError) as exc:
             build(parse_documents(_cluster(bad), "c.yaml"))
         assert "spec.fairSharing.usageHalfLife" in str(exc.value)
+
+
+def test_the_controller_keeps_decayed_usage_and_hands_it_to_the_engine(tmp_path: Path) -> None:
+    """A Cluster with a half-life: the controller accounts what ran between cycles and the
+    engine's fair-share term follows; without one it keeps nothing."""
+    store, ctl, _ = in_process_controller(f"sqlite:///{tmp_path}/d.db", tmp_path)
+    try:
+        now = [1000.0]
+        ctl.clock = lambda: now[0]
+        ctl.recover()
+        assert ctl.usage_decay is None and ctl.engine.quota.decay == {}
+        cluster = object_manifest(store.get_object("Cluster", "demo"))
+        cluster["spec"]["fairSharing"] = {"usageHalfLife": "1h"}
+        store.apply_object(cluster, audit=AuditEntry("t", "cluster.apply", "Cluster", "demo"))
+        ctl.reload_config()
+        assert ctl.engine.config.usage_half_life_s == HOUR
+        submit_to(store, ctl, "j", queue="llm-research", gpus=4, duration="10h")
+        ctl.cycle()
+        assert "j" in ctl.engine.running
+        now[0] += HOUR
+        ctl.cycle()
+        assert ctl.usage_decay is not None
+        assert ctl.usage_decay.usage["llm-research"] == pytest.approx(4 * HOUR / math.log(2) / 2)
+        assert ctl.engine.quota.decay["llm-research"] > 0
+    finally:
+        store.close()
