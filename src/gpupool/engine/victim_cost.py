@@ -23,6 +23,7 @@ workload's ``expected_duration_s``, eviction counts from ``Workload.evictions`` 
 from __future__ import annotations
 
 import math
+from itertools import groupby
 from typing import TYPE_CHECKING
 
 from gpupool.model import Running
@@ -61,10 +62,10 @@ def cost_key(r: Running, now: float) -> tuple[float, float]:
 
 
 def choose_victims(search: PreemptionSearch, cands: list[Candidate]) -> list[Candidate]:
-    """The candidates the cost model allows, in its order: cooled-down ones only, sorted by
-    ``candidate_order`` with ``now`` (the tier and priority stay first)."""
-    from gpupool.engine.preemption import candidate_order
-
+    """The candidates the cost model allows, in its order: cooled-down ones only; within each
+    run of candidates of one tier and priority (as the search ordered them) the least lost work
+    first. The sort is stable, so where costs tie the search's own order stands (a
+    fair-sharing or name order the candidate search chose is kept)."""
     cfg, now = search.config, search.now
     if not cfg.preemption_cost or not cands:
         return cands
@@ -72,7 +73,12 @@ def choose_victims(search: PreemptionSearch, cands: list[Candidate]) -> list[Can
     if cool > 0:
         cands = [c for c in cands if now - c.running.admission.admitted_at >= cool]
     mine = cands[0].preemptor.queue if cands else ""
-    return sorted(cands, key=lambda c: candidate_order(c.running, mine, now))
+    out: list[Candidate] = []
+    for _, run in groupby(
+        cands, key=lambda c: (c.running.workload.queue == mine, c.running.workload.priority)
+    ):
+        out.extend(sorted(run, key=lambda c: cost_key(c.running, now)))
+    return out
 
 
 def duration_octave(d: float | None) -> int | None:
