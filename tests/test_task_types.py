@@ -211,6 +211,8 @@ def test_explain_shows_type_defaults_and_a_partial_gang_s_count(tmp_path: Path) 
         ex = ctl.explain(rec)
         assert (ex["admittedPods"], ex["requestedPods"]) == (6, 10)
         assert rec.placement is not None and len(rec.placement["pods"]) == 6  # the stored record
+        said = [f"{e.reason} {e.message}" for e in store.list_events("g")]  # `gpupool describe`
+        assert any("with 6 of 10 pods" in t for t in said), said
         assert ex["typeDefaults"]["maxWait"] == {"value": 8 * 3600.0, "from": "packaged"}
         assert ex["typeDefaults"]["priorityClass"] == {"value": "experiment", "from": "workload"}
     finally:
