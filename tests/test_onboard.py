@@ -222,3 +222,39 @@ def test_an_onboarded_teams_groups_sign_in_with_its_role(
             api.req("POST", "/v1/workloads", token=member, json=wl("sso-no", queue="vision-team")).status_code
             == 403
         )
+
+
+# ---------------------------------------------------------------------- task-type defaults
+
+
+def test_a_templates_type_defaults_go_onto_every_queue_it_creates() -> None:
+    [doc] = parse_documents((TEMPLATES / "training-team.yaml").read_text())
+    root, exp = render(doc.spec, "nlp", {}).queues
+    assert root["spec"]["typeDefaults"] == exp["spec"]["typeDefaults"]
+    assert root["spec"]["typeDefaults"]["training"] == {
+        "priorityClass": "training",
+        "preferredPools": ["h100-training"],
+        "maxWait": "4h",
+    }
+    bad = template()
+    bad["spec"]["typeDefaults"] = {"notebook": {"priorityClass": "experiment"}}  # not a task type
+    with pytest.raises(ManifestError, match=r"spec\.typeDefaults.*notebook"):
+        parse_documents(yaml.safe_dump(bad))
+    bad["spec"]["typeDefaults"] = {"training": {"maxWait": "soon"}}
+    with pytest.raises(ManifestError, match=r"spec\.typeDefaults.*maxWait"):
+        parse_documents(yaml.safe_dump(bad))
+
+
+def test_an_onboarded_queues_type_defaults_apply_to_its_work(tmp_path: Path) -> None:
+    with running_app(tmp_path) as api:
+        _room(api)
+        r = api.req("POST", "/v1/onboard", json={"template": template(), "team": "nlp"})
+        assert r.status_code == 200, r.text
+        stored = api.get("/v1/config/queues/nlp-experiments")
+        assert stored["spec"]["typeDefaults"]["evaluation"]["maxWait"] == "1h"
+        job = wl("nlp-eval", queue="nlp-experiments", type="evaluation")
+        del job["spec"]["priorityClass"]  # the type's default decides it
+        assert api.req("POST", "/v1/workloads", json=job).status_code == 201
+        why = api.get("/v1/workloads/nlp-eval/explain")["typeDefaults"]
+        assert why["priorityClass"] == {"value": "experiment", "from": "queue nlp-experiments"}
+        assert why["preferredPools"] == {"value": ["l40s-experiment"], "from": "queue nlp-experiments"}

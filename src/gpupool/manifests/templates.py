@@ -6,8 +6,11 @@ Why a manifest kind and not a script: a template is reviewed, versioned and vali
 any other configuration (``gpupool validate`` renders it with its defaults and checks every
 queue it would create), and the onboarding it drives is one atomic, previewed, audited step.
 Names and values may use ``{team}`` and the template's ``parameters`` (``--set key=value``).
-What the platform has no field for (default priority class, task-type defaults) travels as
-annotations on the team's queues, so it is recorded with them and shown with them.
+Task-type defaults (``typeDefaults``: task type -> priority class, preemptible, retries,
+preferred pools, wait limit) are a Queue's own ``spec.typeDefaults`` and go onto every queue the
+template creates, so the team's work gets them at admission. What the platform has no field for
+(default and allowed priority classes, the older ``taskDefaults``) travels as annotations on the
+team's queue, so it is recorded with it and shown with it.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ from typing import Any
 
 from pydantic import Field, ValidationError, model_validator
 
-from gpupool.manifests.base import API_VERSION, StrictModel
+from gpupool.manifests.base import API_VERSION, ManifestErrors, StrictModel
 from gpupool.manifests.documents import SPECS
 from gpupool.manifests.queues import QueueSpec
+from gpupool.manifests.task_types import parse_task_types
 
 ANNOTATION = "gpupool.io/"
 
@@ -61,6 +65,8 @@ class TeamTemplateSpec(StrictModel):
     defaultPriorityClass: str | None = None
     priorityClasses: list[str] = Field(default_factory=list)
     taskDefaults: dict[str, TaskDefault] = Field(default_factory=dict)
+    #: a Queue's spec.typeDefaults (task type -> defaults), set on every queue created
+    typeDefaults: dict[str, Any] = Field(default_factory=dict)
     approvalPools: list[str] = Field(default_factory=list)
     #: a list is token names (as before); a mapping names tokens and/or OIDC groups
     admins: list[str] | Grantees = Field(default_factory=list)
@@ -130,28 +136,12 @@ def render(spec: TeamTemplateSpec, team: str, sets: Mapping[str, str]) -> Onboar
     """The queues and tokens of ``team`` from the template; TemplateError naming the field."""
     vals = _values(spec, team, sets)
     out = Onboarding(team)
+    types = _type_defaults(spec, vals)
     root = ""
     for i, tq in enumerate(spec.queues):
-        where = f"spec.queues[{i}]"
-        name = str(_fill(tq.name, vals, f"{where}.name"))
-        qspec = dict(_fill(tq.spec, vals, f"{where}.spec"))
-        if i == 0:
-            root = name
-            parent = vals.get("parent", spec.parent)
-            if parent:
-                qspec.setdefault("parent", _fill(parent, vals, "spec.parent"))
-            qspec.setdefault("weight", int(spec.weight) if spec.weight.is_integer() else spec.weight)
-        else:
-            qspec.setdefault("parent", root)
-        pools = {str(q.get("pool")) for q in qspec.get("quotas") or [] if isinstance(q, Mapping)}
-        if pools & set(spec.approvalPools):
-            qspec["requiresApproval"] = True
-        try:
-            QueueSpec.model_validate(qspec)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise TemplateError(f"{where}.spec.{loc}: {first['msg']}") from exc
+        name = str(_fill(tq.name, vals, f"spec.queues[{i}].name"))
+        root = root or name
+        qspec = _queue_spec(spec, i, vals, root if i else None, types)
         out.queues.append(_queue(name, qspec, spec, team, root == name))
     for role, key, raw in (("queue-admin", "admins", spec.admins), ("member", "members", spec.members)):
         who = grantees(raw)
@@ -162,6 +152,48 @@ def render(spec: TeamTemplateSpec, team: str, sets: Mapping[str, str]) -> Onboar
         for i, group in enumerate(who.oidcGroups):
             out.groups.append((_group(group, vals, f"spec.{key}.oidcGroups[{i}]"), role, root))
     return out
+
+
+def _type_defaults(spec: TeamTemplateSpec, vals: Mapping[str, str]) -> dict[str, Any]:
+    """The template's task-type defaults, filled and checked as a Queue's (known task types,
+    known fields, a wait limit that is a duration)."""
+    if not spec.typeDefaults:
+        return {}
+    types = dict(_fill(spec.typeDefaults, vals, "spec.typeDefaults"))
+    err = ManifestErrors()
+    parse_task_types(types, "spec.typeDefaults", err)
+    if err.items:
+        raise TemplateError(err.items[0])
+    return types
+
+
+def _queue_spec(
+    spec: TeamTemplateSpec, i: int, vals: Mapping[str, str], root: str | None, types: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Queue ``i``'s spec: the team's queue (``root`` None) goes under ``parent`` with the
+    template's weight, the others under the team's queue; each gets the task-type defaults
+    (unless it names its own) and needs approval where it has a quota in an approval pool."""
+    where = f"spec.queues[{i}]"
+    qspec = dict(_fill(spec.queues[i].spec, vals, f"{where}.spec"))
+    if root is None:
+        parent = vals.get("parent", spec.parent)
+        if parent:
+            qspec.setdefault("parent", _fill(parent, vals, "spec.parent"))
+        qspec.setdefault("weight", int(spec.weight) if spec.weight.is_integer() else spec.weight)
+    else:
+        qspec.setdefault("parent", root)
+    if types:
+        qspec.setdefault("typeDefaults", dict(types))
+    pools = {str(q.get("pool")) for q in qspec.get("quotas") or [] if isinstance(q, Mapping)}
+    if pools & set(spec.approvalPools):
+        qspec["requiresApproval"] = True
+    try:
+        QueueSpec.model_validate(qspec)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise TemplateError(f"{where}.spec.{loc}: {first['msg']}") from exc
+    return qspec
 
 
 def _group(raw: str, vals: Mapping[str, str], where: str) -> str:
