@@ -159,6 +159,20 @@ def test_a_workload_waiting_past_its_task_types_limit_fires(world: tuple[Store, 
     assert alerts.evaluate_rules(_svc(ctl, _LimitedStore(store, {})), rules=only, now=clock.t).firing == []
 
 
+def test_the_wait_limit_is_the_task_types_default(world: tuple[Store, Controller, Clock]) -> None:
+    """Issue 11's task types: an evaluation workload may wait 8 h (the packaged default)."""
+    store, ctl, clock = world
+    submit_to(store, ctl, "eval", queue="vision-team", gpus=8, duration="1h", type="evaluation")
+    ctl.cycle()  # it waits: the H100 pool is full
+    assert ctl.pending["eval"].model.max_wait_s == 8 * 3600
+    svc = _svc(ctl, store)
+    fired = lambda: {(f.rule, f.subject) for f in alerts.evaluate(svc, now=clock.t)}  # noqa: E731
+    clock.t += 5 * 3600
+    assert ("WorkloadWaitedPastLimit", "queue/vision-team") not in fired()
+    clock.t += 4 * 3600
+    assert ("WorkloadWaitedPastLimit", "queue/vision-team") in fired()
+
+
 def test_the_interval_is_configured_and_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     assert alerts.interval_from_env({}) == alerts.DEFAULT_INTERVAL_S
     assert alerts.interval_from_env({alerts.INTERVAL_ENV: "2.5"}) == 2.5
