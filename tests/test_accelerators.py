@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpupool import quantity as qty
-from gpupool.engine import decide
+from gpupool.engine import Admit, decide
 from gpupool.engine.invariants import check_state
 from gpupool.kube.inventory import node_inventory
 from gpupool.kube.translate_resources import KubeWorkloadError, template_resources
@@ -46,6 +46,7 @@ from gpupool.model import (
     vmax,
     vsub,
 )
+from gpupool.service.convert import admission_from_json, placement_json
 
 ASCEND = "huawei.com/Ascend910"
 AMD = "amd.com/gpu"
@@ -393,3 +394,11 @@ def test_the_heterogeneous_example_places_each_pod_group_on_its_kind() -> None:
     nodes = {p.group: p.node for p in vlm.pods}
     assert nodes["trainer"] == "hx-mm-ascend" and nodes["evaluator"] == "hx-mm-mi300"
     assert sum(p.storage_mib for p in vlm.pods) == (1 << 20) + 500 * 1024 + 2 * 200 * 1024
+
+
+def test_a_stored_admission_keeps_storage_and_bandwidth_across_a_restart() -> None:
+    pod = PodPlacement("g", 0, "n", (0,), 1000, 0, 1000, 10, 0, 2048, 25000)
+    plain = PodPlacement("h", 0, "n", (1,), 1000, 0, 1000, 10)
+    stored = placement_json(Admit("w", "q", "p", (pod, plain), False, ""), 0.0)
+    assert "storageMiB" not in stored["pods"][1]  # rows of pods without either stay as they were
+    assert admission_from_json(stored).quota_vec() == Admission("p", (pod, plain)).quota_vec()

@@ -186,21 +186,28 @@ def placement_json(a: Admit, now: float) -> dict[str, Any]:
         "pool": a.pool,
         "borrowing": a.borrowing,
         "admittedAt": now,
-        "pods": [
-            {
-                "group": p.group,
-                "index": p.index,
-                "node": p.node,
-                "devices": list(p.devices),
-                "gpuMilli": p.gpu_milli,
-                "gpuMemoryMiB": p.gpu_memory_mib,
-                "cpuMilli": p.cpu_milli,
-                "memoryMiB": p.memory_mib,
-                "rdma": p.rdma,
-            }
-            for p in a.pods
-        ],
+        "pods": [_pod_json(p) for p in a.pods],
     }
+
+
+def _pod_json(p: PodPlacement) -> dict[str, Any]:
+    """One placed pod; storage and bandwidth only where it holds some (rows stay as they were)."""
+    out: dict[str, Any] = {
+        "group": p.group,
+        "index": p.index,
+        "node": p.node,
+        "devices": list(p.devices),
+        "gpuMilli": p.gpu_milli,
+        "gpuMemoryMiB": p.gpu_memory_mib,
+        "cpuMilli": p.cpu_milli,
+        "memoryMiB": p.memory_mib,
+        "rdma": p.rdma,
+    }
+    if p.storage_mib:
+        out["storageMiB"] = p.storage_mib
+    if p.network_mbps:
+        out["networkMbps"] = p.network_mbps
+    return out
 
 
 def admission_from_json(placement: Mapping[str, Any]) -> Admission:
@@ -215,6 +222,8 @@ def admission_from_json(placement: Mapping[str, Any]) -> Admission:
             int(p.get("cpuMilli", 0)),
             int(p.get("memoryMiB", 0)),
             int(p.get("rdma", 0)),
+            int(p.get("storageMiB", 0)),
+            int(p.get("networkMbps", 0)),
         )
         for p in placement.get("pods", ())
     )
