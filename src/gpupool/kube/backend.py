@@ -25,9 +25,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.kube import inventory, workloads
+from gpupool.kube import elastic, inventory, workloads
 from gpupool.kube.binder import Binder, BindJob, BindResult
 from gpupool.kube.client import KubeApi
+from gpupool.kube.elastic_runs import ElasticRuns
 from gpupool.kube.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.gangs import assign_slots, attempt_pods, live
 from gpupool.kube.informer import Informers, object_key
@@ -43,7 +44,7 @@ from gpupool.kube.outcomes import (
     pods_outcome,
 )
 from gpupool.kube.recovery import adopted_runs
-from gpupool.kube.tracker import OWNER_KINDS, Top, Tracker, node_of
+from gpupool.kube.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
 
@@ -94,7 +95,7 @@ def decision_of(placement: Mapping[str, Any]) -> str:
     return repr(float(placement.get("admittedAt") or 0.0))
 
 
-class KubernetesBackend:
+class KubernetesBackend(ElasticRuns):
     """The Backend protocol over the Kubernetes API (see the module docstring)."""
 
     name = "kubernetes"
@@ -132,6 +133,9 @@ class KubernetesBackend:
         self.pool = ThreadPoolExecutor(max(4, bind_concurrency // 2), thread_name_prefix="gpupool-kube")
         self._lock = threading.RLock()
         self._runs: dict[str, KubeRun] = {}
+        #: pods of elastic owners whose bind is in flight or not yet in the cache -> the run
+        #: binding them (a base and its extras bind pods of one ReplicaSet: ``_pods``)
+        self._claims: dict[PodKey, str] = {}
         self._adopted = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -200,7 +204,7 @@ class KubernetesBackend:
                 old = self._runs.get(spec.name)
                 if old is not None and old.decision == decision:
                     continue  # idempotent: the same admission (maybe adopted after a restart)
-                top = self.tracker.top_by_name(spec.name)
+                top = self._top_of(spec.name)
                 obj = self.tracker.owner_object(top) if top is not None else None
                 if top is None or obj is None:
                     refused.append(f"{spec.name}: no Kubernetes object stands for this workload")
@@ -224,6 +228,8 @@ class KubernetesBackend:
             return None
 
     def _admit(self, run: KubeRun, obj: Mapping[str, Any]) -> str:
+        if self._is_extra(run):
+            return ""  # the owner's admission record is its base's; an extra is rebuilt from its pod
         record = {
             "workload": run.name,
             "placement": run.placement,
@@ -254,8 +260,9 @@ class KubernetesBackend:
             if kind in SUSPEND_PATH:
                 self.evictor.release(obj, suspend=True)  # its controller deletes the pods
             else:
-                self.evictor.release(obj, suspend=False)
-                self.evictor.disrupt(live(self.tracker.pods(run.top)), kind, msg)
+                if not self._is_extra(run):  # an extra leaves its base (and the record) alone
+                    self.evictor.release(obj, suspend=False)
+                self.evictor.disrupt(self._victims(run), kind, msg)
             self.evictor.event(obj, "Stopped", msg, "Warning")
         except Exception:
             log.exception("stopping %s failed; its pods may linger", run.name)
@@ -273,7 +280,7 @@ class KubernetesBackend:
 
     def _outcome(self, run: KubeRun) -> Outcome | None:
         obj = self.tracker.owner_object(run.top)
-        pods = attempt_pods(self.tracker.pods(run.top), run.decision)
+        pods = attempt_pods(self._pods(run), run.decision)
         for p in pods:
             f = pod_failure(p)
             if f is not None:
@@ -293,7 +300,7 @@ class KubernetesBackend:
         """A finished run's owner forgets its admission (a failed one is re-suspended, so its
         controller does not start pods that no one will bind)."""
         obj = self.tracker.owner_object(run.top)
-        if obj is None:
+        if obj is None or self._is_extra(run):
             return
         failed = run.outcome is not None and run.outcome.outcome == "Failed"
         try:
@@ -346,8 +353,10 @@ class KubernetesBackend:
     def bind_pass(self) -> int:
         """Bind every gang whose pods all exist and whose devices are free; returns binds done."""
         now = self.clock()
+        self._prune_claims()
         with self._lock:
-            todo = [r for r in self._runs.values() if not r.bound and r.outcome is None and r.next_try <= now]
+            todo = [r for r in self._runs.values() if r.outcome is None and r.next_try <= now]
+        todo = [r for r in todo if not r.bound or self._heals(r)]
         jobs: list[BindJob] = []
         ready: list[KubeRun] = []
         for run in todo:
@@ -357,8 +366,13 @@ class KubernetesBackend:
             if not js:
                 run.bound = True
                 continue
+            if run.bound:  # a replica its controller replaced: the slot's devices are still its own
+                run.bound, run.first_try, run.tries = False, None, 0
             if run.first_try is None:
                 run.first_try = now
+            if run.top[0] in elastic.SERVING_KINDS:
+                with self._lock:
+                    self._claims.update({object_key(j.pod): run.name for j in js})
             jobs += js
             ready.append(run)
         if not jobs:
@@ -370,7 +384,7 @@ class KubernetesBackend:
     def _jobs_of(self, run: KubeRun) -> list[BindJob] | None:
         """The binds a gang needs now ([] when all are bound), or None while it must wait (its
         pods do not all exist yet, or a victim still holds a device)."""
-        pods = self.tracker.pods(run.top)
+        pods = self._pods(run)
         if run.untranslated and any(not node_of(p) for p in live(pods)):
             run.untranslated = False
             obj = self.tracker.owner_object(run.top)
@@ -395,12 +409,17 @@ class KubernetesBackend:
             by_run.setdefault(r.job.workload, []).append(r)
         for run in ready:
             rs = by_run.get(run.name, [])
+            if not rs:
+                continue  # the binder stopped (closing) before any of its binds: try again
             for r in rs:
                 if r.ok:
                     pp = r.job.placement
                     devs = tuple(int(d) for d in pp.get("devices", ()))
                     self.tracker.assume(r.job.pod, str(pp["node"]), devs, int(pp.get("gpuMilli", 1000)))
             bad = [r for r in rs if not r.ok]
+            with self._lock:
+                for r in bad:
+                    self._claims.pop(object_key(r.job.pod), None)
             if not bad:
                 run.bound = True
                 continue
@@ -427,7 +446,7 @@ class KubernetesBackend:
         evicted = 0
         for run in todo:
             want = len(run.placement.get("pods") or ())
-            mine = self.tracker.pods(run.top)
+            mine = self._pods(run)
             pods = attempt_pods(mine, run.decision) if run.bound else live(mine)
             if run.bound and len(pods) >= want and all(pod_ready(p) for p in pods):
                 run.ready = True
@@ -447,7 +466,7 @@ class KubernetesBackend:
         """Give up a gang: delete the pods it bound (a suspendable owner is re-suspended by
         ``forget``) and report it failed with ``reason`` (``BindFailed``: a platform fault;
         ``PodsReadyTimeout``: counted under the workload's retry policy)."""
-        bound = {object_key(p): p for p in attempt_pods(self.tracker.pods(run.top), run.decision)}
+        bound = {object_key(p): p for p in attempt_pods(self._pods(run), run.decision)}
         bound.update({object_key(p): p for p in just_bound})
         try:
             self.evictor.delete_pods(list(bound.values()))

@@ -108,9 +108,11 @@ class Binder:
         self.stats: dict[str, int] = {"bound": 0, "retried": 0, "lockWaits": 0}
         self._cv = threading.Lock()
         self._held: dict[str, _Held] = {}
+        self._closed = False
         informers.nodes.add_listener(self._on_node)
 
     def close(self) -> None:
+        self._closed = True
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     def bind_all(self, jobs: Sequence[BindJob]) -> list[BindResult]:
@@ -131,6 +133,8 @@ class Binder:
                 for j in lane:
                     self.pool.submit(self._one, j, p)
         while not p.done.wait(0.05):
+            if self._closed:  # the pool's queued binds were cancelled: never all in
+                break
             self._expire()
         return p.results
 
