@@ -22,13 +22,15 @@ workload row per extra replica, which at serving scale (tens of replicas) is not
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from gpupool import quantity as qty
+from gpupool.kube import annotations as kube_ann
 from gpupool.kube.translate_kinds import MIN_REPLICAS
 from gpupool.kube.translate_resources import KubeWorkloadError, mapping
+from gpupool.kube.translate_slots import STATEFULSET_INDEX
 from gpupool.kube.workloads import KubeWorkload, WorkloadDefaults, workload_from_object
 from gpupool.manifests import validate_document
 
@@ -41,6 +43,10 @@ DEFAULT_BASE_CLASS = "inference-critical"
 DEFAULT_EXTRA_CLASS = "evaluation"
 EXTRA_SEP = "-extra-"
 ELASTIC_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet")})
+#: the owner kinds whose pods a base and its extras share (the backend's top-owner kinds)
+SERVING_KINDS = frozenset(kind for _, kind in ELASTIC_KINDS)
+PodKey = tuple[str, str]
+P = TypeVar("P", bound=Mapping[str, Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +96,58 @@ def base_of(name: str) -> tuple[str, int] | None:
     """(base workload, replica index) of an extra's name; None for any other name."""
     head, sep, tail = name.rpartition(EXTRA_SEP)
     return (head, int(tail)) if sep and head and tail.isdigit() else None
+
+
+def is_elastic_owner(obj: Mapping[str, Any] | None) -> bool:
+    """Whether a cached owner is marked ``gpupool.io/min-replicas`` (a bad value counts: the
+    source refused it, and nothing of it runs)."""
+    if obj is None:
+        return False
+    try:
+        return min_replicas(obj) is not None
+    except KubeWorkloadError:
+        return False
+
+
+def _pod_key(pod: Mapping[str, Any]) -> PodKey:
+    md = mapping(pod.get("metadata"))
+    return str(md.get("namespace") or ""), str(md.get("name") or "")
+
+
+def _ordinal(pod: Mapping[str, Any]) -> int | None:
+    md = mapping(pod.get("metadata"))
+    value = mapping(md.get("labels")).get(STATEFULSET_INDEX)
+    if not isinstance(value, str) or not value.isdigit():
+        tail = str(md.get("name") or "").rpartition("-")[2]
+        return int(tail) if tail.isdigit() else None
+    return int(value)
+
+
+def replica_pods(pods: Iterable[P], run: str, kind: str, slots: int, claims: Mapping[PodKey, str]) -> list[P]:
+    """The pods of an elastic owner that run ``run`` (its base or one extra) may count as its
+    own: those bound to it, and unbound ones no other run of the owner is binding (``claims``:
+    pod -> the run whose bind of it is in flight or not yet in the cache).
+
+    Why: the base and every extra bind pods of the same ReplicaSet (or StatefulSet), so without
+    this two runs would pick the same pod, and each would take the other's bound pods for its own
+    (their ``gpupool.io/decision`` may even be equal: admitted in one cycle). A StatefulSet's
+    ordinals stay with their replicas: the base binds ordinals below its ``slots``, extra i
+    binds ordinal i, so scaling down (which removes the highest ordinals) takes the extras."""
+    extra = base_of(run)
+    out = []
+    for p in pods:
+        owner = mapping(mapping(p.get("metadata")).get("annotations")).get(kube_ann.WORKLOAD)
+        if owner:
+            if owner == run:
+                out.append(p)
+            continue
+        if claims.get(_pod_key(p), run) != run:
+            continue
+        n = _ordinal(p) if kind == "StatefulSet" else None
+        if n is not None and (n != extra[1] if extra is not None else n >= slots):
+            continue
+        out.append(p)
+    return out
 
 
 def _replicas(obj: Mapping[str, Any]) -> int:
@@ -153,9 +211,12 @@ __all__ = [
     "ELASTIC_INDEX",
     "ELASTIC_OF",
     "EXTRA_PRIORITY_CLASS",
+    "SERVING_KINDS",
     "ElasticSet",
     "base_of",
     "elastic_workloads",
     "extra_name",
+    "is_elastic_owner",
     "min_replicas",
+    "replica_pods",
 ]

@@ -23,7 +23,7 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +60,10 @@ class KubeOptions:
 #: Kueue's ``waitForPodsReady`` for ``serve``: a duration (``5m``) or ``{enable, timeout}`` as
 #: YAML; unset: off (Kueue's default)
 PODS_READY_ENV = "GPUPOOL_KUBE_WAIT_FOR_PODS_READY"
+#: elastic inference (``gpupool.kube.elastic``): ``true`` splits a ``gpupool.io/min-replicas``
+#: Deployment or StatefulSet into a guaranteed base and preemptible extras; unset: off
+ELASTIC_ENV = "GPUPOOL_KUBE_ELASTIC"
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 
 
 def kube_options(
@@ -70,13 +74,16 @@ def kube_options(
     lease_namespace: str | None,
     lease_name: str = "gpupool-scheduler",
     pods_ready: Any = None,
+    elastic: bool | None = None,
 ) -> KubeOptions:
     """Check the options; raises ValueError naming the option at fault. ``pods_ready``: the
     ``waitForPodsReady`` setting (a duration or ``{enable, timeout}``); when None, read from
-    ``$GPUPOOL_KUBE_WAIT_FOR_PODS_READY`` (YAML), else off."""
+    ``$GPUPOOL_KUBE_WAIT_FOR_PODS_READY`` (YAML), else off. ``elastic``: split
+    ``gpupool.io/min-replicas`` objects (elastic inference); when None, ``$GPUPOOL_KUBE_ELASTIC``,
+    else off."""
     if kubeconfig is not None and not kubeconfig.is_file():
         raise ValueError(f"--kubeconfig {kubeconfig}: no such file")
-    policy = policy_from_options(namespace_queues, restrict)
+    policy = replace(policy_from_options(namespace_queues, restrict), elastic=_elastic(elastic))
     if restrict and not policy.allowed:
         raise ValueError("--restrict-namespace-queues needs at least one --namespace-queue NS=QUEUE")
     ns = lease_namespace or _pod_namespace() or "default"
@@ -87,6 +94,16 @@ def kube_options(
         KubeLeaseSettings(namespace=ns, name=lease_name),
         pods_ready=_pods_ready(pods_ready),
     )
+
+
+def _elastic(given: bool | None) -> bool:
+    """The elastic switch: given, else ``$GPUPOOL_KUBE_ELASTIC`` (true/false, 1/0, yes/no, on/off)."""
+    if given is not None:
+        return given
+    text = os.environ.get(ELASTIC_ENV, "").strip().lower()
+    if text not in _TRUE + _FALSE:
+        raise ValueError(f"{ELASTIC_ENV}: expected true or false, got {os.environ[ELASTIC_ENV]!r}")
+    return text in _TRUE
 
 
 def _pods_ready(given: Any) -> PodsReadyPolicy:
