@@ -129,7 +129,14 @@ def test_capacity_aware_measure_by_hand() -> None:
     assert blended == pytest.approx(GPUPOOL_CAPACITY_WEIGHT * 1500)
     assert 0 < blended < 1500
     big = ShapeDistribution((PodShape(1000, 0, 1, 810),), (1.0,))
-    assert node_fragmentation([1000], 64000, 0, "T4", big, measure="capacity") == pytest.approx(190)
+    # a per-GPU remainder is not a fragment (issue 11): the mix's smaller shapes take it ...
+    assert node_fragmentation([1000], 64000, 0, "T4", big, measure="capacity") == pytest.approx(0)
+    # ... nor are GPUs left over by repeated multi-GPU pods (7 free hold one 4-GPU pod and 3 more)
+    four = ShapeDistribution((PodShape(1000, 0, 4, 1000),), (1.0,))
+    assert node_fragmentation([1000] * 7, 64000, 0, "T4", four, measure="capacity") == pytest.approx(0)
+    assert node_fragmentation([1000] * 3, 64000, 0, "T4", four, measure="capacity") == pytest.approx(3000)
+    # CPU still strands: two 810-milli pods' worth of GPUs, CPU for one
+    assert node_fragmentation([1000, 1000], 1000, 0, "T4", big, measure="capacity") == pytest.approx(1190)
     with pytest.raises(ValueError, match="measure"):
         node_fragmentation([1000], 64000, 0, "T4", big, measure="nope")  # type: ignore[arg-type]
 
@@ -276,3 +283,18 @@ def test_real_default_trace_matches_paper() -> None:
     assert abs(got["fgd"] - res["published"]["fgd"]) < 1.0
     assert abs(got["bestfit"] - res["published"]["bestfit"]) < 1.0
     assert got["fgd"] > got["bestfit"]
+
+
+def test_run_fragmentation_on_a_variant(tmp_path: Path) -> None:
+    nodes, pods = _synthetic(tmp_path)
+    res = run_fragmentation(nodes, pods, policies=["fgd"], seeds=2, variant="model-constrained=0.5")
+    assert res["trace"] == "synthetic+model-constrained=0.5"
+    assert res["variant"] == {"kind": "model-constrained", "level": 0.5, "seed": 0}
+    before, after = res["shares"]["base"], res["shares"]["run"]
+    assert after["model-constrained"] == pytest.approx(0.5, abs=0.1)
+    assert before["model-constrained"] < 0.4
+    assert after["gpu-share"] == before["gpu-share"]
+    again = run_fragmentation(nodes, pods, policies=["fgd"], seeds=2, variant="model-constrained=0.5")
+    assert again["results"][0]["seeds"] == res["results"][0]["seeds"]
+    with pytest.raises(FragbenchError, match="KIND=LEVEL"):
+        run_fragmentation(nodes, pods, policies=["fgd"], seeds=1, variant="pinned=0.5")

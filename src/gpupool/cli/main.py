@@ -247,6 +247,13 @@ def bench_fragmentation(
     pods: Path = typer.Option(..., "--pods", help="openb pod list CSV"),
     policy: list[str] = typer.Option(None, "--policy", help="policies to run (default: all)"),
     seeds: int = typer.Option(10, "--seeds", min=1),
+    variant: str = typer.Option(
+        None,
+        "--variant",
+        help="KIND=LEVEL: run on the pod list with one share moved (model-constrained=0.3, "
+        "gpu-share=0.8, multi-gpu=0.4, cpu-heavy=2.0)",
+    ),
+    variant_seed: int = typer.Option(0, "--variant-seed", min=0, help="seed the variant is drawn with"),
     output: Output = typer.Option(Output.table, "-o", "--output"),
 ) -> None:
     """The FGD paper's experiment: GPU allocation ratio when arrived requests reach 100% of capacity."""
@@ -265,7 +272,9 @@ def bench_fragmentation(
         fail(f"--policy: unknown {', '.join(unknown)}; choose from {', '.join(known)}")
     say = None if output is Output.json else (lambda m: err_console.print(m, highlight=False))
     try:
-        res = run_fragmentation(nodes, pods, list(policy) if policy else None, seeds, progress=say)
+        res = run_fragmentation(
+            nodes, pods, list(policy) if policy else None, seeds, say, variant, variant_seed
+        )
     except FragbenchError as exc:
         fail(str(exc))
         raise AssertionError from exc

@@ -20,9 +20,9 @@ module to run the paper's policies, so the measure it validates is the one the
 engine ships (the benchmark imports the engine, never the reverse).
 
 ``measure="capacity"`` extends the idea to *repeated* pods of a shape (CPU that
-runs out after a few pods strands the remaining GPUs; per-GPU remainders are
-fragments), and ``measure="gpupool"`` blends it with FGD: that blend is what the
-project's default ``gpupool`` policy minimises.
+runs out after a few pods strands the remaining GPUs), and ``measure="gpupool"``
+blends it with FGD: that blend is what the project's default ``gpupool`` policy
+minimises.
 """
 
 from __future__ import annotations
@@ -237,19 +237,26 @@ class CompiledShapes:
     ) -> FloatArray:
         """Capacity-aware fragmentation from :meth:`slot_stats` output.
 
-        For each shape: free milli left over once the node is filled with as
-        many pods of that shape as its GPUs, CPU and memory allow together.
-        Unlike FGD's one-pod test, GPUs stranded by CPU running out after a
-        few pods, and per-GPU remainders (1000 milli hold one 810-milli pod
-        and 190 unusable), count as fragments.
+        For each shape that fits the node once (its model, and ``num_gpu`` devices with its
+        per-GPU milli free, as FGD's test): the free milli beyond what as many pods of that
+        shape as the node's free CPU and memory can feed would take. GPUs stranded by CPU
+        running out after a few pods count as fragments, which FGD's one-pod test misses.
+
+        Per-GPU remainders of repeated pods (1000 milli hold one 810-milli pod and 190 more)
+        are deliberately not fragments here: a node fills with the mix, not one shape, and
+        smaller shapes take those remainders; FGD's part of the blend already counts, shape
+        by shape, the GPUs a pod cannot use. Counting them again (this measure did until
+        issue 11) steered pods away from partly used nodes and multi-GPU pods off nodes with
+        an odd number of free GPUs, which lost to plain FGD on the variants with more pinned
+        or multi-GPU pods (bench/README.md).
         """
-        n = slots[:, self.thr_ix] // self.num_gpu[None, :]
-        n = np.minimum(n, free_cpu[:, None] // np.maximum(self.cpu, 1)[None, :])
+        fits = slots[:, self.thr_ix] >= self.num_gpu[None, :]  # whole or shared, as FGD's test
+        n = free_cpu[:, None] // np.maximum(self.cpu, 1)[None, :]
         has_mem = self.mem > 0
         if has_mem.any():
             by_mem = free_mem[:, None] // np.maximum(self.mem, 1)[None, :]
             n = np.where(has_mem[None, :], np.minimum(n, by_mem), n)
-        n = np.maximum(n, 0) * self.access[:, model_ix].T
+        n = np.maximum(n, 0) * (fits & self.access[:, model_ix].T)
         per_pod = self.num_gpu * self.thresholds[self.thr_ix]
         usable = np.minimum(n * per_pod[None, :], total[:, None])
         return np.asarray(total * self.w_total - usable @ self.weight, dtype=np.float64)

@@ -15,10 +15,11 @@ from typing import Any
 
 from rich.table import Table
 
-from gpupool.engine.fgd import ShapeDistribution
+from gpupool.engine.fgd import CompiledShapes, ShapeDistribution
 from gpupool.fragbench.engine_run import ENGINE_POLICIES, simulate_seed_engine
 from gpupool.fragbench.sim import POLICIES, Cluster, PodTable, simulate_seed
-from gpupool.fragbench.trace import FragbenchError, load_nodes, load_pods
+from gpupool.fragbench.trace import FragbenchError, Node, Pod, load_nodes, load_pods
+from gpupool.fragbench.variants import apply_variant, parse_variant, shares
 
 __all__ = ["PUBLISHED", "format_table", "run_fragmentation"]
 
@@ -36,6 +37,10 @@ PUBLISHED: dict[str, dict[str, float]] = {
 }
 
 
+def _cpu_only(pods: list[Pod]) -> int:
+    return sum(p.cpu_milli for p in pods if p.num_gpu == 0)
+
+
 def _trace_name(pods_csv: Path) -> str:
     stem = Path(pods_csv).stem
     return stem.removeprefix("openb_pod_list_")
@@ -47,8 +52,13 @@ def run_fragmentation(
     policies: list[str] | None = None,
     seeds: int = 10,
     progress: Callable[[str], None] | None = None,
+    variant: str | None = None,
+    variant_seed: int = 0,
 ) -> dict[str, Any]:
     """Run the allocation-ratio-at-100%-arrival experiment; median over ``seeds`` seeds.
+
+    ``variant`` (``KIND=LEVEL``, see :mod:`gpupool.fragbench.variants`) runs on the pod list
+    derived from ``pods_csv`` with that share moved, drawn with ``variant_seed``.
 
     Returns ``{"results": [{"policy", "allocation_ratio_median", "seeds"}, ...],
     "trace", "skipped_pods", "published", ...}``; ratios are percents.
@@ -60,41 +70,26 @@ def run_fragmentation(
     unknown = [p for p in names if p not in known]
     if unknown:
         raise FragbenchError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(known)}")
+    wanted = parse_variant(variant) if variant is not None else None
     nodes = load_nodes(Path(nodes_csv))
     pods = load_pods(Path(pods_csv))
+    base_cpu = _cpu_only(pods)
+    base_shares = shares(pods, base_cpu)
+    if wanted is not None:
+        pods = apply_variant(pods, nodes, wanted, variant_seed)
     cluster = Cluster.from_nodes(nodes)
     if cluster.gpu_capacity_milli == 0:
         raise FragbenchError(f"{nodes_csv}: the node list has no GPUs")
     table = PodTable.build(pods, cluster)
     shapes = ShapeDistribution.from_pods(pods).compile(cluster.models)
-    trace = _trace_name(Path(pods_csv))
-    results: list[dict[str, Any]] = []
+    trace = _trace_name(Path(pods_csv)) + (f"+{wanted.label}" if wanted is not None else "")
     started = time.perf_counter()
+    results: list[dict[str, Any]] = []
     for name in names:
-        t0 = time.perf_counter()
-        ratios: list[float] = []
-        skipped: list[int] = []
-        for seed in range(seeds):
-            if name in ENGINE_POLICIES:  # the product's engine itself places the pods
-                ratio, skip = simulate_seed_engine(
-                    nodes, pods, table, cluster, seed, name.removeprefix("engine-")
-                )
-            else:
-                ratio, skip = simulate_seed(cluster, table, name, seed, shapes)
-            ratios.append(round(ratio, 4))
-            skipped.append(skip)
-        median = round(statistics.median(ratios), 4)
-        results.append(
-            {
-                "policy": name,
-                "allocation_ratio_median": median,
-                "seeds": ratios,
-                "skipped_pods_per_seed": skipped,
-                "elapsed_s": round(time.perf_counter() - t0, 2),
-            }
-        )
+        row = _run_policy(name, seeds, nodes, pods, table, cluster, shapes)
+        results.append(row)
         if progress is not None:
-            progress(f"{trace}: {name} median {median:.2f}% over {seeds} seeds")
+            progress(f"{trace}: {name} median {row['allocation_ratio_median']:.2f}% over {seeds} seeds")
     return {
         "results": results,
         "trace": trace,
@@ -109,7 +104,42 @@ def run_fragmentation(
             "impossible": int(table.impossible.sum()),
         },
         "published": dict(PUBLISHED.get(trace, {})),
+        "variant": None
+        if wanted is None
+        else {"kind": wanted.kind, "level": wanted.level, "seed": variant_seed},
+        "shares": {"base": base_shares, "run": shares(pods, base_cpu)},
         "elapsed_s": round(time.perf_counter() - started, 2),
+    }
+
+
+def _run_policy(
+    name: str,
+    seeds: int,
+    nodes: list[Node],
+    pods: list[Pod],
+    table: PodTable,
+    cluster: Cluster,
+    shapes: CompiledShapes,
+) -> dict[str, Any]:
+    """One policy over ``seeds`` seeds: the median, every seed's ratio and pods skipped."""
+    t0 = time.perf_counter()
+    ratios: list[float] = []
+    skipped: list[int] = []
+    for seed in range(seeds):
+        if name in ENGINE_POLICIES:  # the product's engine itself places the pods
+            ratio, skip = simulate_seed_engine(
+                nodes, pods, table, cluster, seed, name.removeprefix("engine-")
+            )
+        else:
+            ratio, skip = simulate_seed(cluster, table, name, seed, shapes)
+        ratios.append(round(ratio, 4))
+        skipped.append(skip)
+    return {
+        "policy": name,
+        "allocation_ratio_median": round(statistics.median(ratios), 4),
+        "seeds": ratios,
+        "skipped_pods_per_seed": skipped,
+        "elapsed_s": round(time.perf_counter() - t0, 2),
     }
 
 
