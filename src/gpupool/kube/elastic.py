@@ -172,7 +172,8 @@ def elastic_workloads(
     if kw is None:
         return None
     replicas = _replicas(obj)
-    base = _shaped(kw, str(kw.manifest["metadata"]["name"]), min(n, replicas), _base_class(kw))
+    name = str(kw.manifest["metadata"]["name"])
+    base = _shaped(kw, name, min(n, replicas), _base_class(kw), preemptible=False)
     md = mapping(obj.get("metadata"))
     extra_class = (_marker(md, EXTRA_PRIORITY_CLASS) or ("", DEFAULT_EXTRA_CLASS))[1]
     extras = tuple(_extra(kw, base, i, extra_class) for i in range(n, replicas))
@@ -183,13 +184,20 @@ def _base_class(kw: KubeWorkload) -> str:
     return str(kw.manifest["spec"].get("priorityClass") or DEFAULT_BASE_CLASS)
 
 
-def _shaped(kw: KubeWorkload, name: str, replicas: int, priority_class: str) -> KubeWorkload:
-    """A copy of ``kw`` with another name, replica count and class (no gang: placed whole)."""
+def _shaped(
+    kw: KubeWorkload, name: str, replicas: int, priority_class: str, *, preemptible: bool
+) -> KubeWorkload:
+    """A copy of ``kw`` with another name, replica count and class (no gang: placed whole).
+
+    ``preemptible`` is written on the workload itself: its task type (``inference``) defaults to
+    non-preemptible (docs/engine.md, "Task types"), which would make the extras non-preemptible
+    work that may not borrow; the workload's own field wins over the type's default."""
     manifest = copy.deepcopy(kw.manifest)
     manifest["metadata"]["name"] = name
     spec = manifest["spec"]
     spec["podGroups"][0]["replicas"] = replicas
     spec["priorityClass"] = priority_class
+    spec["preemptible"] = preemptible
     spec.pop("gang", None)
     errors: list[str] = []
     if validate_document(manifest, "translated", errors) is None:  # e.g. a name grown too long
@@ -200,7 +208,7 @@ def _shaped(kw: KubeWorkload, name: str, replicas: int, priority_class: str) -> 
 
 def _extra(kw: KubeWorkload, base: KubeWorkload, index: int, priority_class: str) -> KubeWorkload:
     base_name = str(base.manifest["metadata"]["name"])
-    out = _shaped(kw, extra_name(base_name, index), 1, priority_class)
+    out = _shaped(kw, extra_name(base_name, index), 1, priority_class, preemptible=True)
     out.manifest["metadata"]["annotations"].update({ELASTIC_OF: base_name, ELASTIC_INDEX: str(index)})
     return out
 
