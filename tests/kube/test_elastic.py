@@ -25,6 +25,7 @@ from gpupool.kube.elastic import (
     EXTRA_PRIORITY_CLASS,
     base_of,
     elastic_workloads,
+    replica_pods,
 )
 from gpupool.kube.source import KubeSource, SourcePolicy
 from gpupool.kube.workloads import KubeWorkloadError
@@ -140,11 +141,13 @@ def test_min_replicas_splits_into_a_guaranteed_base_and_preemptible_extras() -> 
     assert base["metadata"]["name"] == "serve.deployment.chat"  # the name the backend maps to its pods
     assert base["spec"]["podGroups"][0]["replicas"] == 2 and "gang" not in base["spec"]
     assert base["spec"]["priorityClass"] == "inference-critical" and base["spec"]["type"] == "inference"
+    assert base["spec"]["preemptible"] is False
     names = [w.manifest["metadata"]["name"] for w in got.extras]
     assert names == [f"serve.deployment.chat-extra-{i}" for i in (2, 3, 4)]
     for i, w in enumerate(got.extras, 2):
         spec, ann = w.manifest["spec"], w.manifest["metadata"]["annotations"]
         assert spec["podGroups"][0]["replicas"] == 1 and spec["priorityClass"] == "spot"
+        assert spec["preemptible"] is True  # not the inference type's default (non-preemptible)
         assert (ann[ELASTIC_OF], ann[ELASTIC_INDEX]) == ("serve.deployment.chat", str(i))
         assert base_of(w.manifest["metadata"]["name"]) == ("serve.deployment.chat", i)
     assert base_of("serve.deployment.chat") is None
@@ -450,3 +453,50 @@ def test_a_restart_with_extras_bound_binds_nothing_twice(fake_server: Any, tmp_p
         assert srv.stats.binds == binds  # nothing bound twice
         _no_device_twice(srv)
         assert srv.stats.violations == []
+
+
+# -- which pods a run of an elastic owner may count as its own --------------------------------------
+def _pod(name: str, workload: str = "", ordinal: int | None = None) -> dict[str, Any]:
+    md: dict[str, Any] = {"name": name, "namespace": "serve", "annotations": {}, "labels": {}}
+    if workload:
+        md["annotations"]["gpupool.io/workload"] = workload
+    if ordinal is not None:
+        md["labels"]["apps.kubernetes.io/pod-index"] = str(ordinal)
+    return {"metadata": md, "spec": {"nodeName": "n1"} if workload else {}}
+
+
+def _names(got: list[dict[str, Any]]) -> list[str]:
+    return [p["metadata"]["name"] for p in got]
+
+
+def test_a_run_counts_its_own_pods_and_free_ones_never_another_runs() -> None:
+    base, extra = "serve.deployment.chat", "serve.deployment.chat-extra-2"
+    pods = [_pod("a", base), _pod("b", extra), _pod("c"), _pod("d")]
+    claims = {("serve", "c"): extra}  # extra-2's bind of c is in flight
+    assert _names(replica_pods(pods, base, "Deployment", 2, claims)) == ["a", "d"]
+    assert _names(replica_pods(pods, extra, "Deployment", 1, claims)) == ["b", "c", "d"]
+
+
+def test_statefulset_ordinals_stay_with_their_replicas() -> None:
+    base = "serve.statefulset.web"
+    pods = [_pod(f"web-{i}", ordinal=i) for i in range(5)]
+    assert _names(replica_pods(pods, base, "StatefulSet", 2, {})) == ["web-0", "web-1"]
+    assert _names(replica_pods(pods, f"{base}-extra-3", "StatefulSet", 1, {})) == ["web-3"]
+
+
+# -- the switch ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("env", "want"), [("", False), ("true", True), ("Off", False), ("1", True)])
+def test_the_elastic_switch_reads_its_setting(monkeypatch: pytest.MonkeyPatch, env: str, want: bool) -> None:
+    from gpupool.kube.wiring import ELASTIC_ENV, kube_options
+
+    monkeypatch.setenv(ELASTIC_ENV, env)
+    assert kube_options(None, None, [], False, "default").policy.elastic is want
+    assert kube_options(None, None, [], False, "default", elastic=not want).policy.elastic is (not want)
+
+
+def test_a_bad_elastic_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpupool.kube.wiring import ELASTIC_ENV, kube_options
+
+    monkeypatch.setenv(ELASTIC_ENV, "sometimes")
+    with pytest.raises(ValueError, match=f"{ELASTIC_ENV}: expected true or false, got 'sometimes'"):
+        kube_options(None, None, [], False, "default")
