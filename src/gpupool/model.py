@@ -246,6 +246,9 @@ class Queue:
     quotas: tuple[PoolQuota, ...] = ()
     requires_approval: bool = False
     description: str = ""
+    #: a cohort root only: preempt borrowers for fair sharing (``spec.fairSharing.preemption``,
+    #: engine/fair_preemption.py)
+    fair_sharing_preemption: bool = False
 
     def quota(self, pool: str) -> PoolQuota | None:
         for q in self.quotas:

@@ -12,6 +12,8 @@ class PreemptRule(StrEnum):
     WITHIN_QUEUE = "WithinQueueLowerPriority"
     RECLAIM = "ReclaimWithinCohort"
     BORROW = "BorrowWithinCohortLowerPriority"
+    #: fair-sharing preemption (a cohort root's ``spec.fairSharing.preemption``)
+    FAIR_SHARE = "FairSharing"
 
 
 class PendingCode(StrEnum):

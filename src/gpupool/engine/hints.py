@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gpupool.engine import fair_preemption as fair
 from gpupool.engine.cohorts import fit_depth
 from gpupool.model import ReclaimPolicy, Vec, Workload
 
@@ -88,7 +89,7 @@ class BlockedHints:
             or (lowest == w.priority and pol.within_queue is ReclaimPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY)
         ):
             return True
-        if pol.borrow_within_cohort is not ReclaimPolicy.NEVER:
+        if pol.borrow_within_cohort is not ReclaimPolicy.NEVER or fair.enabled(self.quota, w.queue):
             return True
         # reclaim needs a guarantee in reach: the leaf's, or an ancestor's below the root
         return (

@@ -228,7 +228,9 @@ def _victim_rule(w: Workload, vr: Running, rule: PreemptRule, qs: QuotaState) ->
     errs = []
     if not borrowing_below(qs, vw.queue, vr.admission.pool, qs.common_ancestor(w.queue, vw.queue)):
         errs.append(f"{name}: reclaimed from queue {vw.queue} which was not borrowing")
-    lower_only = rule is not PreemptRule.RECLAIM or (
+    if rule is PreemptRule.FAIR_SHARE and not qs.queues[qs.root[w.queue]].fair_sharing_preemption:
+        errs.append(f"{name}: preempted for fair sharing in a cohort that has not opted in")
+    lower_only = rule not in (PreemptRule.RECLAIM, PreemptRule.FAIR_SHARE) or (
         pol is not None and pol.reclaim_within_cohort is ReclaimPolicy.LOWER_PRIORITY
     )
     if lower_only and not vw.priority < w.priority:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from gpupool.engine import fair_preemption as fair
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
 from gpupool.engine.running import vec_of
@@ -70,6 +71,9 @@ class Candidate:
     #: guarantee of a queue below it)
     lca: str | None = None
     depth: int = 0
+    #: for a fair-sharing victim: (the preemptor's side, the victim's side) of their common
+    #: ancestor, whose weighted shares must stay in that order (``engine/fair_preemption.py``)
+    sides: tuple[str, str] | None = None
 
     @property
     def reason(self) -> str:
@@ -79,6 +83,11 @@ class Candidate:
             if w.priority == v.priority:
                 return f"preempted by {w.name} (priority {w.priority}, queued earlier) within queue {w.queue}"
             return f"preempted by {w.name} (priority {w.priority} > {v.priority}) within queue {w.queue}"
+        if self.rule is PreemptRule.FAIR_SHARE:
+            return (
+                f"preempted by {w.name} for fair sharing in cohort {self.cohort}: queue {v.queue} is "
+                f"borrowing above queue {w.queue}'s weighted share"
+            )
         if self.rule is PreemptRule.RECLAIM:
             return f"queue {w.queue} reclaims its guarantee in pool {self.pool}; queue {v.queue} is borrowing"
         return (
@@ -184,9 +193,10 @@ class PreemptionSearch:
         for c in own:
             freed = vadd(freed, c.running.admission.quota_vec())
         best = fit_depth(self.quota, w.queue, pool, vsub(vec, freed))
-        if best is None and not self._may_borrow_preempting(w, pool):
+        fair = self._fair_sharing(w, pool)
+        if best is None and not self._may_borrow_preempting(w, pool) and not fair:
             return own[:0]  # it would stay above every guarantee: only borrowWithinCohort allows that
-        out = own + self._cohort_candidates(w, pool, best)
+        out = own + self._cohort_candidates(w, pool, vec, best, fair)
         mine = w.queue
         out.sort(key=lambda c: candidate_order(c.running, mine))
         return out[: self.config.max_preemption_candidates]
@@ -200,6 +210,11 @@ class PreemptionSearch:
             and w.preemptible
             and self.pools[pool].preemptible
         )
+
+    def _fair_sharing(self, w: Workload, pool: str) -> bool:
+        """Does ``w``'s cohort preempt for fair sharing (``spec.fairSharing.preemption`` on its
+        root), and may ``w`` end borrowing (preemptible, in a preemptible pool)?"""
+        return fair.enabled(self.quota, w.queue) and w.preemptible and self.pools[pool].preemptible
 
     def _own_candidates(self, w: Workload, pool: str) -> list[Candidate]:
         """Running work of ``w``'s own queue that ``withinQueue`` lets it evict: lower priority,
@@ -226,16 +241,22 @@ class PreemptionSearch:
             out.append(Candidate(r, PreemptRule.WITHIN_QUEUE, w, pool, root))
         return out
 
-    def _cohort_candidates(self, w: Workload, pool: str, best: int | None) -> list[Candidate]:
+    def _cohort_candidates(
+        self, w: Workload, pool: str, vec: Vec, best: int | None, fair_on: bool
+    ) -> list[Candidate]:
         """Work of other queues of the cohort that borrow as seen from their common ancestor with
         ``w``'s queue (the leaf and every queue below that ancestor above its guarantee, now and
         when the cycle started). Reclaim (``reclaimWithinCohort``) where ``w`` could end within
         the guarantee of a queue below that ancestor (``best``: the lowest depth in reach);
-        else lower-priority victims only if ``borrowWithinCohort`` lets ``w`` borrow."""
+        else lower-priority victims only if ``borrowWithinCohort`` lets ``w`` borrow, or, in a
+        fair-sharing cohort, victims whose side of the common ancestor has a larger weighted
+        share than ``w``'s side would have (``engine/fair_preemption.py``)."""
         q, cs = self.quota, self._cs
         pol = q.queues[w.queue].preemption
         root = q.root[w.queue]
-        borrow = self._may_borrow_preempting(w, pool)
+        # a fair-sharing cohort takes borrowers' work by share, never by borrowWithinCohort (as in
+        # Kueue, where the two do not combine): otherwise each rule could undo the other
+        borrow = self._may_borrow_preempting(w, pool) and not fair_on
         evicted, now, path = cs.evicted, cs.admitted_now, q.path[w.queue]
         out: list[Candidate] = []
         for other in self._leaves_of_root.get(root, ()):
@@ -249,6 +270,10 @@ class PreemptionSearch:
             reclaim = (
                 pol.reclaim_within_cohort is not ReclaimPolicy.NEVER and best is not None and best < depth
             )
+            sides = None
+            if fair_on and pol.reclaim_within_cohort is not ReclaimPolicy.NEVER:
+                ab = (fair.side(q, w.queue, lca), fair.side(q, other, lca))
+                sides = ab if fair.below_victims(q, w, pool, vec, [ab]) else None
             for r in rs.values():
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible:
@@ -257,9 +282,13 @@ class PreemptionSearch:
                     rule = PreemptRule.RECLAIM
                 elif borrow and v.priority < w.priority:
                     rule = PreemptRule.BORROW
+                elif sides is not None and (
+                    pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority
+                ):
+                    rule = PreemptRule.FAIR_SHARE
                 else:
                     continue
-                out.append(Candidate(r, rule, w, pool, root, lca, depth))
+                out.append(Candidate(r, rule, w, pool, root, lca, depth, sides))
         return out
 
     def _borrowing_since_start(self, other: str, pool: str, lca: str | None) -> bool:
@@ -272,21 +301,37 @@ class PreemptionSearch:
             at_start = cs.borrowing_at_start[key] = borrowing_below(q, other, pool, lca, cs.usage_at_start)
         return at_start and borrowing_below(q, other, pool, lca)
 
-    def _legal(self, w: Workload, pool: str, vec: Vec, reclaim_depth: int) -> bool:
+    def _legal(
+        self, w: Workload, pool: str, vec: Vec, reclaim_depth: int, sides: list[tuple[str, str]]
+    ) -> bool:
         """Would admitting ``w`` now keep the search's rules? It ends within the guarantee of a
         queue below every reclaimed victim's common ancestor with it (``reclaim_depth``: the
         lowest such ancestor's depth), and above every guarantee only where
-        ``borrowWithinCohort`` allows; non-preemptible work ends within every guarantee."""
+        ``borrowWithinCohort`` allows or for fair sharing; non-preemptible work ends within every
+        guarantee; every fair-sharing victim's side keeps a larger share than ``w``'s."""
         q = self.quota
         if not (w.preemptible and self.pools[pool].preemptible):
             return not q.check(w.queue, pool, vec)[1]
+        if not fair.below_victims(q, w, pool, vec, sides):
+            return False
         f = fit_depth(q, w.queue, pool, vec)
         if f is None:
-            return reclaim_depth > len(q.path[w.queue]) and self._may_borrow_preempting(w, pool)
+            return reclaim_depth > len(q.path[w.queue]) and (
+                self._may_borrow_preempting(w, pool) or bool(sides)
+            )
         return f < reclaim_depth
 
-    def _fits_now(self, w: Workload, pool: str, vec: Vec, reclaim_depth: int = 1 << 30) -> bool:
-        if not self.quota.check(w.queue, pool, vec)[0] or not self._legal(w, pool, vec, reclaim_depth):
+    def _fits_now(
+        self,
+        w: Workload,
+        pool: str,
+        vec: Vec,
+        reclaim_depth: int = 1 << 30,
+        sides: list[tuple[str, str]] | None = None,
+    ) -> bool:
+        if not self.quota.check(w.queue, pool, vec)[0] or not self._legal(
+            w, pool, vec, reclaim_depth, sides or []
+        ):
             return False
         cp = self._stmt.checkpoint()
         res = self.placer.place(w, pool, self.config.max_domain_tries)
@@ -352,21 +397,28 @@ class PreemptionSearch:
         free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
         freed = 0
         depth = 1 << 30
+        sides: list[tuple[str, str]] = []
         removed: list[Candidate] = []
         for c in cands:
             if c.rule is not PreemptRule.WITHIN_QUEUE and not borrowing_below(
                 self.quota, c.running.workload.queue, pool, c.lca
             ):
                 continue
+            share = fair.weighted_share(self.quota, c.sides[1]) if c.sides is not None else 0.0
             self._discharge(c.running)
+            if c.sides is not None and not fair.victim_lowers(self.quota, w, pool, vec, c.sides, share):
+                self._charge(c.running)  # its side would fall below the preemptor's: not a victim
+                continue
             removed.append(c)
             if c.rule is PreemptRule.RECLAIM:
                 depth = min(depth, c.depth)
+            if c.sides is not None:
+                sides.append(c.sides)
             freed += c.running.admission.quota_vec()[0]
             room = slots is None or slots.enough(c)  # whole free devices for every pod, by count
             if not room or free_gpu + freed < vec[0] or not self.quota.check(w.queue, pool, vec)[0]:
                 continue  # a placement trial cannot succeed yet
-            if self._fits_now(w, pool, vec, depth):
+            if self._fits_now(w, pool, vec, depth, sides):
                 return removed
         self._stmt.rollback(cp)
         return None
@@ -381,11 +433,10 @@ class PreemptionSearch:
         while rest:
             c = rest.pop()
             self._charge(c.running)
-            depth = min(
-                (x.depth for x in (*victims, *rest, removed[-1]) if x.rule is PreemptRule.RECLAIM),
-                default=1 << 30,
-            )
-            if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec, depth):
+            kept = (*victims, *rest, removed[-1])
+            depth = min((x.depth for x in kept if x.rule is PreemptRule.RECLAIM), default=1 << 30)
+            sides = [x.sides for x in kept if x.sides is not None]
+            if (slots is not None and not slots.enough(c)) or not self._fits_now(w, pool, vec, depth, sides):
                 self._discharge(c.running)
                 if slots is not None:
                     slots.enough(c)

@@ -52,6 +52,11 @@ class PreemptionSpec(StrictModel):
     borrowWithinCohort: Literal["Never", "LowerPriority"] = "Never"
 
 
+class FairSharingSpec(StrictModel):
+    #: preempt borrowers whose weighted share is above the preemptor's, down to equal shares
+    preemption: bool = False
+
+
 class QueueSpec(StrictModel):
     parent: str | None = None
     description: str = ""
@@ -60,6 +65,8 @@ class QueueSpec(StrictModel):
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
     requiresApproval: bool = False
     quotas: list[QuotaSpec] = Field(default_factory=list)
+    #: a cohort root only: fair-sharing preemption for its whole tree (docs/engine.md)
+    fairSharing: FairSharingSpec | None = None
     #: this queue's defaults by workload type, over the Cluster's (docs/engine.md, "Task types")
     typeDefaults: dict[str, TaskTypeSpec] = Field(default_factory=dict)
 
@@ -135,7 +142,18 @@ def build_queue(doc: Document, err: ManifestErrors) -> Queue:
         tuple(quotas),
         s.requiresApproval,
         s.description,
+        fair_sharing_preemption=_fair_sharing(doc, err),
     )
+
+
+def _fair_sharing(doc: Document, err: ManifestErrors) -> bool:
+    """``spec.fairSharing.preemption``, which only a cohort root may set (it governs the tree)."""
+    s: QueueSpec = doc.spec
+    if s.fairSharing is None:
+        return False
+    if s.parent is not None:
+        err.add(f"{doc.source}: spec.fairSharing", "only a cohort root (a queue without parent) sets it")
+    return s.fairSharing.preemption
 
 
 def default_priority_classes() -> tuple[PriorityClass, ...]:
