@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpupool.engine import decide
 from gpupool.engine.preemption import candidate_order
-from gpupool.engine.victim_cost import duration_octave, lost_work, wait_horizon
+from gpupool.engine.victim_cost import duration_octave, wait_horizon
 from gpupool.manifests import build, parse_documents
 from gpupool.model import (
     Admission,
@@ -81,29 +81,28 @@ def _cycle(running: list[Running], pending: list[Workload], now: float, **cfg: o
 
 
 # -- the order --------------------------------------------------------------------------------
-def test_lost_work_is_run_time_times_size_times_one_plus_earlier_evictions() -> None:
-    assert lost_work(_run(_wl("x", 4, 0, 10), at=2.0), now=5.0) == 12.0
-    assert lost_work(_run(_wl("x", 4, 0, 10, evictions=2), at=2.0), now=5.0) == 36.0
-
-
-def test_with_now_the_least_lost_work_goes_first_within_a_priority() -> None:
-    big_recent = _run(_wl("big", 8, 1, 100), at=5.0)  # 8 CPU x 5 s = 40
-    small_old = _run(_wl("small", 1, 1, 100), at=0.0)  # 1 CPU x 10 s = 10
+def test_with_now_evictions_and_time_left_order_within_a_priority() -> None:
+    # equal run time: the one evicted before goes last; equal cost: the one with more to run first
+    bounced = _run(_wl("bounced", 1, 1, 100, evictions=1), at=5.0)  # 5 s x 2 = 10
+    fresh = _run(_wl("fresh", 8, 1, 100), at=5.0)  # 5 s x 1 = 5
+    long = _run(_wl("long", 1, 1, 1000), at=0.0)  # 10 s, ends at 1000
+    short = _run(_wl("short", 1, 1, 20), at=0.0)  # 10 s, ends at 20
     lower = _run(_wl("lower", 8, 0, 100), at=0.0)  # lower priority: first whatever it lost
 
     def order(now: float | None) -> list[str]:
-        rs = [big_recent, small_old, lower]
+        rs = [bounced, fresh, long, short, lower]
         return [r.name for r in sorted(rs, key=lambda r: candidate_order(r, "other", now))]
 
-    assert order(None) == ["lower", "big", "small"]  # age alone: the most recent first
-    assert order(10.0) == ["lower", "small", "big"]
+    assert order(None) == ["lower", "bounced", "fresh", "long", "short"]  # age, then name
+    # costs at 10: fresh 5; long, bounced, short 10 each, then by expected end 1000, 105, 20
+    assert order(10.0) == ["lower", "fresh", "long", "bounced", "short"]
 
 
 def test_a_workload_evicted_before_is_dearer_to_evict_again() -> None:
-    fresh = _run(_wl("fresh", 2, 1, 100), at=4.0)  # 2 x 6 = 12
-    bounced = _run(_wl("bounced", 2, 1, 100, evictions=3), at=7.0)  # 2 x 3 x 4 = 24
+    fresh = _run(_wl("fresh", 2, 1, 100), at=4.0)  # 6 s x 1 = 6
+    bounced = _run(_wl("bounced", 2, 1, 100, evictions=3), at=7.0)  # 3 s x 4 = 12
     got = sorted([fresh, bounced], key=lambda r: candidate_order(r, "other", 10.0))
-    assert [r.name for r in got] == ["fresh", "bounced"]
+    assert [r.name for r in got] == ["fresh", "bounced"]  # age alone would evict bounced first
 
 
 # -- waiting and the cooldown -----------------------------------------------------------------

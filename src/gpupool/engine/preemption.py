@@ -38,8 +38,8 @@ def candidate_order(
        queue: taking back what others borrow leaves the preemptor's queue its own work (Kueue's
        criterion "other ClusterQueues first").
     2. Lower priority first: the least important work goes.
-    3. With ``now`` (the cost model, ``victim_cost.cost_key``): the least lost work first (run
-       time x size x (1 + earlier evictions)), then the most left to run.
+    3. With ``now`` (the cost model, ``victim_cost.cost_key``): the least lost work per unit
+       freed first (run time x (1 + earlier evictions)), then the most left to run.
     4. Most recently admitted first: it has lost the least progress.
     5. The name: a total order, so the choice never depends on how the candidates were found.
     """

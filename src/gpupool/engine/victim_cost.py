@@ -7,8 +7,8 @@ make preemption weigh what it destroys, each a knob of ``EngineConfig`` (``docs/
 "Preemption cost"):
 
 * **Lost work.** Among victims of equal tier and priority (``preemption.candidate_order``), the
-  one that loses the least goes first: elapsed run time times its size, times one more for every
-  time it was evicted before (a workload that already lost runs is dearer to evict again).
+  one that loses the least per unit it frees goes first: elapsed run time, times one more for
+  every time it was evicted before (a workload that already lost runs is dearer to evict again).
 * **Wait for work about to finish.** When the running work expected to end within a horizon
   (``preemption_wait_fraction`` of the preemptor's own expected run time, at most
   ``preemption_wait_s``) would free enough for the preemptor (quota and placement, tried on the
@@ -35,20 +35,6 @@ if TYPE_CHECKING:
 _INF = float("inf")
 
 
-def size_units(r: Running) -> float:
-    """How much a running workload holds, in the unit its pool is governed by: GPUs where it
-    holds any, else CPUs."""
-    g, c = r.admission.quota_vec()[:2]
-    return g / 1000.0 if g else c / 1000.0
-
-
-def lost_work(r: Running, now: float) -> float:
-    """What evicting ``r`` now throws away: elapsed run time times size, weighted by one more
-    for every eviction it already suffered (restarting it again costs it that many runs)."""
-    elapsed = max(0.0, now - r.admission.admitted_at)
-    return elapsed * size_units(r) * (1 + r.workload.evictions)
-
-
 def expected_end(r: Running) -> float:
     """When ``r`` is expected to end (never, when it declares no duration)."""
     d = r.workload.expected_duration_s
@@ -56,9 +42,12 @@ def expected_end(r: Running) -> float:
 
 
 def cost_key(r: Running, now: float) -> tuple[float, float]:
-    """Within a tier and priority: least lost work first, then the one with the most left to
-    run (it frees its place latest)."""
-    return (lost_work(r, now), -expected_end(r))
+    """Within a tier and priority: the least lost work *per unit freed* first (run time x (1 +
+    earlier evictions): freeing a GPU from a big victim or from small ones loses the same per
+    GPU, so size does not order; on Philly, ordering by total lost work evicted many small jobs
+    and threw more away), then the one with the most left to run (it frees its place latest)."""
+    elapsed = max(0.0, now - r.admission.admitted_at)
+    return (elapsed * (1 + r.workload.evictions), -expected_end(r))
 
 
 def choose_victims(search: PreemptionSearch, cands: list[Candidate]) -> list[Candidate]:
