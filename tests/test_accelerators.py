@@ -402,3 +402,9 @@ def test_a_stored_admission_keeps_storage_and_bandwidth_across_a_restart() -> No
     stored = placement_json(Admit("w", "q", "p", (pod, plain), False, ""), 0.0)
     assert "storageMiB" not in stored["pods"][1]  # rows of pods without either stay as they were
     assert admission_from_json(stored).quota_vec() == Admission("p", (pod, plain)).quota_vec()
+
+
+def test_a_pool_naming_an_unknown_kind_is_refused_at_the_field() -> None:
+    bad = CLUSTER.replace("accelerators: [amd.com/gpu]", "accelerators: [amd.com/gpuu]")
+    text = errors(cluster=bad)
+    assert "(ResourcePool/amd): spec.accelerators: unknown accelerator kind 'amd.com/gpuu'" in text

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from gpupool import quantity as qty
 from gpupool.manifests.base import (
@@ -98,13 +98,21 @@ class PoolSpec(StrictModel):
     nodeSelector: dict[str, str] = Field(default_factory=dict)
     gpuModels: list[str] = Field(default_factory=list)
     #: accelerator kinds (resource names) whose nodes the pool takes; empty: any kind
-    accelerators: list[str] = Field(default_factory=list)
+    accelerators: list[str] = Field(default_factory=list, max_length=16)
     preemptible: bool = True
     requiresApproval: bool = False
     pricePerGPUHour: float = Field(default=0.0, ge=0, le=1e6)
     placement: PlacementPolicy = PlacementPolicy.DEFAULT
     slaTier: str = ""
     environment: str = ""
+
+    @field_validator("accelerators")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str]) -> list[str]:
+        unknown = [k for k in kinds if k not in ACCELERATORS]
+        if unknown:
+            raise ValueError(f"unknown accelerator kind {unknown[0]!r}; use one of {', '.join(ACCELERATORS)}")
+        return kinds
 
 
 def _taints(ts: list[TaintSpec]) -> tuple[Taint, ...]:
