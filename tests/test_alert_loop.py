@@ -210,3 +210,19 @@ def _wl(name: str) -> dict[str, Any]:
     from tests.test_service_support import wl
 
     return wl(name, queue="vision-team", gpus=8, duration="1000h")
+
+
+def test_serve_refuses_a_bad_alerts_interval_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad $GPUPOOL_ALERTS_INTERVAL_S is one line naming the variable and exit 2, before the
+    store is opened (it used to fail inside uvicorn's start-up, under a traceback)."""
+    from typer.testing import CliRunner
+
+    from gpupool.cli.main import app
+
+    monkeypatch.setenv("GPUPOOL_ALERTS_INTERVAL_S", "soon")
+    r = CliRunner().invoke(app, ["serve", "--state-dir", str(tmp_path)])
+    assert r.exit_code == 2, r.output
+    assert "GPUPOOL_ALERTS_INTERVAL_S: must be a number of seconds, got 'soon'" in r.output
+    assert not (tmp_path / "gpupool.db").exists()

@@ -348,6 +348,13 @@ def test_a_standby_submits_nothing_and_catches_up_when_it_leads() -> None:
         (["--backend", "kubernetes", "--kubeconfig", "EMPTY"], "No current context set"),
         (["--context", "prod"], "--context applies to --backend kubernetes only"),
         (["--namespace-queue", "ml=q"], "--namespace-queue applies to --backend kubernetes only"),
+        (["--wait-for-pods-ready", "5m"], "--wait-for-pods-ready applies to --backend kubernetes only"),
+        (["--elastic"], "--elastic/--no-elastic applies to --backend kubernetes only"),
+        (
+            ["--backend", "kubernetes", "--kubeconfig", "EMPTY", "--wait-for-pods-ready", "soon"],
+            "waitForPodsReady.timeout",
+        ),
+        (["--alerts-interval", "0"], "--alerts-interval 0: must be > 0"),
     ],
 )
 def test_serve_kubernetes_options_are_checked(args: list[str], message: str, tmp_path: Path) -> None:

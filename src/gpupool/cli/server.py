@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -114,19 +115,20 @@ def _kube_options(
     namespace_queues: list[str],
     restrict: bool,
     lease_namespace: str | None,
+    extras: KubeExtras | None = None,
 ) -> Any:
     """The Kubernetes backend's runtime (gpupool.kube.wiring), already connecting so its caches
     fill while the store opens; None for other backends. Exits 2 naming a bad option."""
+    extras = extras or KubeExtras()
     if backend != "kubernetes":
-        given = (
+        for opt, v in (
             ("--kubeconfig", kubeconfig),
             ("--context", context),
             ("--namespace-queue", namespace_queues),
-        )
-        for opt, v in (
-            *given,
             ("--restrict-namespace-queues", restrict),
             ("--lease-namespace", lease_namespace),
+            ("--wait-for-pods-ready", extras.wait_for_pods_ready),
+            ("--elastic/--no-elastic", extras.elastic is not None),
         ):
             if v:
                 _fail(f"{opt} applies to --backend kubernetes only")
@@ -134,9 +136,53 @@ def _kube_options(
     from gpupool.kube.wiring import kube_options, kube_runtime
 
     try:
-        return kube_runtime(kube_options(kubeconfig, context, namespace_queues, restrict, lease_namespace))
+        opts = kube_options(
+            kubeconfig,
+            context,
+            namespace_queues,
+            restrict,
+            lease_namespace,
+            pods_ready=_pods_ready_option(extras.wait_for_pods_ready),
+            elastic=extras.elastic,
+        )
+        return kube_runtime(opts)
     except ValueError as exc:
         _fail(str(exc))
+
+
+@dataclass(frozen=True)
+class KubeExtras:
+    """serve's Kubernetes switches beyond the connection: Kueue's waitForPodsReady timeout and
+    elastic inference (None: the environment's $GPUPOOL_KUBE_WAIT_FOR_PODS_READY and
+    $GPUPOOL_KUBE_ELASTIC decide, as in the chart)."""
+
+    wait_for_pods_ready: str | None = None
+    elastic: bool | None = None
+
+
+def _pods_ready_option(value: str | None) -> Any:
+    """``--wait-for-pods-ready 5m`` turns the timeout on; ``off`` turns it off; unset: the env."""
+    if value is None:
+        return None
+    if value.strip().lower() in ("off", "false", "no"):
+        return {"enable": False}
+    return {"enable": True, "timeout": value}
+
+
+def _alerts_interval(value: float | None) -> float:
+    """--alerts-interval, else $GPUPOOL_ALERTS_INTERVAL_S, checked before anything starts (a bad
+    value would otherwise fail inside uvicorn's start-up, under a traceback)."""
+    from gpupool.service.alerts import interval_from_env
+
+    if value is not None:
+        if not 0 < value <= 86400:
+            _fail(f"--alerts-interval {value:g}: must be > 0 and at most 86400 seconds")
+        return value
+    try:
+        return interval_from_env()
+    except ValueError as exc:
+        _fail(str(exc))
+        raise  # unreachable: _fail exits
 
 
 # -- serve's options: one named declaration each, so the command reads as its outline --------
@@ -241,6 +287,31 @@ LeaseNamespaceOpt = Annotated[
 ]
 
 
+PodsReadyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--wait-for-pods-ready",
+        help="kubernetes backend: evict and requeue a gang not all Ready this long after admission "
+        "(Kueue's waitForPodsReady), e.g. 5m; off to disable",
+    ),
+]
+ElasticOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--elastic/--no-elastic",
+        help="kubernetes backend: split gpupool.io/min-replicas Deployments into a guaranteed base "
+        "and preemptible extras (default: $GPUPOOL_KUBE_ELASTIC, else off)",
+    ),
+]
+AlertsIntervalOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--alerts-interval",
+        help="seconds between the leader's alert evaluations (default: $GPUPOOL_ALERTS_INTERVAL_S, else 30)",
+    ),
+]
+
+
 def serve(
     config: ConfigOpt = None,
     database_url: DatabaseOpt = None,
@@ -268,12 +339,22 @@ def serve(
     namespace_queue: NamespaceQueueOpt = [],  # noqa: B006
     restrict_namespace_queues: RestrictOpt = False,
     lease_namespace: LeaseNamespaceOpt = None,
+    wait_for_pods_ready: PodsReadyOpt = None,
+    elastic: ElasticOpt = None,
+    alerts_interval: AlertsIntervalOpt = None,
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
     if backend not in ("virtual", "local", "kubernetes"):
         _fail(f"unknown backend {backend!r}; available: virtual, local, kubernetes")
+    alerts_interval_s = _alerts_interval(alerts_interval)
     kube = _kube_options(
-        backend, kubeconfig, kube_context, namespace_queue, restrict_namespace_queues, lease_namespace
+        backend,
+        kubeconfig,
+        kube_context,
+        namespace_queue,
+        restrict_namespace_queues,
+        lease_namespace,
+        KubeExtras(wait_for_pods_ready, elastic),
     )
     if time_scale <= 0:
         _fail("--time-scale must be > 0")
@@ -286,6 +367,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         advertise_url=advertise_url,
         lease_reclaim_local=reclaim_local,
+        alerts_interval_s=alerts_interval_s,
         state_dir=state_dir,
         database_url=database_url,
         config_dir=cfg_dir,

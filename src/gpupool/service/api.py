@@ -82,7 +82,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         st, ctl, batcher = _start_service(app, cfg, store, backend, start_controller)
         # alerts evaluated in the background, leader only (gpupool.service.alerts)
-        app.state.alerts = AlertLoop(app.state.svc)
+        app.state.alerts = AlertLoop(app.state.svc, interval_s=cfg.alerts_interval_s)
         app.state.alerts.start()
         try:
             yield

@@ -55,6 +55,8 @@ class ServiceConfig:
     lease_retry_s: float = 1.0
     #: take the lease over at once from a holder that is a dead process on this host (kill -9)
     lease_reclaim_local: bool = True
+    #: how often the leader evaluates the alert rules (None: $GPUPOOL_ALERTS_INTERVAL_S, else 30 s)
+    alerts_interval_s: float | None = None
 
     @property
     def url(self) -> str:
