@@ -203,6 +203,8 @@ class FakeApp:
             return 201, subresources.bind(self.ops, t.ns, t.name, body)
         if t.sub == "eviction" and method == "POST":
             return 201, subresources.evict(self.ops, t.ns, t.name, body)
+        if t.sub == "scale" and method in ("GET", "PUT", "PATCH"):
+            return 200, subresources.scale(self.ops, rt, t.ns, t.name, method, ctype, body)
         if method == "GET":
             return 200, self.store.get(rt, t.ns, t.name)
         if method == "PUT":

@@ -13,6 +13,7 @@ from typing import Any
 
 from gpupool.kube.fake import errors
 from gpupool.kube.fake.ops import Ops
+from gpupool.kube.fake.patch import apply_patch
 from gpupool.kube.fake.selectors import match_labels
 from gpupool.kube.fake.storage import Obj, now_rfc3339
 
@@ -150,3 +151,43 @@ def evict(ops: Ops, ns: str, name: str, body: Any) -> Obj:
         )
         store.stats.evictions += 0 if store.dry_run else 1
     return errors.success(name, "pods", 201)
+
+
+def _scale_of(obj: Obj) -> Obj:
+    """The ``autoscaling/v1`` Scale of a Deployment, ReplicaSet or StatefulSet, as the real
+    registry answers ``.../scale`` (``kubectl scale`` and an HPA read and write only this)."""
+    md, spec, st = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
+    labels = ((spec.get("selector") or {}).get("matchLabels")) or {}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: md[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in md
+        },
+        "spec": {"replicas": int(spec.get("replicas", 1))},
+        "status": {
+            "replicas": int(st.get("replicas") or 0),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        },
+    }
+
+
+def scale(ops: Ops, rt: Any, ns: str, name: str, method: str, ctype: str, body: Any) -> Obj:
+    """GET, PUT or PATCH ``.../scale``: a write changes only ``spec.replicas`` of the object
+    (409 on a stale resourceVersion; a negative or non-integer count is refused naming it)."""
+    with ops.store.lock:
+        cur = ops.store.get(rt, ns, name)
+        current = _scale_of(cur)
+        if method == "GET":
+            return current
+        new = apply_patch(ctype, current, body) if method == "PATCH" else body
+        if not isinstance(new, dict):
+            raise errors.bad_request("the request body must be a Scale object")
+        rv = (new.get("metadata") or {}).get("resourceVersion")
+        if rv and rv != cur["metadata"]["resourceVersion"]:
+            raise errors.conflict(rt.plural, name, "the object has been modified", rt.group)
+        replicas = (new.get("spec") or {}).get("replicas")
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise errors.invalid("Scale", name, "spec.replicas", "must be an integer >= 0")
+        out = ops.update(rt, ns, name, {**cur, "spec": {**(cur.get("spec") or {}), "replicas": replicas}})
+        return _scale_of(out)
