@@ -111,12 +111,15 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     whole = st.tuples(st.sampled_from(sorted(LEAVES)), st.just(8), st.sampled_from(CLASSES))
     # mostly a full pool (64 GPUs): a change can then only start work by preempting some
     vision = st.tuples(st.just("vision-team"), st.just(8), st.sampled_from(CLASSES))
-    n = draw(st.integers(3, 6))  # whole nodes of vision-team's: the queue a cut may make borrow
-    running = draw(st.lists(vision, min_size=n, max_size=n)) + draw(
-        st.lists(whole, min_size=6 - n, max_size=8 - n)
-    )
-    running += draw(st.lists(job, max_size=2))
     llm = st.tuples(st.sampled_from(["llm-pretrain", "llm-research"]), st.just(8), st.sampled_from(CLASSES))
+    if draw(st.booleans()):
+        running = _at_guarantee(draw)
+    else:
+        n = draw(st.integers(3, 6))  # whole nodes of vision-team's: the queue a cut may make borrow
+        running = draw(st.lists(vision, min_size=n, max_size=n)) + draw(
+            st.lists(whole, min_size=6 - n, max_size=8 - n)
+        )
+        running += draw(st.lists(job, max_size=2))
     waiting = draw(st.lists(st.one_of(llm, job), min_size=1, max_size=3))
     # guarantee moved from vision-team to llm-team (m > 0: vision-team's is cut) or back, and
     # within llm-team between its two leaves (s): every configuration stays valid (children
@@ -125,6 +128,20 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     s = draw(st.integers(-(8 + m), 32))
     cut = {"vision-team": 24 - m, "llm-team": 40 + m, "llm-research": 8 + m + s, "llm-pretrain": 32 - s}
     return {"running": running, "waiting": waiting, "cut": cut}
+
+
+def _at_guarantee(draw: st.DrawFn) -> list[tuple[str, int, str]]:
+    """The pool full with every leaf exactly at its guarantee (vision 24, pretrain 32, research
+    8): nothing waiting can reclaim before the cut (each leaf would go above its guarantee), so
+    a cut that moves guarantee to a leaf with work waiting is what makes it reclaim. Why: since
+    reclaim follows Kueue's "actively borrowing" rule (issue 11), a pool with some leaf below
+    its guarantee admits the waiting work by reclaim before the cut, and the cut preempts nothing."""
+    classes = st.sampled_from(CLASSES)
+    return [
+        (leaf, 8, draw(classes))
+        for leaf, nodes in (("vision-team", 3), ("llm-pretrain", 4), ("llm-research", 1))
+        for _ in range(nodes)
+    ]
 
 
 def _fill(store: Store, ctl: Controller, sc: dict[str, Any]) -> None:
