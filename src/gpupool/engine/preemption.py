@@ -17,6 +17,7 @@ from gpupool.engine import fair_preemption as fair
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
 from gpupool.engine.running import vec_of
+from gpupool.engine.slots import WholeSlots
 from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
 from gpupool.model import ZERO, Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload, vadd, vsub
 
@@ -94,62 +95,6 @@ class Candidate:
             f"preempted by {w.name} (priority {w.priority} > {v.priority}) borrowing in cohort {self.cohort}; "
             f"queue {v.queue} is borrowing"
         )
-
-
-class WholeSlots:
-    """How many pods of a one-shape, whole-GPU workload the pool's free devices could hold, by
-    count alone (a necessary condition for a placement): a preemption search checks it before
-    every placement trial, and gives up at once when even evicting every candidate falls short."""
-
-    __slots__ = ("free", "k", "n", "nodes", "st", "total")
-
-    def __init__(self, cluster: ClusterState, k: int, n: int, nodes: list[int]) -> None:
-        self.st = cluster
-        self.k, self.n, self.nodes = k, n, nodes
-        fw = self.st.free_whole
-        self.free = {i: fw[i] for i in nodes}
-        self.total = sum(f // k for f in self.free.values())
-
-    @staticmethod
-    def of(cluster: ClusterState, w: Workload, pool: str) -> WholeSlots | None:
-        """The count for ``w`` in ``pool``, or None where it does not apply (several pod
-        shapes, or no GPUs)."""
-        if len(w.pod_groups) != 1:
-            return None
-        g = w.pod_groups[0]
-        k = g.request.gpus
-        if k <= 0:
-            return None
-        n = g.replicas if w.gang_min is None else min(w.gang_min, g.replicas)
-        nodes = [i for ix in cluster.pool_indexes(pool, w.gpu_models) for i in ix.nodes]
-        return WholeSlots(cluster, k, n, nodes)
-
-    def could_fit_without(self, cands: list[Candidate]) -> bool:
-        """Even with every candidate gone (each device it touches counted free)?"""
-        extra: dict[int, int] = {}
-        index = self.st.index
-        for c in cands:
-            for p in c.running.admission.pods:
-                if p.devices:
-                    i = index.get(p.node)
-                    if i is not None:
-                        extra[i] = extra.get(i, 0) + len(p.devices)
-        nodes = self.st.nodes
-        k = self.k
-        got = 0
-        for i, f in self.free.items():
-            got += min(nodes[i].gpu_count, f + extra.get(i, 0)) // k
-        return got >= self.n
-
-    def enough(self, c: Candidate) -> bool:
-        """Refresh the nodes ``c`` runs on (just discharged or charged) and compare."""
-        fw, index, k, free = self.st.free_whole, self.st.index, self.k, self.free
-        for p in c.running.admission.pods:
-            i = index.get(p.node)
-            if i is not None and i in free:
-                self.total += fw[i] // k - free[i] // k
-                free[i] = fw[i]
-        return self.total >= self.n
 
 
 class PreemptionSearch:
@@ -349,15 +294,23 @@ class PreemptionSearch:
         memo = (w.queue, w.priority, pool, sid)
         if memo in failed:
             return False
-        if should_wait(self, w, pool, vec, memo):  # work about to end makes room: evict nobody
-            return False
         cands = choose_victims(self, self.preemption_candidates(w, pool, vec))
         slots = self._bounded_slots(w, pool, vec, cands)
+        cp = self._stmt.checkpoint()
         removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots)
         if removed is None:
             failed.add(memo)
             return False
         assert slots is not False
+        # Whether to wait for work about to end is asked only of a search that would evict
+        # (the answer is the same False otherwise), on the state before its victims: on the
+        # Philly replay most searches fail, and the wait trial first cost a third of the CPU.
+        self._stmt.rollback(cp)
+        if should_wait(self, w, pool, vec, memo):  # work about to end makes room: evict nobody
+            return False
+        slots = None if slots is None else WholeSlots.of(self.cluster, w, pool)  # counts afresh
+        removed = self._remove_until_fits(w, pool, vec, cands, slots)
+        assert removed is not None  # the same search on the same state
         victims = self._give_back(w, pool, vec, removed, slots)
         res = self.placer.place(w, pool, self.config.max_domain_tries)
         assert res.pods is not None

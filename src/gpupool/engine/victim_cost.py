@@ -26,6 +26,7 @@ import math
 from itertools import groupby
 from typing import TYPE_CHECKING
 
+from gpupool.engine.slots import WholeSlots
 from gpupool.model import Running
 
 if TYPE_CHECKING:
@@ -119,7 +120,7 @@ def _room_after_ending(search: PreemptionSearch, w: Workload, pool: str, vec: Ve
         for r in rs.values()
         if now <= expected_end(r) <= limit  # overdue work: nobody knows when it ends
     ]
-    if not ending:
+    if not ending or not _could_fit_after(search, w, pool, vec, ending):
         return False
     stmt = search._stmt
     cp = stmt.checkpoint()
@@ -129,3 +130,18 @@ def _room_after_ending(search: PreemptionSearch, w: Workload, pool: str, vec: Ve
         return search._fits_now(w, pool, vec)
     finally:
         stmt.rollback(cp)
+
+
+def _could_fit_after(
+    search: PreemptionSearch, w: Workload, pool: str, vec: Vec, ending: list[Running]
+) -> bool:
+    """The cheap necessary conditions before the trial (the preemption search's own bounds):
+    enough GPU milli free once ``ending`` is gone, and for a one-shape whole-GPU workload enough
+    whole devices by count. Why: on the Philly replay most waits are refused, and the trial
+    (release every ending workload, place, roll back) was a third of the replay's CPU."""
+    cl = search.cluster
+    free_gpu = cl.capacity[pool][0] - cl.pool_used[pool]
+    if free_gpu + sum(r.admission.quota_vec()[0] for r in ending) < vec[0]:
+        return False
+    slots = WholeSlots.of(cl, w, pool)
+    return slots is None or slots.could_fit_after(ending)
