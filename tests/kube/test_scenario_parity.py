@@ -436,7 +436,9 @@ def test_the_kubernetes_backend_decides_as_the_virtual_one(
 ) -> None:
     scn = load(path)
     if any(c.get("finish") for c in scn.cycles):
-        pytest.skip(f"{scn.name}: 'finish' is not driven here (no scenario uses it)")
+        pytest.skip(
+            f"{scn.name}: 'finish' (a workload ending between cycles) is not driven through the fake kubelet here"
+        )
     why = unexpressible(scn)
     if why:
         pytest.skip(f"{scn.name}: a Kubernetes object cannot express {why}")
