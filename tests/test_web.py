@@ -67,7 +67,8 @@ def test_dashboard_signs_in_shows_pools_and_submits(server: Server, browser: obj
     page.select_option("#submit select[name=queue]", "llm-research")
     page.fill("#submit input[name=gpus]", "2")
     page.click("#submit button")
-    sync_api.expect(page.locator("#submit-result")).to_contain_text("submitted web-job")
+    # a POST round trip: under CI's parallel load the server may take longer than expect's 5 s
+    sync_api.expect(page.locator("#submit-result")).to_contain_text("submitted web-job", timeout=20000)
     row = page.locator("#workloads tr[data-name=web-job]")
     sync_api.expect(row).to_contain_text("llm-research")
     sync_api.expect(row.locator("td").nth(3)).to_have_text("Running", timeout=15000)
@@ -85,7 +86,7 @@ def test_bad_submission_shows_the_field_and_keeps_the_page(server: Server, brows
     page.fill("#submit input[name=name]", "too-big")
     page.fill("#submit input[name=gpus]", "1.5")
     page.click("#submit button")
-    sync_api.expect(page.locator("#submit-result")).to_contain_text("422")
+    sync_api.expect(page.locator("#submit-result")).to_contain_text("422", timeout=20000)
     sync_api.expect(page.locator("#submit-result")).to_contain_text("nvidia.com/gpu")
     sync_api.expect(page.locator("#pools tbody tr")).to_have_count(3)
 
