@@ -27,6 +27,7 @@ from typing import Any
 from gpupool.kube.client import ApiError as KubeApiError
 from gpupool.kube.client import Resource
 from gpupool.kube.informer import Informer
+from gpupool.kube.loop import LoopThread
 
 log = logging.getLogger("gpupool.kube.config")
 
@@ -72,7 +73,7 @@ def _located(exc: Exception) -> str:
     return str(getattr(exc, "message", "") or exc)
 
 
-class ConfigSource:
+class ConfigSource(LoopThread):
     """Watches the configuration kinds; applies each changed object alone (see the module)."""
 
     def __init__(
@@ -97,9 +98,7 @@ class ConfigSource:
         )
         self._dirty: dict[tuple[str, str], Mapping[str, Any] | None] = {}
         self._mu = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        LoopThread.__init__(self)
         self._applied: dict[tuple[str, str], str] = {}  # (kind, name) -> resourceVersion handled
         self.svc: Any = None
         self.stats = {"applied": 0, "unchanged": 0, "refused": 0, "deleted": 0, "errors": 0}
@@ -126,16 +125,10 @@ class ConfigSource:
             start = getattr(inf, "start", None)
             if callable(start) and isinstance(inf, Informer):
                 start()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="gpupool-kube-config", daemon=True)
-        self._thread.start()
+        self._start_loop("gpupool-kube-config")
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        self._stop_loop()
         for inf in self.informers.values():
             if isinstance(inf, Informer):
                 inf.stop()

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from gpupool.kube import elastic
 from gpupool.kube import workloads as kw
+from gpupool.kube.loop import LoopThread
 from gpupool.kube.source_keys import OWNER_KINDS, top_owner_key
 from gpupool.kube.source_policy import SourcePolicy, parse_namespace_queues, policy_from_options
 from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError
@@ -132,7 +133,7 @@ class _Unready(Exception):
     the object is held back and retried, and the others go on."""
 
 
-class KubeSource:
+class KubeSource(LoopThread):
     """Watches the top-owner kinds and bare pods; submits, refuses with an Event, cancels."""
 
     def __init__(
@@ -158,9 +159,7 @@ class KubeSource:
         self._dirty: dict[Key, float] = {}  # key -> when it last changed (monotonic)
         self._gone: dict[Key, dict[str, Any]] = {}  # the last object seen before DELETED
         self._groups: dict[tuple[str, str], set[str]] = {}  # (ns, group) -> pod names
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        LoopThread.__init__(self)
         #: per key: the digest of the manifest last submitted or refused, and the workload name
         self._seen: dict[Key, str] = {}
         self.names: dict[Key, str] = {}
@@ -229,16 +228,10 @@ class KubeSource:
 
     # ------------------------------------------------------------------ the worker
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="gpupool-kube-source", daemon=True)
-        self._thread.start()
+        self._start_loop("gpupool-kube-source")
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        self._stop_loop()
 
     def resync(self) -> None:
         """Mark every cached object dirty (on becoming the leader: a standby submits nothing)."""

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpupool.kube.loop import LoopThread
 from gpupool.kube.source import Key, top_owner_key
 
 log = logging.getLogger("gpupool.kube.status")
@@ -274,7 +275,7 @@ def waiting_reasons(ctl: Any, names: Iterable[str]) -> dict[str, Waiting]:
     return out
 
 
-class StatusWriter:
+class StatusWriter(LoopThread):
     """Writes why each waiting Kubernetes workload waits (pod conditions, owner Events), and
     Admitted / Preempted Events from the audit, in its own thread."""
 
@@ -315,9 +316,7 @@ class StatusWriter:
         #: per pod (ns, name): the condition message written and when
         self._written: dict[tuple[str, str], tuple[str, str, float]] = {}
         self._audit_seq = 0
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        LoopThread.__init__(self)
         self.stats = {"passes": 0, "conditions": 0, "admitted": 0, "preempted": 0, "errors": 0}
 
     # ------------------------------------------------------------------ lifecycle
@@ -327,16 +326,10 @@ class StatusWriter:
             self._audit_seq = int(self.store.audit_head()[0])
         except Exception:
             log.warning("status writer: cannot read the audit head; starting from the beginning")
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="gpupool-kube-status", daemon=True)
-        self._thread.start()
+        self._start_loop("gpupool-kube-status")
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        self._stop_loop()
 
     def on_cycle(self, _stats: Any = None) -> None:
         """The controller's ``on_cycle`` hook: ask for a pass (never blocks the cycle)."""
