@@ -22,6 +22,7 @@ from typing import Any
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube import inventory, workloads
 from gpupool.kube.informer import Informers, object_key
+from gpupool.kube.source_keys import OWNER_KINDS  # the owner kinds that stand for a workload
 
 #: (kind, namespace, name) of a top owner; kind "Pod" or "PodGroup" for bare pods
 Top = tuple[str, str, str]
@@ -29,14 +30,6 @@ PodKey = tuple[str, str]
 
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 TERMINAL = ("Succeeded", "Failed")
-#: the owner kinds that stand for a workload, and the informer each lives in
-OWNER_KINDS = {
-    "Job": "jobs",
-    "PyTorchJob": "pytorchjobs",
-    "JobSet": "jobsets",
-    "Deployment": "deployments",
-    "StatefulSet": "statefulsets",
-}
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
