@@ -23,13 +23,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from gpupool.audit import AuditEntry
-from gpupool.auth import Role, generate_token
+from gpupool.auth import Role
 from gpupool.store.errors import Conflict, ValidationFailed
 from gpupool.store.objects import ObjectMethods
 from gpupool.store.records import IssuedToken, ObjectRecord
 from gpupool.store.revisions import RevisionRow
 from gpupool.store.rows import token_record
-from gpupool.store.schema import Base, TokenRow
+from gpupool.store.schema import Base
+from gpupool.store.tokens import add_token
 from gpupool.store.validation import check_name, object_parts
 
 
@@ -127,16 +128,5 @@ class OnboardMethods(ObjectMethods):
         if role not in (Role.QUEUE_ADMIN.value, Role.MEMBER.value):
             raise ValidationFailed("tokens.role", f"must be queue-admin or member, got {role!r}")
         check_name(scope, "tokens.scope")
-        plaintext, digest = generate_token()
-        row = TokenRow(
-            token_hash=digest,
-            name=name,
-            role=role,
-            scope=scope,
-            created_at=now,
-            revoked=False,
-            revoked_at=None,
-        )
-        s.add(row)
-        s.flush()
+        row, plaintext = add_token(s, name, role, scope, now)
         return IssuedToken(token_record(row), plaintext)

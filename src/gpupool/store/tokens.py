@@ -21,6 +21,19 @@ from gpupool.store.schema import AuditAnchorRow, TokenRow
 from gpupool.store.validation import check_name
 
 
+def add_token(s: Session, name: str, role: str, scope: str | None, now: datetime) -> tuple[TokenRow, str]:
+    """A new token's row in the open transaction ``s`` (flushed, so it has its id) and its
+    plaintext, shown once: only the sha256 is stored. Shared by ``issue_token`` and onboarding,
+    which issues a team's tokens in the same transaction as its queues."""
+    plaintext, digest = generate_token()
+    row = TokenRow(
+        token_hash=digest, name=name, role=role, scope=scope, created_at=now, revoked=False, revoked_at=None
+    )
+    s.add(row)
+    s.flush()
+    return row, plaintext
+
+
 class TokenMethods(StoreBase):
     """Issuing, authenticating, revoking and listing tokens, and the first start's admin token."""
 
@@ -47,19 +60,8 @@ class TokenMethods(StoreBase):
         if scope is not None:
             check_name(scope, "scope")
         now = self._now(at)
-        plaintext, digest = generate_token()
         with self._write() as s:
-            row = TokenRow(
-                token_hash=digest,
-                name=name,
-                role=r.value,
-                scope=scope,
-                created_at=now,
-                revoked=False,
-                revoked_at=None,
-            )
-            s.add(row)
-            s.flush()
+            row, plaintext = add_token(s, name, r.value, scope, now)
             detail_entry = None
             if audit is not None:
                 detail = {"role": r.value, "scope": scope, "id": row.id, **dict(audit.detail)}
