@@ -16,10 +16,15 @@ from typing import TYPE_CHECKING, Literal
 from gpupool.engine import fair_preemption as fair
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
+from gpupool.engine.reach import reachable
 from gpupool.engine.running import vec_of
 from gpupool.engine.slots import WholeSlots
 from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
 from gpupool.model import ZERO, Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload, vadd, vsub
+
+#: apply ``reach.reachable``'s bound before a search (the property tests switch it off to show
+#: that it changes no decision)
+REACH_BOUND = True
 
 if TYPE_CHECKING:
     from gpupool.engine.cycle_state import CycleState
@@ -297,7 +302,8 @@ class PreemptionSearch:
         cands = choose_victims(self, self.preemption_candidates(w, pool, vec))
         slots = self._bounded_slots(w, pool, vec, cands)
         cp = self._stmt.checkpoint()
-        removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots)
+        steps: list[tuple[Candidate, bool]] = []
+        removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots, steps)
         if removed is None:
             failed.add(memo)
             return False
@@ -309,8 +315,7 @@ class PreemptionSearch:
         if should_wait(self, w, pool, vec, memo):  # work about to end makes room: evict nobody
             return False
         slots = None if slots is None else WholeSlots.of(self.cluster, w, pool)  # counts afresh
-        removed = self._remove_until_fits(w, pool, vec, cands, slots)
-        assert removed is not None  # the same search on the same state
+        removed = self._replay(steps, slots)  # the same search on the same state, without its trials
         victims = self._give_back(w, pool, vec, removed, slots)
         res = self.placer.place(w, pool, self.config.max_domain_tries)
         assert res.pods is not None
@@ -338,14 +343,28 @@ class PreemptionSearch:
         slots = WholeSlots.of(self.cluster, w, pool)
         if slots is not None and not slots.could_fit_without(cands):
             return False
+        if REACH_BOUND:  # the same bounds on what the search would remove at most
+            gone = reachable(self.quota, pool, cands)
+            if gone is not None and (
+                free_gpu + sum(r.admission.quota_vec()[0] for r in gone) < vec[0]
+                or (slots is not None and not slots.could_fit_after(gone))
+            ):
+                return False
         return slots
 
     def _remove_until_fits(
-        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate], slots: WholeSlots | None
+        self,
+        w: Workload,
+        pool: str,
+        vec: Vec,
+        cands: list[Candidate],
+        slots: WholeSlots | None,
+        steps: list[tuple[Candidate, bool]],
     ) -> list[Candidate] | None:
         """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back).
         A victim of another queue is skipped once its queue no longer borrows (earlier victims
-        gave back what it borrowed): reclaim never takes a queue's own guarantee."""
+        gave back what it borrowed): reclaim never takes a queue's own guarantee. ``steps``
+        records every candidate released and whether it stayed released (``_replay``)."""
         cp = self._stmt.checkpoint()
         free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
         freed = 0
@@ -361,7 +380,9 @@ class PreemptionSearch:
             self._discharge(c.running)
             if c.sides is not None and not fair.victim_lowers(self.quota, w, pool, vec, c.sides, share):
                 self._charge(c.running)  # its side would fall below the preemptor's: not a victim
+                steps.append((c, False))
                 continue
+            steps.append((c, True))
             removed.append(c)
             if c.rule is PreemptRule.RECLAIM:
                 depth = min(depth, c.depth)
@@ -375,6 +396,21 @@ class PreemptionSearch:
                 return removed
         self._stmt.rollback(cp)
         return None
+
+    def _replay(self, steps: list[tuple[Candidate, bool]], slots: WholeSlots | None) -> list[Candidate]:
+        """Redo a successful ``_remove_until_fits`` from its ``steps``, on the state it started
+        from: the same releases (and put-backs) in the same order, so the same state, without
+        its placement trials (only a successful search is replayed: its last step fitted)."""
+        removed: list[Candidate] = []
+        for c, kept in steps:
+            self._discharge(c.running)
+            if not kept:
+                self._charge(c.running)
+                continue
+            removed.append(c)
+            if slots is not None:
+                slots.enough(c)
+        return removed
 
     def _give_back(
         self, w: Workload, pool: str, vec: Vec, removed: list[Candidate], slots: WholeSlots | None

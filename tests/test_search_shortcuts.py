@@ -1,0 +1,115 @@
+"""The preemption search's shortcuts decide exactly as the search without them.
+
+Two shortcuts (issue 11 follow-up, the Philly replay's CPU): the bound on what the search could
+remove at most (``engine/reach.py``), checked before any eviction, and the replay of a
+successful search after the wait check instead of a second search.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpupool.engine import Engine, preemption
+from gpupool.engine.preemption import PreemptionSearch
+from gpupool.model import (
+    Node,
+    PodGroup,
+    PodRequest,
+    PoolQuota,
+    Queue,
+    ResourcePool,
+    Snapshot,
+    Workload,
+    devices_only,
+)
+from tests.strategies import snapshots, workloads
+
+SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _job(name: str, queue: str, gpus: int, t: float) -> Workload:
+    req = PodRequest(gpus=gpus, cpu_milli=1000, memory_mib=1024)
+    return Workload(name, queue, (PodGroup("main", 1, req),), "c", 0, True, arrival=t)
+
+
+def _cluster(guarantees: dict[str, int]) -> Engine:
+    """One 8-GPU node; a cohort root and a leaf per entry with that many GPUs guaranteed."""
+    nodes = (Node("n0", "A", 8, 81920, 64000, 524288, labels=(("pool", "p0"),)),)
+    pools = (ResourcePool("p0", (("pool", "p0"),)),)
+    queues = [Queue("root", quotas=(PoolQuota("p0", devices_only(100_000)),))]
+    queues += [
+        Queue(q, parent="root", quotas=(PoolQuota("p0", devices_only(g * 1000)),))
+        for q, g in guarantees.items()
+    ]
+    return Engine(Snapshot(nodes, pools, tuple(queues)))
+
+
+def _run(eng: Engine, jobs: list[Workload], now: float) -> None:
+    d = eng.cycle(jobs, now)
+    eng.apply(d, jobs, now)
+    assert len(d.admitted) == len(jobs)
+
+
+def test_a_search_that_cannot_reach_enough_is_not_run() -> None:
+    """Queue b borrows 2 GPUs but runs 4: reclaim takes 2 at most (then b is within its
+    guarantee), so a 6-GPU job of queue a, with 2 GPUs free, cannot fit. Counting all four of
+    b's jobs the cheap bound passes; counting what reclaim could take it fails, and the search
+    (with its evictions and rollback) is never run. The decision is the same either way."""
+    eng = _cluster({"a": 6, "b": 2, "c": 2})
+    _run(eng, [_job("c0", "c", 1, 0.0), _job("c1", "c", 1, 0.0)], 0.0)
+    _run(eng, [_job(f"b{i}", "b", 1, 1.0) for i in range(4)], 1.0)
+    big = [_job("big", "a", 6, 2.0)]
+    calls: list[str] = []
+    real = PreemptionSearch._remove_until_fits
+
+    def spy(self: PreemptionSearch, w: Workload, *a: object) -> object:
+        calls.append(w.name)
+        return real(self, w, *a)  # type: ignore[arg-type]
+
+    with mock.patch.object(PreemptionSearch, "_remove_until_fits", spy):
+        bounded = eng.cycle(big, 3.0)
+        assert calls == []
+        with mock.patch.object(preemption, "REACH_BOUND", False):
+            plain = eng.cycle(big, 3.0)
+        assert calls == ["big"]
+    assert bounded == plain
+    assert not bounded.admitted and not bounded.preempted
+
+
+def test_a_successful_search_runs_once() -> None:
+    """Queue b borrows 4 GPUs of queue a's guarantee: a's 4-GPU job evicts four of b's jobs.
+    The search runs once; after the wait check its releases are replayed, not searched again."""
+    eng = _cluster({"a": 4, "b": 4})
+    _run(eng, [_job(f"b{i}", "b", 1, 0.0) for i in range(8)], 0.0)
+    calls: list[str] = []
+    real = PreemptionSearch._remove_until_fits
+
+    def spy(self: PreemptionSearch, w: Workload, *a: object) -> object:
+        calls.append(w.name)
+        return real(self, w, *a)  # type: ignore[arg-type]
+
+    with mock.patch.object(PreemptionSearch, "_remove_until_fits", spy):
+        d = eng.cycle([_job("a0", "a", 4, 1.0)], 100.0)
+    assert calls == ["a0"]
+    assert d.admitted_names() == ["a0"] and len(d.victims()) == 4
+
+
+@SETTINGS
+@given(snapshots(), st.data())
+def test_reach_bound_changes_no_decision(snap: Snapshot, data: st.DataObject) -> None:
+    """On random clusters, with work running and new arrivals, the cycle decides exactly as
+    without the bound on what a search could remove."""
+    eng = Engine(snap)
+    d = eng.cycle(snap.pending, 0.0)
+    eng.apply(d, snap.pending, 0.0)
+    admitted = set(d.admitted_names())
+    leaves = [q.name for q in snap.queues if q.parent is not None]
+    new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(1, 8))))
+    pending = [w for w in snap.pending if w.name not in admitted] + list(new)
+    bounded = eng.cycle(pending, 1.0)
+    with mock.patch.object(preemption, "REACH_BOUND", False):
+        plain = eng.cycle(pending, 1.0)
+    assert bounded == plain
