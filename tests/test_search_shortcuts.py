@@ -21,6 +21,7 @@ from gpupool.model import (
     PoolQuota,
     Queue,
     ResourcePool,
+    Running,
     Snapshot,
     Workload,
     devices_only,
@@ -72,9 +73,33 @@ def test_a_search_that_cannot_reach_enough_is_not_run() -> None:
     with mock.patch.object(PreemptionSearch, "_remove_until_fits", spy):
         bounded = eng.cycle(big, 3.0)
         assert calls == []
-        with mock.patch.object(preemption, "REACH_BOUND", False):
+        with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
             plain = eng.cycle(big, 3.0)
         assert calls == ["big"]
+    assert bounded == plain
+    assert not bounded.admitted and not bounded.preempted
+
+
+def test_candidates_that_cannot_make_room_are_not_ordered() -> None:
+    """Even with all four of b's jobs gone, 6 GPUs are free: an 8-GPU job cannot fit, so its
+    candidates are not put in order (nor costed) before the search gives up."""
+    eng = _cluster({"a": 8, "b": 2, "c": 2})
+    _run(eng, [_job("c0", "c", 1, 0.0), _job("c1", "c", 1, 0.0)], 0.0)
+    _run(eng, [_job(f"b{i}", "b", 1, 1.0) for i in range(4)], 1.0)
+    big = [_job("big", "a", 8, 2.0)]
+    keys: list[str] = []
+    real = preemption.candidate_order
+
+    def spy(victim: Running, mine: str, now: float | None = None) -> tuple[object, ...]:
+        keys.append(victim.name)
+        return real(victim, mine, now)
+
+    with mock.patch.object(preemption, "candidate_order", spy):
+        bounded = eng.cycle(big, 3.0)
+        assert keys == []
+        with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
+            plain = eng.cycle(big, 3.0)
+        assert sorted(keys) == ["b0", "b1", "b2", "b3"]
     assert bounded == plain
     assert not bounded.admitted and not bounded.preempted
 
@@ -110,6 +135,6 @@ def test_reach_bound_changes_no_decision(snap: Snapshot, data: st.DataObject) ->
     new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(1, 8))))
     pending = [w for w in snap.pending if w.name not in admitted] + list(new)
     bounded = eng.cycle(pending, 1.0)
-    with mock.patch.object(preemption, "REACH_BOUND", False):
+    with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
         plain = eng.cycle(pending, 1.0)
     assert bounded == plain

@@ -22,9 +22,9 @@ from gpupool.engine.slots import WholeSlots
 from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
 from gpupool.model import ZERO, Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload, vadd, vsub
 
-#: apply ``reach.reachable``'s bound before a search (the property tests switch it off to show
-#: that it changes no decision)
-REACH_BOUND = True
+#: the bounds that only save work (the property tests switch them off to show that they change no
+#: decision): the device bounds before the candidates are sorted, and ``reach.reachable``'s bound
+SEARCH_SHORTCUTS = True
 
 if TYPE_CHECKING:
     from gpupool.engine.cycle_state import CycleState
@@ -147,6 +147,8 @@ class PreemptionSearch:
         if best is None and not self._may_borrow_preempting(w, pool) and not fair:
             return own[:0]  # it would stay above every guarantee: only borrowWithinCohort allows that
         out = own + self._cohort_candidates(w, pool, vec, best, fair)
+        if SEARCH_SHORTCUTS and self._device_bounds(w, pool, vec, out) is False:
+            return out[:0]  # even with all of them gone it would not fit: no order makes room
         mine = w.queue
         out.sort(key=lambda c: candidate_order(c.running, mine))
         return out[: self.config.max_preemption_candidates]
@@ -335,6 +337,25 @@ class PreemptionSearch:
         """The cheap bounds before any trial: False when even evicting every candidate could
         not make room (by free GPU milli, then by whole free devices); else the device count to
         keep during the search (None where it does not apply)."""
+        slots = self._device_bounds(w, pool, vec, cands)
+        if slots is False:
+            return False
+        if SEARCH_SHORTCUTS:  # the same bounds on what the search would remove at most
+            free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
+            gone = reachable(self.quota, pool, cands)
+            if gone is not None and (
+                free_gpu + sum(r.admission.quota_vec()[0] for r in gone) < vec[0]
+                or (slots is not None and not slots.could_fit_after(gone))
+            ):
+                return False
+        return slots
+
+    def _device_bounds(
+        self, w: Workload, pool: str, vec: Vec, cands: list[Candidate]
+    ) -> WholeSlots | Literal[False] | None:
+        """False when even evicting every candidate (in any order) could not make room, by free
+        GPU milli, then by whole free devices; else the device count (None where it does not
+        apply)."""
         if not cands:
             return False
         free_gpu = self.cluster.capacity[pool][0] - self.cluster.pool_used[pool]
@@ -343,13 +364,6 @@ class PreemptionSearch:
         slots = WholeSlots.of(self.cluster, w, pool)
         if slots is not None and not slots.could_fit_without(cands):
             return False
-        if REACH_BOUND:  # the same bounds on what the search would remove at most
-            gone = reachable(self.quota, pool, cands)
-            if gone is not None and (
-                free_gpu + sum(r.admission.quota_vec()[0] for r in gone) < vec[0]
-                or (slots is not None and not slots.could_fit_after(gone))
-            ):
-                return False
         return slots
 
     def _remove_until_fits(
