@@ -61,19 +61,28 @@ def test_three_by_eight_with_minimum_two_in_sixteen_runs_two_pods() -> None:
     assert not d.admitted[0].borrowing
 
 
-def test_the_full_count_goes_first_when_it_can_borrow() -> None:
-    """Partial admission is a fallback: a gang the cohort can lend to runs whole."""
+def test_within_its_guarantee_a_gang_starts_in_pass_1_with_what_the_guarantee_holds() -> None:
+    """Pass 1 admits without borrowing: a gang whose minimum fits its guarantee starts there
+    with the largest count the guarantee holds (2 of 3 pods in 16 GPUs), before any borrower,
+    even though borrowing could give it all 3 in pass 2."""
     w = _gang("g", 3, 8, 2)
     d = decide(_snapshot(16, 8, (w,)))
-    assert [len(a.pods) for a in d.admitted] == [3]
-    assert d.admitted[0].borrowing
+    assert [(len(a.pods), a.borrowing) for a in d.admitted] == [(2, False)]
+
+
+def test_the_full_count_goes_first_when_even_the_minimum_borrows() -> None:
+    """Beyond its guarantee even at its minimum, a gang waits for the borrowing pass, and there
+    partial admission is a fallback: a gang the cohort can lend to runs whole."""
+    w = _gang("g", 3, 8, 2)
+    d = decide(_snapshot(8, 16, (w,)))
+    assert [(len(a.pods), a.borrowing) for a in d.admitted] == [(3, True)]
 
 
 def test_a_reduced_gang_borrows_only_in_the_borrowing_pass_and_only_if_preemptible() -> None:
     """A reduced count above the guarantee borrows like a full gang; non-preemptible work
     never borrows, so it gets the count its guarantee holds."""
     w = _gang("g", 4, 8, 2)
-    d = decide(_snapshot(16, 8, (w,)))
+    d = decide(_snapshot(8, 16, (w,)))
     assert [(len(a.pods), a.borrowing) for a in d.admitted] == [(3, True)]
     fixed = Workload(w.name, "a", w.pod_groups, preemptible=False, gang_min=2)
     d = decide(_snapshot(16, 8, (fixed,)))

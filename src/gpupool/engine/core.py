@@ -25,7 +25,7 @@ from gpupool.engine.hints import BlockedHints
 from gpupool.engine.holds import plan_hold
 from gpupool.engine.ordering import FairShareOrder
 from gpupool.engine.ordering import workload_order_key as workload_order_key
-from gpupool.engine.partial import PartialAdmission, is_partial
+from gpupool.engine.partial import PartialAdmission, is_partial, reduced
 from gpupool.engine.placement import Placer
 from gpupool.engine.preemption import PreemptionSearch, WholeSlots
 from gpupool.engine.reasons import no_pool_reason, non_preemptible_reason, quota_reason
@@ -405,12 +405,15 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds, Usa
 
     def _must_borrow(self, w: Workload) -> bool:
         """True when ``w`` needs GPUs and would take its leaf queue past its GPU guarantee in every
-        pool it may use: it can only be admitted by borrowing, so pass 1 leaves it to pass 2
-        (which also reports it, if it cannot borrow either)."""
+        pool it may use (a partial gang: even at its minimum): it can only be admitted by
+        borrowing, so pass 1 leaves it to pass 2 (which also reports it, if it cannot borrow
+        either)."""
         vec, pools, _ = self._static(w)
         g = vec[0]
         if g <= 0 or not pools:
             return False
+        if is_partial(w):  # it may start at its minimum, which may fit the guarantee
+            g = reduced(w, w.min_pods).quota_vec()[0]
         E, G, q = self.quota.E, self.quota.G, w.queue
         for p in pools:  # hot (every workload in pass 1): a plain loop, no generator
             k = (q, p)
@@ -442,7 +445,7 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds, Usa
             return False
         # reasons are formatted only if the workload ends up pending (most attempts never need them)
         reasons: PoolReasons = []
-        wants_borrow = False
+        wants_borrow: list[str] = []  # pools where it fits quota only by borrowing
         quota = self.quota
         fail_cache = self._cs.fail_cache
         for pool, ckey in zip(pools, ckeys, strict=True):
@@ -462,7 +465,7 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds, Usa
                 reasons.append((pool, PendingCode.QUOTA, non_preemptible_reason(quota, w, pool, vec)))
                 continue
             if borrowing and (not allow_borrow or self._beyond_round(w, pool, vec)):
-                wants_borrow = True
+                wants_borrow.append(pool)
                 continue
             res = self.placer.place(w, pool, self.config.max_domain_tries)
             if res.pods is not None:
@@ -476,7 +479,9 @@ class Engine(PreemptionSearch, BlockedHints, PartialAdmission, BorrowRounds, Usa
             fail_cache[ckey] = (code, reason)
             reasons.append((pool, code, reason))
         # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
-        if wants_borrow:
+        if wants_borrow:  # pass 1: a partial gang may start within its guarantee, fewer pods
+            if not allow_borrow and is_partial(w) and self._partial_in_guarantee(w, wants_borrow, out):
+                return True
             return None
         if is_partial(w) and any(code is PendingCode.QUOTA for _, code, _ in reasons):
             got = self._try_partial(w, reasons, out, allow_borrow)

@@ -106,29 +106,44 @@ class PartialAdmission:
         allow_borrow: bool,
     ) -> bool | None:
         """In each pool where quota refused the full gang, in pool order, the largest count at
-        or above the gang minimum that quota allows, placed with that minimum. True: admitted;
-        None: only a borrowing count fits and this is pass 1 (pass 2 tries the full count first
-        again); False: no reduced gang fits."""
+        or above the gang minimum that quota allows (in pass 1: without borrowing), placed with
+        that minimum. True: admitted; None: this is pass 1 and a borrowing count would fit
+        (pass 2 tries the full count first again); False: no reduced gang fits."""
         wants_borrow = False
         for pool in [p for p, code, _ in reasons if code is PendingCode.QUOTA]:
             got = largest_count(self.quota, w, pool)
             if got is None:
                 continue
             k, borrowing = got
-            if borrowing and not (w.preemptible and self.placer.st.pools[pool].preemptible):
-                # non-preemptible work never borrows (issue 11, item 5): what the guarantee holds
+            may_borrow = w.preemptible and self.placer.st.pools[pool].preemptible
+            if borrowing and (not may_borrow or not allow_borrow):
+                # non-preemptible work never borrows (issue 11, item 5), and pass 1 admits
+                # without borrowing: what the guarantee holds (pass 2 tries a borrowing count)
+                wants_borrow = wants_borrow or may_borrow
                 got = largest_count(self.quota, w, pool, within_guarantee=True)
                 if got is None:
                     continue
                 k, borrowing = got
-            if borrowing and not allow_borrow:
-                wants_borrow = True
-                continue
             res = self.placer.place(reduced(w, k), pool, self.config.max_domain_tries)
             if res.pods is not None:
                 self._admit(w, pool, tuple(res.pods), borrowing, out)
                 return True
         return None if wants_borrow else False
+
+    def _partial_in_guarantee(self, w: Workload, pools: list[str], out: Decisions) -> bool:
+        """Pass 1, where the full gang would borrow in each of ``pools``: the largest count its
+        leaf queue's guarantee holds (at or above the gang minimum), placed with that minimum,
+        in pool order. Why: otherwise the gang waits for pass 2 on its full count, and work of
+        other queues that borrows is admitted there first (issue 11 follow-up)."""
+        for pool in pools:
+            got = largest_count(self.quota, w, pool, within_guarantee=True)
+            if got is None:
+                continue
+            res = self.placer.place(reduced(w, got[0]), pool, self.config.max_domain_tries)
+            if res.pods is not None:
+                self._admit(w, pool, tuple(res.pods), False, out)
+                return True
+        return False
 
     def _preempt_for_minimum(
         self, w: Workload, pools: list[str], ckeys: list[tuple[object, ...]], out: Decisions
