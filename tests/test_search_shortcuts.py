@@ -1,8 +1,10 @@
 """The preemption search's shortcuts decide exactly as the search without them.
 
-Two shortcuts (issue 11 follow-up, the Philly replay's CPU): the bound on what the search could
-remove at most (``engine/reach.py``), checked before any eviction, and the replay of a
-successful search after the wait check instead of a second search.
+Shortcuts of the issue 11 follow-up (the Philly replay's CPU): the device bounds before the
+candidates are ordered, the bound on what the search could remove at most
+(``engine/reach.py``), the replay of a successful search after the wait check instead of a
+second search, and the blocked-at-start proof for a queue within its guarantee whose possible
+victims hold too little (``hints.BlockedHints._room_from_victims``).
 """
 
 from __future__ import annotations
@@ -138,3 +140,21 @@ def test_reach_bound_changes_no_decision(snap: Snapshot, data: st.DataObject) ->
     with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
         plain = eng.cycle(pending, 1.0)
     assert bounded == plain
+
+
+def test_a_queue_within_its_guarantee_is_blocked_when_the_borrowers_hold_too_little() -> None:
+    """The node is full: c runs 5 GPUs within its guarantee, b 3 (1 borrowed). An 8-GPU job
+    of queue a fits a's guarantee, so reclaim is open, but every workload reclaim could take
+    frees 3 GPUs: it is shown blocked at the start (before, being within its guarantee was
+    enough to count as able to preempt), and the cycle decides the same with the hint."""
+    eng = _cluster({"a": 8, "b": 2, "c": 6})
+    _run(eng, [_job(f"c{i}", "c", 1, 0.0) for i in range(5)], 0.0)
+    _run(eng, [_job(f"b{i}", "b", 1, 1.0) for i in range(3)], 1.0)
+    big = _job("big", "a", 8, 2.0)
+    small = _job("small", "a", 3, 2.0)  # 3 GPUs: evicting b's work would make room
+    assert eng.blocked_at_start(big, {})
+    assert not eng.blocked_at_start(small, {})
+    plain = eng.cycle([big], 3.0)
+    hinted = eng.cycle([big], 3.0, blocked={"big"})
+    assert not plain.admitted and not plain.preempted
+    assert hinted.admitted == plain.admitted and hinted.preempted == plain.preempted

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gpupool.engine import fair_preemption as fair
-from gpupool.engine.cohorts import fit_depth
+from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.model import ReclaimPolicy, Vec, Workload
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ class BlockedHints:
     placer: Placer
     pools: dict[str, ResourcePool]
     _cs: CycleState
+    _leaves_of_root: dict[str, list[str]]
 
     if TYPE_CHECKING:
 
@@ -88,14 +89,38 @@ class BlockedHints:
             lowest < w.priority
             or (lowest == w.priority and pol.within_queue is ReclaimPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY)
         ):
-            return True
+            return self._room_from_victims(w, pool, vec)
         if pol.borrow_within_cohort is not ReclaimPolicy.NEVER or fair.enabled(self.quota, w.queue):
-            return True
+            return self._room_from_victims(w, pool, vec)
         # reclaim needs a guarantee in reach: the leaf's, or an ancestor's below the root
         return (
             pol.reclaim_within_cohort is not ReclaimPolicy.NEVER
             and fit_depth(self.quota, w.queue, pool, vec) is not None
+            and self._room_from_victims(w, pool, vec)
         )
+
+    def _room_from_victims(self, w: Workload, pool: str, vec: Vec) -> bool:
+        """Could evicting every workload any rule might take for ``w`` free its GPUs? Every
+        victim runs in ``w``'s own queue or in another leaf of its cohort that borrows now
+        (``preemption._borrowing_since_start``), so the free GPU milli of the pool plus what
+        those queues use bounds what any search in the coming cycle can free (capacity only
+        shrinks, and victims only leave, until something is preempted). Why: on the Philly
+        replay a queue within its guarantee could otherwise never be shown blocked, however
+        little the borrowers hold."""
+        q, st = self.quota, self.cluster
+        room = st.capacity[pool][0] - st.pool_used[pool] + q.U[(w.queue, pool)][0]
+        if room >= vec[0]:
+            return True
+        for other in self._leaves_of_root.get(q.root[w.queue], ()):
+            if (
+                other != w.queue
+                and (pool, other) in self.runs.by_pq
+                and borrowing_below(q, other, pool, q.common_ancestor(w.queue, other))
+            ):
+                room += q.U[(other, pool)][0]
+                if room >= vec[0]:
+                    return True
+        return False
 
     def _held_everywhere(self, w: Workload) -> bool:
         pools = self._static(w)[1]
