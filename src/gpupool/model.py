@@ -232,6 +232,9 @@ class PreemptionPolicy:
     within_queue: ReclaimPolicy = ReclaimPolicy.LOWER_PRIORITY
     reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
     borrow_within_cohort: ReclaimPolicy = ReclaimPolicy.NEVER
+    #: Kueue's ``borrowWithinCohort.maxPriorityThreshold``: while borrowing, only victims of at
+    #: most this priority (None: any lower priority)
+    borrow_max_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
