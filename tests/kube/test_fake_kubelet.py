@@ -227,6 +227,22 @@ def test_complete_ends_a_running_pod_as_a_real_kubelet_reports_it(fake_server: F
     assert kubelet_of(srv).complete("default", "c") is False  # already ended: nothing changes
 
 
+def test_a_pod_completed_on_demand_frees_its_device(fake_server: FakeApiServer) -> None:
+    """The HAMi stand-in's ledger lets the device go: a second pod given the same whole device
+    afterwards is no violation."""
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    dev = uuids(srv, node)[0]
+    srv.create(pod("first", gpus=1, annotations={ALLOC: f"{dev},NVIDIA,81559,100:;"}))
+    srv.bind("default", "first", node)
+    srv.wait_for(lambda: phase(srv, "first") == "Running", what="first runs")
+    assert kubelet_of(srv).complete("default", "first")
+    srv.create(pod("second", gpus=1, annotations={ALLOC: f"{dev},NVIDIA,81559,100:;"}))
+    srv.bind("default", "second", node)
+    srv.wait_for(lambda: phase(srv, "second") == "Running", what="second runs")
+    assert srv.stats.violations == []
+
+
 def test_complete_with_an_exit_code_fails_the_pod(fake_server: FakeApiServer) -> None:
     srv = fake_server
     node = srv.add_gpu_nodes(1, hami=False)[0]
