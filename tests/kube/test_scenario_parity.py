@@ -403,9 +403,11 @@ def finish_jobs(srv: FakeApiServer, be: KubernetesBackend, clock: Clock, names: 
     """End the Jobs' pods as their containers exiting 0 would (the fake kubelet), and wait until
     the Job controller marks each Job Complete and the backend reports the run Succeeded, so the
     next cycle starts with the work ended, as the scenario runner's ``finish`` does."""
-    kubelet = kubelet_of(srv)
+    kubelet, runs = kubelet_of(srv), be.runs()
     for x in names:
-        running = wait_for(partial(running_pods, srv, x), f"{x}'s pods running, to finish them")
+        want = len(runs[PREFIX + x].placement.get("pods") or ())
+        assert want, f"finish {x}: the backend placed no pod of it"
+        running = wait_for(partial(running_pods, srv, x, want), f"{x}'s {want} pods running, to end them")
         assert all(kubelet.complete(NS, p) for p in running), f"{x}: a pod stopped running"
     for x in names:
         wait_for(partial(job_complete, srv, x), f"the Job {x} Complete")
@@ -417,14 +419,14 @@ def finish_jobs(srv: FakeApiServer, be: KubernetesBackend, clock: Clock, names: 
     wait_for(seen, f"the backend to see {names} finished")
 
 
-def running_pods(srv: FakeApiServer, job: str) -> list[str]:
-    """The Job's pods, all Running (empty while any is not yet, or none is)."""
+def running_pods(srv: FakeApiServer, job: str, want: int) -> list[str]:
+    """The Job's ``want`` pods, all Running (empty until they are: the placement's pods)."""
     pods = [
         p
         for p in srv.list("pods", NS, label_selector=f"job-name={job}")
         if not p["metadata"].get("deletionTimestamp")
     ]
-    if not pods or any(p["status"].get("phase") != "Running" for p in pods):
+    if len(pods) != want or any(p["status"].get("phase") != "Running" for p in pods):
         return []
     return [p["metadata"]["name"] for p in pods]
 
