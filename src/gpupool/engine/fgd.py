@@ -45,6 +45,7 @@ __all__ = [
     "ShapeDistribution",
     "node_fragmentation",
     "node_fragmentation_batch",
+    "per_gpu_weights",
 ]
 
 Measure = Literal["fgd", "capacity", "gpupool"]
@@ -141,9 +142,42 @@ class ShapeDistribution:
                 break
         return cls(tuple(s for s, _ in chosen), tuple(n / cum for _, n in chosen))
 
-    def compile(self, models: Sequence[str]) -> CompiledShapes:
-        """Numpy form for a cluster whose GPU models are ``models`` (index order)."""
-        return CompiledShapes.build(self, models)
+    def compile(self, models: Sequence[str], supply: Sequence[int] | None = None) -> CompiledShapes:
+        """Numpy form for a cluster whose GPU models are ``models`` (index order).
+
+        ``supply`` (the cluster's GPUs of each model, same order) weighs each shape by its
+        demand per GPU it can run on (see :func:`per_gpu_weights`); without it, by its share of
+        pods, as the paper does."""
+        dist = self if supply is None else per_gpu_weights(self, models, supply)
+        return CompiledShapes.build(dist, models)
+
+
+def per_gpu_weights(
+    dist: ShapeDistribution, models: Sequence[str], supply: Sequence[int]
+) -> ShapeDistribution:
+    """The mix with each GPU shape's weight divided by the share of the cluster's GPUs it accepts.
+
+    Why: FGD weighs a shape by its share of the coming pods, as if every shape could draw on the
+    whole cluster. A shape pinned to a model with 14% of the GPUs puts all its demand on those
+    GPUs, so a free GPU of that model is about 7 times as likely to be wanted by it as by a shape
+    that runs anywhere. Weighing each shape by its demand per GPU it can use (unpinned shapes and
+    pods without GPUs keep their weight; the weights are renormalised) makes a placement that
+    takes a scarce model's GPU from the pods that can run only there cost what it costs: with the
+    pod-share weights, pods that could run anywhere filled the small models (T4, P100, V100)
+    first, and the pods pinned there were turned away (bench/README.md, issue 11). A mix without
+    pinned shapes is returned unchanged."""
+    if len(supply) != len(models):
+        raise ValueError(f"supply has {len(supply)} entries for {len(models)} GPU models")
+    gpus = dict(zip(models, (max(int(g), 0) for g in supply), strict=True))
+    total = sum(gpus.values())
+    if total == 0 or not any(s.gpu_spec and s.num_gpu > 0 for s in dist.shapes):
+        return dist
+    weights = []
+    for s, w in zip(dist.shapes, dist.weights, strict=True):
+        usable = sum(gpus.get(m, 0) for m in s.gpu_spec) if s.gpu_spec and s.num_gpu > 0 else total
+        weights.append(w * total / usable if usable > 0 else w)  # a shape that runs nowhere: as is
+    norm = sum(weights)
+    return ShapeDistribution(dist.shapes, tuple(w / norm for w in weights))
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,9 @@ class ClassIndex:
         self.model_ix = {m: i for i, m in enumerate(models)}
         self.models = models
         self.max_gpus = max((n.gpu_count for n in st.nodes), default=1) or 1
+        #: GPUs of each model (``models`` order): the measure weighs a pinned shape by its
+        #: demand per GPU it can use (``engine.fgd.per_gpu_weights``)
+        self.supply = tuple(sum(n.gpu_count for n in st.nodes if n.gpu_model == m) for m in models)
         self.of: dict[PoolIndex, _Classes] = {}
         self.ix_of: list[PoolIndex | None] = [None] * len(st.nodes)
         self.key_of: list[Key | None] = [None] * len(st.nodes)
@@ -276,7 +279,7 @@ class FragContext:
             self.orders_of = {}
             self.generation = index.generation
             if self.active:
-                self.shapes = ShapeDistribution.from_counts(counts).compile(index.models)
+                self.shapes = ShapeDistribution.from_counts(counts).compile(index.models, index.supply)
         index.last = self
 
     def _measure_rows(

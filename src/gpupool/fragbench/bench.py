@@ -81,7 +81,12 @@ def run_fragmentation(
     if cluster.gpu_capacity_milli == 0:
         raise FragbenchError(f"{nodes_csv}: the node list has no GPUs")
     table = PodTable.build(pods, cluster)
-    shapes = ShapeDistribution.from_pods(pods).compile(cluster.models)
+    dist = ShapeDistribution.from_pods(pods)
+    # FGD weighs shapes by their share of pods (the paper); gpupool by demand per usable GPU
+    shapes = {
+        "fgd": dist.compile(cluster.models),
+        "gpupool": dist.compile(cluster.models, cluster.gpus_per_model),
+    }
     trace = _trace_name(Path(pods_csv)) + (f"+{wanted.label}" if wanted is not None else "")
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
@@ -119,7 +124,7 @@ def _run_policy(
     pods: list[Pod],
     table: PodTable,
     cluster: Cluster,
-    shapes: CompiledShapes,
+    shapes: dict[str, CompiledShapes],
 ) -> dict[str, Any]:
     """One policy over ``seeds`` seeds: the median, every seed's ratio and pods skipped."""
     t0 = time.perf_counter()
@@ -131,7 +136,7 @@ def _run_policy(
                 nodes, pods, table, cluster, seed, name.removeprefix("engine-")
             )
         else:
-            ratio, skip = simulate_seed(cluster, table, name, seed, shapes)
+            ratio, skip = simulate_seed(cluster, table, name, seed, shapes.get(name, shapes["fgd"]))
         ratios.append(round(ratio, 4))
         skipped.append(skip)
     return {

@@ -61,6 +61,11 @@ class Cluster:
         )
 
     @property
+    def gpus_per_model(self) -> tuple[int, ...]:
+        """GPUs of each model, in ``models`` order (the supply ``gpupool`` weighs shapes by)."""
+        return tuple(int(self.num_gpu[self.model_ix == j].sum()) for j in range(len(self.models)))
+
+    @property
     def gpu_capacity_milli(self) -> int:
         """Total GPU milli of the cluster."""
         return int(self.num_gpu.sum()) * MILLI
