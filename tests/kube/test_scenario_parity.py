@@ -39,6 +39,7 @@ from gpupool.kube.fake.kubelet import kubelet_of
 from gpupool.kube.fake.nodes import nodes_from_cluster
 from gpupool.kube.inventory import InventoryOptions, node_inventory
 from gpupool.kube.source import SYSTEM_NAME, KubeSource, Outcome
+from gpupool.kube.translate_partial import MIN_PARALLELISM
 from gpupool.manifests import API_VERSION, Bundle, build, default_priority_classes, parse_documents
 from gpupool.model import EngineConfig, Node, Queue, Running, Snapshot
 from gpupool.service.backends import Backend, RunState
@@ -56,7 +57,17 @@ NS = "default"
 PREFIX = f"{NS}.job."
 #: the spec fields a Job's labels, annotations and template carry (workloads.py), and the
 #: resources its containers can ask for; anything else cannot be written as a Job
-SPEC_FIELDS = {"queue", "priorityClass", "type", "duration", "pool", "topology", "nodeSelector", "podGroups"}
+SPEC_FIELDS = {
+    "queue",
+    "priorityClass",
+    "type",
+    "duration",
+    "pool",
+    "topology",
+    "nodeSelector",
+    "podGroups",
+    "gang",
+}
 RESOURCES = {"nvidia.com/gpu", "nvidia.com/gpucores", "nvidia.com/gpumem", "cpu", "memory"}
 
 
@@ -149,6 +160,8 @@ def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
     for key, fld in ((workloads.DURATION, "duration"), (workloads.POOL, "pool")):
         if fld in spec:
             ann[key] = str(spec[fld])
+    if "gang" in spec:  # Kueue's partial admission: the Job may run with that many pods
+        ann[MIN_PARALLELISM] = str(spec["gang"]["minMember"])
     if "topology" in spec:
         ann[workloads.TOPOLOGY] = spec["topology"]["scope"]
         ann[workloads.TOPOLOGY_MODE] = spec["topology"].get("mode", "Required")
