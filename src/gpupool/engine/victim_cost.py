@@ -81,11 +81,18 @@ def duration_octave(d: float | None) -> int | None:
 
 
 def wait_horizon(cfg: EngineConfig, w: Workload) -> float:
-    """How long ``w`` may wait for running work to end rather than evict (0: not at all): a
-    share of its expected run time (rounded down to its power of two), capped. Relative, so one
-    setting fits sub-second jobs and day-long ones alike."""
+    """How long ``w`` may wait for running work to end rather than evict (0: not at all).
+
+    Its priority class's ``preemptionWait`` when set (``Workload.preemption_wait_s``): the
+    operator's choice per class, e.g. 0 for serving that must never wait; it needs no declared
+    duration. Otherwise a share of its expected run time (rounded down to its power of two),
+    capped: relative, so one setting fits sub-second jobs and day-long ones alike."""
+    if not cfg.preemption_cost:
+        return 0.0
+    if w.preemption_wait_s is not None:
+        return max(0.0, w.preemption_wait_s)
     k = duration_octave(w.expected_duration_s)
-    if not cfg.preemption_cost or k is None:
+    if k is None:
         return 0.0
     return max(0.0, min(cfg.preemption_wait_s, cfg.preemption_wait_fraction * 2.0**k))
 
@@ -119,6 +126,7 @@ def _room_after_ending(search: PreemptionSearch, w: Workload, pool: str, vec: Ve
         if p == pool
         for r in rs.values()
         if now <= expected_end(r) <= limit  # overdue work: nobody knows when it ends
+        and r.workload.evictions >= search.config.preemption_wait_after_evictions
     ]
     if not ending or not _could_fit_after(search, w, pool, vec, ending):
         return False

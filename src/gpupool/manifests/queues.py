@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated, Literal
 
-from pydantic import Field, WithJsonSchema, field_validator
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, WithJsonSchema, field_validator
 
 from gpupool import quantity as qty
 from gpupool.manifests.base import Document, ManifestErrors, StrictModel
@@ -108,6 +108,9 @@ class PriorityClassSpec(StrictModel):
     value: int = Field(ge=-(10**9), le=10**9)
     preemptible: bool = True
     description: str = ""
+    #: the longest its workloads wait for running work about to end before they evict (a
+    #: duration; 0s: evict at once; unset: the engine's default, docs/engine.md "Preemption cost")
+    preemptionWait: StrictStr | StrictInt | StrictFloat | None = None  # strict: YAML's true is no duration
 
 
 def _quota_vec(m: Mapping[str, object], where: str, err: ManifestErrors, default_unset: Vec) -> Vec:
@@ -205,3 +208,15 @@ def default_priority_classes() -> tuple[PriorityClass, ...]:
         PriorityClass("experiment", 200, True, "Research experiments; reclaimable"),
         PriorityClass("evaluation", 100, True, "Evaluation and benchmarks; first to yield"),
     )
+
+
+def preemption_wait(spec: PriorityClassSpec, source: str, err: ManifestErrors) -> float | None:
+    """A class's ``spec.preemptionWait`` in seconds (None: unset, the engine's default); a bad
+    value is an error at that field, and the class then takes the default."""
+    if spec.preemptionWait is None:
+        return None
+    try:
+        return qty.parse_duration(spec.preemptionWait)
+    except qty.QuantityError as exc:
+        err.add(f"{source}: spec.preemptionWait", f"{exc} (e.g. 0s: evict at once, 30s, 5m)")
+        return None
