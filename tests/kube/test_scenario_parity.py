@@ -140,8 +140,8 @@ def _gpu_limits(res: Mapping[str, Any]) -> dict[str, str]:
 
 
 def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
-    """The workload as a Kueue-style Job (queue label, ``suspend: true``, Indexed), or why a
-    Job cannot say it."""
+    """The workload as a Kueue-style Job (queue label, ``suspend: true``, Indexed, a
+    ``gang.minMember`` as Kueue's ``job-min-parallelism``), or why a Job cannot say it."""
     spec, md = manifest["spec"], manifest.get("metadata") or {}
     extra = set(spec) - SPEC_FIELDS
     if extra:
