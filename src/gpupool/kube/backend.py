@@ -258,7 +258,7 @@ class KubernetesBackend(ElasticRuns):
         patch = translate_partial.admit_patch(obj, admitted) if run.top[0] == "Job" else {}
         if not patch:
             return
-        self.evictor._patch_owner(obj, patch)
+        self.evictor.patch_owner(obj, patch)
         run.restore = translate_partial.restore_patch(patch)  # {} when the patch was a restore
         if run.restore and run.kw is not None:
             record.update(admittedPods=admitted, requestedPods=run.kw.pod_count)
@@ -271,7 +271,7 @@ class KubernetesBackend(ElasticRuns):
         from the annotations either way."""
         try:
             if patch := run.restore or translate_partial.restore_patch(obj):
-                self.evictor._patch_owner(obj, patch)
+                self.evictor.patch_owner(obj, patch)
                 run.restore = None
         except Exception:
             log.warning("restoring the parallelism of %s failed", run.name, exc_info=True)
