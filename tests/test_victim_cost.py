@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from gpupool.engine import decide
 from gpupool.engine.preemption import candidate_order
-from gpupool.engine.victim_cost import duration_octave, wait_horizon
+from gpupool.engine.victim_cost import TIE_S, duration_octave, wait_horizon
 from gpupool.manifests import Bundle, ManifestError, build, parse_documents
 from gpupool.model import (
     Admission,
@@ -137,6 +137,16 @@ def test_no_wait_for_work_ending_beyond_the_horizon_or_overdue() -> None:
     assert _cycle([_run(_wl("low", 10, 0, 10.0), at=0.0)], [unknown], now=5.0) == (True, True)
 
 
+def test_work_ending_at_the_horizon_by_float_rounding_is_waited_for() -> None:
+    # admitted at 2.2, runs 0.5 s: ends at 2.7 as the horizon 0.3 s from 2.4 does, but
+    # 2.2 + 0.5 > 2.4 + 0.3 in floats (the Kueue baseline's second wave); the tie is within
+    victim = _run(_wl("low", 10, 0, 0.5), at=2.2)
+    assert 2.2 + 0.5 > 2.4 + 0.3
+    urgent = _wl("urgent", 10, 5, 1.0)  # horizon 0.3 x 1 s
+    assert _cycle([victim], [urgent], now=2.4) == (False, False)
+    assert _cycle([victim], [urgent], now=2.4 - 1e-6) == (True, True)  # truly beyond: evicts
+
+
 def test_cooldown_protects_recently_admitted_work() -> None:
     urgent = _wl("urgent", 10, 5, 1.0)  # horizon 0.3 s: too short to wait here
     recent = _run(_wl("recent", 10, 0, 1000.0), at=95.0)
@@ -231,7 +241,9 @@ def test_waiting_never_delays_the_preemptor_beyond_its_horizon(
     if eager[1] and not cost[0]:  # it waited
         h = wait_horizon(EngineConfig(), urgent)
         left = [
-            r for r in running if r.admission.admitted_at + (r.workload.expected_duration_s or 0) > now + h
+            r
+            for r in running
+            if r.admission.admitted_at + (r.workload.expected_duration_s or 0) > now + h + TIE_S
         ]
         assert _cycle(left, [urgent], now + h)[0]
 
