@@ -12,6 +12,10 @@ Variants (for choosing knobs on cases other than the baseline): ``--scale`` shri
 count, ``--cohorts`` the number of cohorts (capacity follows), ``--shift`` moves each set's
 start by a multiple of it, ``--mix`` multiplies the counts per class, ``--stagger SEED`` gives
 every queue's sets their own random start within one interval (the waves no longer line up).
+The knobs of docs/engine.md ("Preemption cost") were chosen on these six, then reported on the
+baseline: ``--cohorts 2 --scale 0.2``; ``--cohorts 2 --scale 0.5 --shift 0.05``; ``--cohorts 3
+--scale 0.3 --stagger 1``; ``--cohorts 2 --scale 0.3 --mix 1,1.5,0.8``; ``--cohorts 2 --scale
+0.3 --mix 0.5,1,1.2``; ``--cohorts 5 --scale 0.2 --stagger 2``.
 
 The bound (``gpupool.sim.bounds``): the least makespan any schedule reaches when every large
 job starts at its arrival. CPU seconds are process time (the machine may be shared).
