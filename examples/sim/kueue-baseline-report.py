@@ -6,7 +6,8 @@ evictions per medium job, time to admission per class; and the zero-wait bound.
 A row's SPEC is ``POLICY[:knob=value;knob=value][@class=duration;class=duration]``: a simulator
 policy, its ``EngineConfig`` knobs, and ``spec.preemptionWait`` set on priority classes of the
 scenario (so ``gpupool@large=0s`` is the default engine with the large class evicting at once).
-Without ``--row``: gpupool, gpupool@large=0s, eager preemption, no preemption.
+Without ``--row``: gpupool, gpupool@large=0s, eager preemption, no preemption; ``--set
+knob=value`` applies to every row of the ``gpupool`` policy.
 
 Variants (for choosing knobs on cases other than the baseline): ``--scale`` shrinks every set's
 count, ``--cohorts`` the number of cohorts (capacity follows), ``--shift`` moves each set's
@@ -106,6 +107,8 @@ def parse_row(text: str) -> tuple[str, str, dict[str, str], dict[str, str]]:
 def run_row(args: argparse.Namespace, row: str) -> dict[str, Any]:
     """One row of the table: the variant with the row's class waits, under the row's policy."""
     name, policy, knobs, waits = parse_row(row)
+    if policy == "gpupool":  # --set knob=value: for every row of the default engine
+        knobs = {**dict(kv.split("=", 1) for kv in args.set), **knobs}
     sc = load(variant_doc(args, waits))
     pol = Policy.named(policy)
     if knobs:
@@ -146,6 +149,7 @@ def main() -> int:
     ap.add_argument("--mix", default="", help="count multipliers per class, e.g. 1,1.5,0.8")
     ap.add_argument("--stagger", type=int, default=None, help="seed of per-queue random starts")
     ap.add_argument("--row", action="append", default=[], help="NAME=POLICY[:k=v;...][@class=dur;...]")
+    ap.add_argument("--set", action="append", default=[], help="knob=value for every gpupool row")
     args = ap.parse_args()
     sc = load(variant_doc(args, {}))
     b = zero_wait_bound(sc.trace.jobs, 120.0 * args.cohorts, "large")
