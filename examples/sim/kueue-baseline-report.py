@@ -12,7 +12,9 @@ knob=value`` applies to every row of the ``gpupool`` policy.
 Variants (for choosing knobs on cases other than the baseline): ``--scale`` shrinks every set's
 count, ``--cohorts`` the number of cohorts (capacity follows), ``--shift`` moves each set's
 start by a multiple of it, ``--mix`` multiplies the counts per class, ``--stagger SEED`` gives
-every queue's sets their own random start within one interval (the waves no longer line up).
+every queue's sets their own random start within one interval (the waves no longer line up),
+``--now-queues N`` puts the large jobs of the first N queues of each cohort in a class with
+``preemptionWait: 0s`` (an operator's mix of never-waiting and waiting large work).
 The knobs of docs/engine.md ("Preemption cost") were chosen on these six, then reported on the
 baseline: ``--cohorts 2 --scale 0.2``; ``--cohorts 2 --scale 0.5 --shift 0.05``; ``--cohorts 3
 --scale 0.3 --stagger 1``; ``--cohorts 2 --scale 0.3 --mix 1,1.5,0.8``; ``--cohorts 2 --scale
@@ -64,9 +66,31 @@ def variant_doc(args: argparse.Namespace, waits: dict[str, str]) -> dict[str, An
     for i, s in enumerate(sets):
         s["count"] = max(1, round(s["count"] * args.scale * mult[i]))
         s["start"] = round(args.shift * (i + 1), 3)
+    if args.now_queues:
+        _split_large(spec, args.now_queues)
     if args.stagger is not None:
-        spec["workload"]["sets"] = _staggered(sets, args.cohorts, args.stagger)
+        spec["workload"]["sets"] = _staggered(spec["workload"]["sets"], args.cohorts, args.stagger)
     return doc
+
+
+def _split_large(spec: dict[str, Any], n: int) -> None:
+    """The large jobs of the first ``n`` queues of every cohort in a class ``large-now`` (the
+    same priority, ``preemptionWait: 0s``); still reported as the class ``large``."""
+    pc = {"value": 200, "preemptionWait": "0s"}
+    spec["cluster"]["documents"].append(
+        {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "large-now"},
+            "spec": pc,
+        }
+    )
+    sets = spec["workload"]["sets"]
+    big = next(s for s in sets if s["className"] == "large")
+    sets.remove(big)
+    sets.append(dict(big, queues=[f"cq-*-{q}" for q in range(n)], priorityClass="large-now"))
+    if n < 6:
+        sets.append(dict(big, queues=[f"cq-*-{q}" for q in range(n, 6)]))
 
 
 def _staggered(sets: list[dict[str, Any]], cohorts: int, seed: int) -> list[dict[str, Any]]:
@@ -148,6 +172,7 @@ def main() -> int:
     ap.add_argument("--shift", type=float, default=0.0)
     ap.add_argument("--mix", default="", help="count multipliers per class, e.g. 1,1.5,0.8")
     ap.add_argument("--stagger", type=int, default=None, help="seed of per-queue random starts")
+    ap.add_argument("--now-queues", type=int, default=0, help="large of the first N queues per cohort at 0s")
     ap.add_argument("--row", action="append", default=[], help="NAME=POLICY[:k=v;...][@class=dur;...]")
     ap.add_argument("--set", action="append", default=[], help="knob=value for every gpupool row")
     args = ap.parse_args()
