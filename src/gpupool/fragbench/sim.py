@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT, CompiledShapes
+from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT, CompiledShapes, NodeKind, node_kinds
 from gpupool.fragbench.trace import MILLI, Node, Pod
 
 __all__ = ["POLICIES", "Cluster", "PodTable", "pick", "sample_arrivals", "simulate_seed"]
@@ -61,9 +61,12 @@ class Cluster:
         )
 
     @property
-    def gpus_per_model(self) -> tuple[int, ...]:
-        """GPUs of each model, in ``models`` order (the supply ``gpupool`` weighs shapes by)."""
-        return tuple(int(self.num_gpu[self.model_ix == j].sum()) for j in range(len(self.models)))
+    def kinds(self) -> tuple[NodeKind, ...]:
+        """The GPU node kinds (the supply ``gpupool`` weighs shapes by, ``engine.fgd.per_gpu_weights``)."""
+        return node_kinds(
+            (self.models[m] if m < len(self.models) else "", int(g), int(c), int(mem))
+            for m, g, c, mem in zip(self.model_ix, self.num_gpu, self.cpu, self.mem, strict=True)
+        )
 
     @property
     def gpu_capacity_milli(self) -> int:
