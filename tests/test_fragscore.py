@@ -11,6 +11,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 
 from gpupool.engine import Engine, apply_decisions, decide
+from gpupool.engine.fgd import PodShape
 from gpupool.engine.fragscore import ClassIndex, FragAware, FragContext, add_shapes
 from gpupool.engine.placement import _free_devices, _mem_for
 from gpupool.engine.state import ClusterState
@@ -93,7 +94,7 @@ def test_pick_is_the_best_over_every_node() -> None:
         PodRequest(cpu_milli=3000),
     ]
     pending = [Workload(f"w{j}", "q", (PodGroup("main", 1 + j % 3, r),)) for j, r in enumerate(shapes)]
-    running: Counter = Counter()  # type: ignore[type-arg]
+    running: Counter[PodShape] = Counter()
     add_shapes(running, pending[:2])
     st.frag = FragContext(st, pending, running)
     idxs = st.pool_indexes("p", ())
@@ -172,7 +173,7 @@ def test_a_pod_that_runs_anywhere_leaves_the_scarce_model_to_pods_pinned_there()
     pinned = Workload(
         "pinned", "q", (PodGroup("main", 1, PodRequest(gpus=1, cpu_milli=4000)),), gpu_models=("T4",)
     )
-    running: Counter = Counter()  # type: ignore[type-arg]
+    running: Counter[PodShape] = Counter()
     add_shapes(running, [Workload("free", "q", (PodGroup("main", 4, PodRequest(gpus=1, cpu_milli=16000)),))])
     st.frag = FragContext(st, [pinned], running)
     got = FragAware().pick_whole(
