@@ -35,8 +35,9 @@ if TYPE_CHECKING:
 
 _INF = float("inf")
 #: expected ends this close past the horizon count as within it: sums of float times (admitted
-#: at 4.6, runs 0.5 s; horizon 0.3 s from 4.8) otherwise land on either side of the same instant,
-#: and alike workloads would wait or evict by rounding luck (11 of the Kueue baseline's 50 waves)
+#: at 2.2, runs 0.5 s; horizon 0.3 s from 2.4: 2.7 > 2.6999...) otherwise land on either side of
+#: one instant, and alike workloads wait or evict by rounding luck (11 of the Kueue baseline's 50
+#: waves did)
 TIE_S = 1e-9
 
 
