@@ -13,7 +13,9 @@ make preemption weigh what it destroys, each a knob of ``EngineConfig`` (``docs/
   (``preemption_wait_fraction`` of the preemptor's own expected run time, at most
   ``preemption_wait_s``) would free enough for the preemptor (quota and placement, tried on the
   engine's own state), the preemptor waits instead of evicting: it is delayed by at most that
-  horizon, and nobody's work is thrown away.
+  horizon, and nobody's work is thrown away. A priority class's ``spec.preemptionWait``
+  replaces the horizon for its workloads (``0s``: evict at once); with
+  ``preemption_wait_after_evictions`` only work evicted that often before is waited for.
 * **Cooldown.** A workload admitted less than ``preemption_cooldown_s`` ago is not a victim.
 
 Pure like the rest of the engine: time is the snapshot's ``now``, expected ends come from each
