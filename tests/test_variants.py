@@ -45,6 +45,7 @@ LEVELS = [
     ("gpu-share", 1.0),
     ("multi-gpu", 0.3),
     ("multi-gpu", 0.5),
+    ("cpu-heavy", 0.6),
     ("cpu-heavy", 1.5),
     ("cpu-heavy", 2.5),
 ]
@@ -114,8 +115,8 @@ def test_parse_variant_and_its_errors() -> None:
         parse_variant("nonsense=0.3")
     with pytest.raises(FragbenchError, match="not a number"):
         parse_variant("gpu-share=lots")
-    with pytest.raises(FragbenchError, match=r"must be in \[1, 10\]"):
-        parse_variant("cpu-heavy=0.5")
+    with pytest.raises(FragbenchError, match=r"must be in \[0.1, 10\]"):
+        parse_variant("cpu-heavy=0.05")
 
 
 def test_a_share_already_above_the_level_is_refused() -> None:

@@ -21,7 +21,8 @@ Each kind changes its own share and leaves the other three as they were (see :fu
     belongs to multi-GPU pods: copies of the trace's multi-GPU pods are added.
 ``cpu-heavy=X``
     the pods without GPUs ask for ``X`` times the CPU they ask for in the base trace: copies of
-    them are added (``X`` >= 1), so their shapes stay those of the trace.
+    them are added (``X`` >= 1), so their shapes stay those of the trace; below 1, pods without
+    GPUs drawn at random are left out (the paper's cpu100 is 0.73 of the default trace's).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ KINDS: dict[str, tuple[float, float]] = {
     "model-constrained": (0.0, 1.0),
     "gpu-share": (0.0, 1.0),
     "multi-gpu": (0.0, 0.95),
-    "cpu-heavy": (1.0, 10.0),
+    "cpu-heavy": (0.1, 10.0),
 }
 
 
@@ -98,9 +99,10 @@ def apply_variant(pods: Sequence[Pod], nodes: Sequence[Node], variant: Variant, 
     """The pod list with ``variant``'s share moved to its level; the same seed, the same list.
 
     A share already above the level is an error naming it: variants only add (pins, shares,
-    copies), so that what is not moved stays exactly as it was."""
+    copies; ``cpu-heavy`` below 1 leaves CPU-only pods out), so that what is not moved stays
+    exactly as it was."""
     rng = np.random.default_rng(seed)
-    now = shares(pods)[variant.kind] if variant.kind != "cpu-heavy" else 1.0
+    now = shares(pods)[variant.kind] if variant.kind != "cpu-heavy" else 0.0
     if variant.level < now - 1e-9:
         raise FragbenchError(
             f"variant {variant.label}: the base trace's {variant.kind} share is already {now:.3f}"
@@ -175,6 +177,14 @@ def _add_cpu_only(pods: list[Pod], factor: float, rng: np.random.Generator) -> l
     if not cpu_only:
         raise FragbenchError("variant cpu-heavy: the base trace has no pod without GPUs to copy")
     base = sum(p.cpu_milli for p in cpu_only)
+    if factor < 1.0:  # leave out random pods without GPUs while their CPU stays above the level
+        gone: set[int] = set()
+        left = base
+        for i in rng.permutation(len(pods)).tolist():
+            if pods[i].num_gpu == 0 and left - pods[i].cpu_milli >= factor * base:
+                gone.add(i)
+                left -= pods[i].cpu_milli
+        return [p for i, p in enumerate(pods) if i not in gone]
     need = (factor - 1.0) * base
     added = 0
     out = list(pods)
