@@ -189,10 +189,10 @@ def per_gpu_weights(
         return dist
     shapes = dist.shapes
     req = np.array([(s.num_gpu, s.cpu_milli, s.memory_mib) for s in shapes], dtype=np.int64)
-    model_ok = np.array(
-        [[not s.gpu_spec or k.model in s.gpu_spec for k in supply] for s in shapes], dtype=bool
-    )
-    fits = np.all(req[:, None, :] <= kinds[None, :, :], axis=2) & model_ok.reshape(len(shapes), len(supply))
+    models = sorted({k.model for k in supply})  # few: the shapes x kinds test is vectorised
+    access = np.array([[not s.gpu_spec or m in s.gpu_spec for m in models] for s in shapes], dtype=bool)
+    of_kind = np.searchsorted(np.array(models), np.array([k.model for k in supply]))
+    fits = np.all(req[:, None, :] <= kinds[None, :, :], axis=2) & access.reshape(len(shapes), -1)[:, of_kind]
     usable = fits.astype(np.int64) @ gpus
     factor = np.where((req[:, 0] > 0) & (usable > 0), total / np.maximum(usable, 1), 1.0)
     weighted: dict[PodShape, float] = {}
