@@ -22,7 +22,8 @@ engine ships (the benchmark imports the engine, never the reverse).
 ``measure="capacity"`` extends the idea to *repeated* pods of a shape (CPU that
 runs out after a few pods strands the remaining GPUs), and ``measure="gpupool"``
 blends it with FGD: that blend is what the project's default ``gpupool`` policy
-minimises.
+minimises, against the mix of :func:`per_gpu_weights` (each shape weighed by its demand per GPU
+it can run on, not by its share of pods as in the paper).
 """
 
 from __future__ import annotations
