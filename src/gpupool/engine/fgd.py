@@ -186,9 +186,9 @@ def per_gpu_weights(
     kinds = np.array([(k.gpus, k.cpu_milli, k.memory_mib) for k in supply], dtype=np.int64).reshape(-1, 3)
     gpus = kinds[:, 0] * np.array([k.nodes for k in supply], dtype=np.int64)
     total = float(gpus.sum())
-    if total == 0:
-        return dist
     shapes = dist.shapes
+    if total == 0:  # no GPU node: nothing to weigh by
+        return ShapeDistribution.from_counts(dict(zip(shapes, dist.weights, strict=True)), popularity)
     req = np.array([(s.num_gpu, s.cpu_milli, s.memory_mib) for s in shapes], dtype=np.int64)
     models = sorted({k.model for k in supply})  # few: the shapes x kinds test is vectorised
     access = np.array([[not s.gpu_spec or m in s.gpu_spec for m in models] for s in shapes], dtype=bool)
