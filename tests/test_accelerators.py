@@ -408,3 +408,20 @@ def test_a_pool_naming_an_unknown_kind_is_refused_at_the_field() -> None:
     bad = CLUSTER.replace("accelerators: [amd.com/gpu]", "accelerators: [amd.com/gpuu]")
     text = errors(cluster=bad)
     assert "(ResourcePool/amd): spec.accelerators: unknown accelerator kind 'amd.com/gpuu'" in text
+
+
+def test_the_quota_api_shows_storage_and_bandwidth_and_leaves_unset_ones_null(tmp_path: Path) -> None:
+    """/v1/quota answers all five dimensions: governed storage and bandwidth show their
+    guarantee; a dimension the quota does not set is null (ungoverned), not 0."""
+    from tests.test_service_support import running_app
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "heterogeneous"
+    with running_app(tmp_path, config_dir=example) as api:
+        rows = api.get("/v1/quota")["items"]
+    by = {(r["queue"], r["pool"]): r for r in rows}
+    governed = [r for r in rows if r["guarantee"] and r["guarantee"]["networkMbps"] is not None]
+    assert governed, rows
+    g = governed[0]["guarantee"]
+    assert g["ephemeralStorageMiB"] > 0 and g["networkMbps"] >= 300_000
+    ungoverned = [r for r in by.values() if r["guarantee"] and r["guarantee"]["networkMbps"] is None]
+    assert ungoverned, "a quota without bandwidth reads null"

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT
+from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT, per_gpu_weights
 from gpupool.fragbench import (
     FragbenchError,
     PodShape,
@@ -298,3 +299,58 @@ def test_run_fragmentation_on_a_variant(tmp_path: Path) -> None:
     assert again["results"][0]["seeds"] == res["results"][0]["seeds"]
     with pytest.raises(FragbenchError, match="KIND=LEVEL"):
         run_fragmentation(nodes, pods, policies=["fgd"], seeds=1, variant="pinned=0.5")
+
+
+# --- weights per usable GPU (issue 11) -------------------------------------------------------
+
+_G2_T4 = [Node("g2", 96000, 262144, 8, "G2"), Node("t4", 104000, 262144, 2, "T4")]
+
+
+def test_per_gpu_weights_by_hand() -> None:
+    free = PodShape(16000, 0, 1, 1000)
+    pinned = PodShape(4000, 0, 1, 1000, frozenset({"T4"}))
+    big = PodShape(110000, 0, 1, 1000)  # fits no node: left as it is
+    cpu_only = PodShape(8000, 0, 0, 0)
+    kinds = Cluster.from_nodes(_G2_T4).kinds
+    assert [(k.model, k.gpus, k.nodes) for k in kinds] == [("G2", 8, 1), ("T4", 2, 1)]
+    dist = ShapeDistribution((free, pinned, big, cpu_only), (0.4, 0.1, 0.1, 0.4))
+    got = dict(zip(*astuple_weights(per_gpu_weights(dist, kinds, popularity=1.0)), strict=True))
+    # the pinned shape can use 2 of the 10 GPUs: 5 times its weight; then renormalised by 1.4
+    assert got[pinned] == pytest.approx(0.5 / 1.4)
+    assert got[free] == pytest.approx(0.4 / 1.4) and got[cpu_only] == pytest.approx(0.4 / 1.4)
+    assert got[big] == pytest.approx(0.1 / 1.4)
+    no_pins = ShapeDistribution((free, cpu_only), (0.5, 0.5))
+    same = per_gpu_weights(no_pins, kinds, popularity=1.0)  # fits everywhere: unchanged
+    assert dict(zip(*astuple_weights(same), strict=True)) == {free: 0.5, cpu_only: 0.5}
+
+
+def astuple_weights(dist: ShapeDistribution) -> tuple[tuple[PodShape, ...], tuple[float, ...]]:
+    return dist.shapes, dist.weights
+
+
+def test_popularity_cut_comes_after_the_weighting() -> None:
+    """A shape too rare for the pod-count cut stays when it fits few GPUs (the 8-GPU, 120-core
+    pods that fit only the G3 nodes, in the multi-GPU variants)."""
+    nodes = [Node(f"g{i}", 96000, 262144, 8, "G2") for i in range(19)] + [Node("g3", 128000, 262144, 8, "G3")]
+    common = PodShape(8000, 0, 1, 1000)
+    rare = PodShape(120000, 0, 8, 1000)  # 3% of the pods, fits 8 of the 160 GPUs
+    dist = ShapeDistribution((common, rare), (0.97, 0.03))
+    assert ShapeDistribution.from_counts(Counter({common: 97, rare: 3})).shapes == (common,)
+    kept = per_gpu_weights(dist, Cluster.from_nodes(nodes).kinds)
+    assert kept.shapes == (common, rare)  # 0.03 x 20 = 0.6 against 0.97: 38% of the weight
+
+
+def test_gpupool_leaves_the_scarce_model_to_the_pods_pinned_there() -> None:
+    """The simulator's ``gpupool`` with weights per usable GPU (the bench's, and the engine's)
+    sends an unpinned 32-core pod to the G2 node; with the pod-share weights (before issue 11)
+    the capacity-aware half sent it to the T4 node, the only one the T4-pinned pods can use."""
+    cl = Cluster.from_nodes(_G2_T4)
+    free = _free(cl, [[1000] * 8, [1000, 1000]])
+    dist = ShapeDistribution(
+        (PodShape(16000, 0, 1, 1000), PodShape(4000, 0, 1, 1000, frozenset({"T4"}))), (0.8, 0.2)
+    )
+    pod = Pod("p", 32000, 10, 1, 1000)
+    pool = per_gpu_weights(dist, cl.kinds, popularity=1.0).compile(cl.models)
+    assert pick("gpupool", cl, free, cl.cpu, cl.mem, pod, pool) == (0, -1)
+    assert pick("gpupool", cl, free, cl.cpu, cl.mem, pod, dist.compile(cl.models)) == (1, -1)
+    assert pick("fgd", cl, free, cl.cpu, cl.mem, pod, dist.compile(cl.models)) == (0, -1)

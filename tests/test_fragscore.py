@@ -11,6 +11,7 @@ from dataclasses import replace
 from hypothesis import HealthCheck, given, settings
 
 from gpupool.engine import Engine, apply_decisions, decide
+from gpupool.engine.fgd import PodShape
 from gpupool.engine.fragscore import ClassIndex, FragAware, FragContext, add_shapes
 from gpupool.engine.placement import _free_devices, _mem_for
 from gpupool.engine.state import ClusterState
@@ -93,7 +94,7 @@ def test_pick_is_the_best_over_every_node() -> None:
         PodRequest(cpu_milli=3000),
     ]
     pending = [Workload(f"w{j}", "q", (PodGroup("main", 1 + j % 3, r),)) for j, r in enumerate(shapes)]
-    running: Counter = Counter()  # type: ignore[type-arg]
+    running: Counter[PodShape] = Counter()
     add_shapes(running, pending[:2])
     st.frag = FragContext(st, pending, running)
     idxs = st.pool_indexes("p", ())
@@ -156,3 +157,26 @@ def test_fragmentation_decisions_are_deterministic(snap: Snapshot) -> None:
     eng = Engine(snap)
     assert eng.cycle(snap.pending) == d
     assert eng.cycle(snap.pending) == d
+
+
+def test_a_pod_that_runs_anywhere_leaves_the_scarce_model_to_pods_pinned_there() -> None:
+    """The measure weighs a shape by its demand per GPU it can run on (issue 11).
+
+    One 8-GPU G2 node with 12 cores per GPU, one 2-GPU T4 node with plenty of CPU; four
+    unpinned 16-core pods run somewhere and a T4-pinned pod waits. A 32-core unpinned pod on
+    the G2 node strands CPU for the 16-core shape, so with pod-share weights (80% unpinned) the
+    capacity-aware half sent it to the T4 node, taking one of the only two GPUs the pinned pods
+    can use. Per GPU they can use, the pinned pods want a T4 GPU five times as much as the
+    unpinned ones want any GPU: the pod goes to the G2 node."""
+    nodes = (Node("g2", "G2", 8, 16384, 96000, 1 << 20), Node("t4", "T4", 2, 16384, 104000, 1 << 20))
+    st = ClusterState(nodes, (ResourcePool("p", ()),))
+    pinned = Workload(
+        "pinned", "q", (PodGroup("main", 1, PodRequest(gpus=1, cpu_milli=4000)),), gpu_models=("T4",)
+    )
+    running: Counter[PodShape] = Counter()
+    add_shapes(running, [Workload("free", "q", (PodGroup("main", 4, PodRequest(gpus=1, cpu_milli=16000)),))])
+    st.frag = FragContext(st, [pinned], running)
+    got = FragAware().pick_whole(
+        st, st.pool_indexes("p", ()), 1, PodRequest(gpus=1, cpu_milli=32000), lambda i: True
+    )
+    assert got == 0

@@ -172,6 +172,23 @@ def test_a_policy_where_kueue_has_none_is_refused_naming_the_field(preemption: s
     assert field in str(e.value)
 
 
+def test_borrow_within_cohort_takes_kueues_object_form_with_a_threshold() -> None:
+    """Kueue writes ``borrowWithinCohort: {policy, maxPriorityThreshold}``; the short string form
+    stays valid, and a threshold without ``policy: LowerPriority`` is refused naming the field."""
+    q = _build_queue("{borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: 100}}")
+    assert q.preemption.borrow_within_cohort is ReclaimPolicy.LOWER_PRIORITY
+    assert q.preemption.borrow_max_priority == 100
+    assert _build_queue("{borrowWithinCohort: LowerPriority}").preemption.borrow_max_priority is None
+    for bad, field in [
+        ("{borrowWithinCohort: {maxPriorityThreshold: 100}}", "borrowWithinCohort.maxPriorityThreshold"),
+        ("{borrowWithinCohort: {policy: LowerPriority, maxPriorityThreshold: high}}", "maxPriorityThreshold"),
+        ("{borrowWithinCohort: {policy: LowerPriority, threshold: 1}}", "threshold"),
+    ]:
+        with pytest.raises(ManifestError) as e:
+            _build_queue(bad)
+        assert field in str(e.value), str(e.value)
+
+
 def test_fair_sharing_is_set_on_a_cohort_root_only() -> None:
     root = "apiVersion: gpupool.io/v1alpha1\nkind: Queue\nmetadata: {name: org}\nspec: {fairSharing: {preemption: true}}\n"
     b = build_bundle(parse_documents(root, "t.yaml"))

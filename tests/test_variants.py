@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpupool.fragbench import FragbenchError, load_pods
+from gpupool.fragbench.specmix import FRACTIONAL_SHARE, GPUSPEC10_MIX, spec_mix
 from gpupool.fragbench.trace import Node, Pod
 from gpupool.fragbench.variants import KINDS, Variant, apply_variant, parse_variant, shares, write_pods
 
@@ -44,6 +45,7 @@ LEVELS = [
     ("gpu-share", 1.0),
     ("multi-gpu", 0.3),
     ("multi-gpu", 0.5),
+    ("cpu-heavy", 0.6),
     ("cpu-heavy", 1.5),
     ("cpu-heavy", 2.5),
 ]
@@ -73,19 +75,29 @@ def test_variants_are_deterministic_given_a_seed() -> None:
     assert apply_variant(base, NODES, v, seed=1) != apply_variant(base, NODES, v, seed=2)
 
 
-def test_model_pins_follow_supply_and_stay_placeable() -> None:
+def test_model_pins_follow_the_gpuspec10_mix_and_stay_placeable() -> None:
     base = _pods()
     out = apply_variant(base, NODES, Variant("model-constrained", 1.0), seed=0)
     pinned = [p for p in out if p.gpu_spec]
     assert len(pinned) == sum(1 for p in base if p.num_gpu)
-    assert all(len(p.gpu_spec) == 1 for p in pinned)
-    # an 8-GPU pod can only be pinned where 8-GPU nodes are; a pod wanting 16 cores never to T4
-    # is fine, but never to a model without a node that holds it
-    for p in pinned:
-        (model,) = p.gpu_spec
-        assert any(n.model == model and n.num_gpu >= p.num_gpu and n.cpu_milli >= p.cpu_milli for n in NODES)
-    g2 = sum(1 for p in pinned if p.gpu_spec == {"G2"})
-    assert g2 > len(pinned) / 2  # G2 holds 48 of the 58 GPUs
+    for p in pinned:  # only to models of this cluster, and to some model with a node that holds it
+        assert p.gpu_spec <= {"G2", "T4", "P100"}
+        assert any(
+            n.model in p.gpu_spec and n.num_gpu >= p.num_gpu and n.cpu_milli >= p.cpu_milli for n in NODES
+        )
+    # gpuspec10 never pins a fractional pod to G2 alone, and pins to T4 far beyond its GPUs
+    assert not any(p.gpu_spec == {"G2"} for p in pinned if p.gpu_milli < 1000)
+    t4 = sum(1 for p in pinned if p.gpu_spec == {"T4"})
+    assert t4 / len(pinned) > 0.3  # T4 holds 8 of the 58 GPUs; the old supply draw gave ~0.1
+    assert any(len(p.gpu_spec) > 1 for p in pinned)  # sets such as "G2|P100|T4|V100M16|V100M32"
+
+
+def test_pinned_pods_are_fractional_in_the_mix_share() -> None:
+    out = apply_variant(_pods(), NODES, Variant("model-constrained", 0.3), seed=2)
+    pinned = [p for p in out if p.gpu_spec]
+    assert len(pinned) == round(0.3 * 106)
+    frac = sum(1 for p in pinned if p.gpu_milli < 1000)
+    assert frac == round(len(pinned) * FRACTIONAL_SHARE)  # 270 of gpuspec10's 732 pinned pods
 
 
 def test_gpu_share_takes_milli_from_the_trace() -> None:
@@ -103,8 +115,8 @@ def test_parse_variant_and_its_errors() -> None:
         parse_variant("nonsense=0.3")
     with pytest.raises(FragbenchError, match="not a number"):
         parse_variant("gpu-share=lots")
-    with pytest.raises(FragbenchError, match=r"must be in \[1, 10\]"):
-        parse_variant("cpu-heavy=0.5")
+    with pytest.raises(FragbenchError, match=r"must be in \[0.1, 10\]"):
+        parse_variant("cpu-heavy=0.05")
 
 
 def test_a_share_already_above_the_level_is_refused() -> None:
@@ -132,3 +144,41 @@ def test_real_default_trace_variants() -> None:
         after = shares(apply_variant(base, nodes, Variant(kind, level), seed=0), _cpu_only(base))
         assert after[kind] == pytest.approx(level, abs=0.005)
         assert all(after[o] == pytest.approx(before[o]) for o in KINDS if o != kind)
+
+
+def _pinned_demand_per_gpu(pods: list[Pod], nodes: list[Node]) -> dict[str, float]:
+    """Per model: the GPUs its pinned pods ask for (split evenly over a set) over its GPUs."""
+    gpus: dict[str, int] = {}
+    for n in nodes:
+        gpus[n.model] = gpus.get(n.model, 0) + n.num_gpu
+    demand = dict.fromkeys(gpus, 0.0)
+    for p in pods:
+        for m in p.gpu_spec:
+            demand[m] += p.num_gpu * p.gpu_milli / 1000 / len(p.gpu_spec)
+    return {m: demand[m] / gpus[m] for m in gpus if gpus[m]}
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="shared openb data not present")
+def test_model_constrained_reproduces_gpuspec10() -> None:
+    """At gpuspec10's share, the generated variant of the default trace has its structure."""
+    from gpupool.fragbench import load_nodes
+
+    nodes = load_nodes(DATA / "openb_node_list_gpu_node.csv")
+    real = load_pods(DATA / "openb_pod_list_gpuspec10.csv")
+    assert spec_mix(real) == {spec: (f, w) for spec, f, w in GPUSPEC10_MIX}  # the table is the file's
+    level = shares(real)["model-constrained"]  # 732 of 7,064 GPU pods
+    gen = apply_variant(
+        load_pods(DATA / "openb_pod_list_default.csv"), nodes, Variant("model-constrained", level)
+    )
+    for pods in (real, gen):
+        assert shares(pods)["model-constrained"] == pytest.approx(0.1036, abs=5e-4)
+    pinned = {id(pods): [p for p in pods if p.gpu_spec] for pods in (real, gen)}
+    r, g = pinned[id(real)], pinned[id(gen)]
+    frac = [sum(p.gpu_milli < 1000 for p in x) / len(x) for x in (r, g)]
+    assert frac[1] == pytest.approx(frac[0], abs=0.005)  # 0.369 (0.436 of all GPU pods)
+    multi = [sum(len(p.gpu_spec) > 1 for p in x) / len(x) for x in (r, g)]
+    assert multi[1] == pytest.approx(multi[0], abs=0.03)  # 0.18 accept several models
+    want, got = _pinned_demand_per_gpu(real, nodes), _pinned_demand_per_gpu(gen, nodes)
+    for model in ("T4", "P100", "V100M16", "V100M32"):  # ~0.25-0.34 of each small model's GPUs
+        assert got[model] == pytest.approx(want[model], abs=0.1), model
+    assert got["G2"] < 0.06 and want["G2"] < 0.06  # and under 0.04 of G2's (71% of the GPUs)

@@ -7,14 +7,15 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupool.engine import decide
 from gpupool.engine.preemption import candidate_order
-from gpupool.engine.victim_cost import duration_octave, wait_horizon
-from gpupool.manifests import build, parse_documents
+from gpupool.engine.victim_cost import TIE_S, duration_octave, wait_horizon
+from gpupool.manifests import Bundle, ManifestError, build, parse_documents
 from gpupool.model import (
     Admission,
     EngineConfig,
@@ -25,9 +26,11 @@ from gpupool.model import (
     Snapshot,
     Workload,
 )
-from gpupool.sim.metrics import compute
+from gpupool.sim.bounds import zero_wait_bound
+from gpupool.sim.metrics import compute, job_class
 from gpupool.sim.scenario import load_scenario
 from gpupool.sim.simulator import simulate
+from gpupool.sim.sources import JobSpec
 
 KUEUE = Path(__file__).resolve().parents[1] / "examples" / "sim" / "kueue-baseline.yaml"
 
@@ -54,10 +57,18 @@ def _base(cpus: int = 10) -> Snapshot:
     return Snapshot(nodes=tuple(b.nodes), pools=tuple(b.pools), queues=tuple(b.queues))
 
 
-def _wl(name: str, cpu: int, prio: int, dur: float | None, evictions: int = 0) -> Workload:
+def _wl(
+    name: str, cpu: int, prio: int, dur: float | None, evictions: int = 0, wait: float | None = None
+) -> Workload:
     req = PodRequest(cpu_milli=cpu * 1000, memory_mib=1)
     return Workload(
-        name, "a", (PodGroup("main", 1, req),), priority=prio, expected_duration_s=dur, evictions=evictions
+        name,
+        "a",
+        (PodGroup("main", 1, req),),
+        priority=prio,
+        expected_duration_s=dur,
+        evictions=evictions,
+        preemption_wait_s=wait,
     )
 
 
@@ -126,12 +137,77 @@ def test_no_wait_for_work_ending_beyond_the_horizon_or_overdue() -> None:
     assert _cycle([_run(_wl("low", 10, 0, 10.0), at=0.0)], [unknown], now=5.0) == (True, True)
 
 
+def test_work_ending_at_the_horizon_by_float_rounding_is_waited_for() -> None:
+    # admitted at 2.2, runs 0.5 s: ends at 2.7 as the horizon 0.3 s from 2.4 does, but
+    # 2.2 + 0.5 > 2.4 + 0.3 in floats (the Kueue baseline's second wave); the tie is within
+    victim = _run(_wl("low", 10, 0, 0.5), at=2.2)
+    assert 2.2 + 0.5 > 2.4 + 0.3
+    urgent = _wl("urgent", 10, 5, 1.0)  # horizon 0.3 x 1 s
+    assert _cycle([victim], [urgent], now=2.4) == (False, False)
+    assert _cycle([victim], [urgent], now=2.4 - 1e-6) == (True, True)  # truly beyond: evicts
+
+
 def test_cooldown_protects_recently_admitted_work() -> None:
     urgent = _wl("urgent", 10, 5, 1.0)  # horizon 0.3 s: too short to wait here
     recent = _run(_wl("recent", 10, 0, 1000.0), at=95.0)
     assert _cycle([recent], [urgent], now=100.0, preemption_cooldown_s=60.0) == (False, False)
     assert _cycle([recent], [urgent], now=160.0, preemption_cooldown_s=60.0) == (True, True)
     assert _cycle([recent], [urgent], now=100.0) == (True, True)  # off by default
+
+
+def test_a_class_wait_of_0s_evicts_at_once_for_that_class_only() -> None:
+    lows = [_run(_wl(f"low{i}", 5, 0, 10.0), at=0.0) for i in range(2)]  # both end at 10
+    serve = _wl("serve", 5, 5, 100.0, wait=0.0)  # its class: preemptionWait 0s
+    batch = _wl("batch", 5, 5, 100.0)  # the default horizon, 19.2 s
+    d = decide(replace(_base(), running=tuple(lows), pending=(serve, batch), now=5.0))
+    assert [a.workload for a in d.admitted] == ["serve"]  # evicted one low at once
+    assert len(d.preempted) == 1 and len(d.preempted[0].victims) == 1
+    assert "batch" in {p.workload for p in d.pending}  # still waits for the other low to end
+    # without the class setting both wait; a class wait longer than the default waits longer
+    assert _cycle(lows[:1], [_wl("serve", 10, 5, 100.0)], now=5.0) == (False, False)
+    assert wait_horizon(EngineConfig(), _wl("x", 1, 5, None, wait=120.0)) == 120.0
+    assert wait_horizon(EngineConfig(preemption_cost=False), _wl("x", 1, 5, 9.0, wait=120.0)) == 0.0
+
+
+def test_waits_only_for_work_evicted_often_enough_when_asked() -> None:
+    urgent = _wl("urgent", 10, 5, 100.0)
+    fresh = _run(_wl("fresh", 10, 0, 10.0), at=0.0)
+    bounced = _run(_wl("bounced", 10, 0, 10.0, evictions=1), at=0.0)
+    assert _cycle([fresh], [urgent], 5.0, preemption_wait_after_evictions=1) == (True, True)
+    assert _cycle([bounced], [urgent], 5.0, preemption_wait_after_evictions=1) == (False, False)
+    assert _cycle([fresh], [urgent], 5.0) == (False, False)  # the default waits for any work
+
+
+CLASS_DOCS = """
+apiVersion: gpupool.io/v1alpha1
+kind: PriorityClass
+metadata: {name: serve}
+spec: {value: 900, preemptionWait: WAIT}
+---
+apiVersion: gpupool.io/v1alpha1
+kind: Workload
+metadata: {name: w}
+spec: {queue: a, priorityClass: serve, podGroups: [{name: main, replicas: 1, resources: {cpu: 1}}]}
+"""
+
+
+def _class_bundle(wait: str | None) -> Bundle:
+    docs = CLASS_DOCS.replace("WAIT", wait) if wait else CLASS_DOCS.replace(", preemptionWait: WAIT", "")
+    return build(parse_documents(CLUSTER.replace("CPUS", "4") + "---" + docs, "t"))
+
+
+def test_preemption_wait_is_read_from_the_priority_class() -> None:
+    b = _class_bundle("0s")
+    assert [p.preemption_wait_s for p in b.priority_classes if p.name == "serve"] == [0.0]
+    assert b.workloads[0].preemption_wait_s == 0.0
+    assert _class_bundle("1m30s").workloads[0].preemption_wait_s == 90.0
+    assert _class_bundle(None).workloads[0].preemption_wait_s is None
+
+
+def test_a_bad_preemption_wait_names_the_field() -> None:
+    for bad in ("soon", "-5", "true"):
+        with pytest.raises(ManifestError, match=r"PriorityClass/serve\): spec\.preemptionWait"):
+            _class_bundle(bad)
 
 
 def test_duration_octave() -> None:
@@ -165,15 +241,21 @@ def test_waiting_never_delays_the_preemptor_beyond_its_horizon(
     if eager[1] and not cost[0]:  # it waited
         h = wait_horizon(EngineConfig(), urgent)
         left = [
-            r for r in running if r.admission.admitted_at + (r.workload.expected_duration_s or 0) > now + h
+            r
+            for r in running
+            if r.admission.admitted_at + (r.workload.expected_duration_s or 0) > now + h + TIE_S
         ]
         assert _cycle(left, [urgent], now + h)[0]
 
 
 # -- the Kueue baseline, small -------------------------------------------------------------------
-def _small_kueue(tmp_path: Path) -> Path:
+def _small_kueue(tmp_path: Path, large_wait: str | None = None) -> Path:
     doc = yaml.safe_load(KUEUE.read_text())
     spec = doc["spec"]
+    if large_wait is not None:  # spec.preemptionWait of the large class
+        for d in spec["cluster"]["documents"]:
+            if d["metadata"]["name"] == "large":
+                d["spec"]["preemptionWait"] = large_wait
     spec["cluster"]["cohorts"][0]["count"] = 2
     spec["cluster"]["documents"][0]["spec"]["nodes"][0]["cpu"] = 240
     for s in spec["workload"]["sets"]:
@@ -223,3 +305,63 @@ def test_the_controller_requeues_a_victim_with_one_more_eviction() -> None:
     victim = _run(_wl("v", 1, 0, 10.0, evictions=1), at=0.0)
     Commit._requeue_victims(ctl, {"v": victim}, 5.0)  # type: ignore[arg-type]
     assert ctl.pending["v"].model.evictions == 2
+
+
+# -- the zero-wait bound (gpupool.sim.bounds) -------------------------------------------------------
+def _spec(name: str, label: str, at: float, dur: float, cpu: int) -> JobSpec:
+    return JobSpec(name, "q", at, dur, gpus=0, cpu_milli=cpu * 1000, label=label)
+
+
+def test_zero_wait_bound_by_hand() -> None:
+    # two waves fill 10 CPU on [0, 1] and [1.2, 2.2]; the 0.5 s job cannot use the 0.2 s gap
+    waves = [_spec("h0", "hi", 0.0, 1.0, 10), _spec("h1", "hi", 1.2, 1.0, 10)]
+    b = zero_wait_bound([*waves, _spec("m", "lo", 0.0, 0.5, 10)], 10.0, "hi")
+    assert b.physical_limit_s == pytest.approx(2.5)
+    assert b.saturated_until_s == pytest.approx(2.2) and b.useful_before_s == 0.0
+    assert b.makespan_s == pytest.approx(2.7)  # 2.2 + 0.5: it runs after the last wave
+    # a 0.2 s job fits the gap: the bound falls back to the physical limit
+    b = zero_wait_bound([*waves, _spec("s", "lo", 0.0, 0.2, 10)], 10.0, "hi")
+    assert b.useful_before_s == pytest.approx(2.0) and b.makespan_s == pytest.approx(2.2)
+    # where a run really started the waves, the bound follows them
+    b = zero_wait_bound([*waves, _spec("m", "lo", 0.0, 0.5, 10)], 10.0, "hi", starts={"h1": 1.5})
+    assert b.useful_before_s == pytest.approx(5.0) and b.makespan_s == pytest.approx(2.5)
+    with pytest.raises(ValueError, match="protected: class 'hi' alone needs 20 > capacity 10"):
+        zero_wait_bound([*waves, _spec("h2", "hi", 0.5, 1.0, 10)], 10.0, "hi")
+    with pytest.raises(ValueError, match="protected: no job of class 'x'"):
+        zero_wait_bound(waves, 10.0, "x")
+
+
+def test_zero_wait_bound_of_the_kueue_baseline() -> None:
+    """The lead's argument, computed: with every large job started at its arrival, the medium
+    work (7,500 CPU-s) cannot use the 0.2 s gaps, so it runs after the last wave (59.8 s)."""
+    b = zero_wait_bound(load_scenario(KUEUE).trace.jobs, 600.0, "large")
+    assert b.physical_limit_s == pytest.approx(66.0)
+    assert b.saturated_until_s == pytest.approx(59.8)
+    assert b.useful_before_s == pytest.approx(2_100.0)  # the small work, at best
+    assert b.makespan_s == pytest.approx(72.3) and b.ratio > 1.09
+
+
+def test_no_run_with_large_at_zero_wait_beats_the_bound(tmp_path: Path) -> None:
+    """Eager preemption, and the cost model with the large class at ``preemptionWait: 0s``:
+    the large jobs start (nearly) at arrival and the makespan is never below the bound,
+    computed from where the run really started them; the default waits, and beats it."""
+    for path, policy in (
+        (_small_kueue(tmp_path), "gpupool-eager-preemption"),
+        (_small_kueue(tmp_path, large_wait="0s"), "gpupool"),
+        (_small_kueue(tmp_path), "gpupool"),
+    ):
+        sc = load_scenario(path)
+        r = simulate(sc, policy)
+        large = [j for j in r.jobs if job_class(j.spec) == "large"]
+        assert all(j.preempted == 0 and j.first_start is not None for j in large)
+        starts = {j.spec.name: j.first_start for j in large if j.first_start is not None}
+        b = zero_wait_bound(sc.trace.jobs, 240.0, "large", starts=starts)
+        m = compute(r)
+        if policy == "gpupool" and "0s" not in path.read_text():
+            # waiting is what beats the bound at arrival (1.083x here)
+            assert m["makespan_s"] < zero_wait_bound(sc.trace.jobs, 240.0, "large").makespan_s
+            assert m["makespan_over_limit"] <= 1.05
+        else:
+            assert b.ratio > 1.05
+            assert m["makespan_s"] >= b.makespan_s - 1e-6, policy
+            assert m["per_class"]["large"]["wait_p90_s"] <= 0.1  # zero but the first wave

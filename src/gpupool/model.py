@@ -232,6 +232,9 @@ class PreemptionPolicy:
     within_queue: ReclaimPolicy = ReclaimPolicy.LOWER_PRIORITY
     reclaim_within_cohort: ReclaimPolicy = ReclaimPolicy.ANY
     borrow_within_cohort: ReclaimPolicy = ReclaimPolicy.NEVER
+    #: Kueue's ``borrowWithinCohort.maxPriorityThreshold``: while borrowing, only victims of at
+    #: most this priority (None: any lower priority)
+    borrow_max_priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +266,10 @@ class PriorityClass:
     value: int
     preemptible: bool = True
     description: str = ""
+    #: the longest a workload of this class waits for running work about to end before it
+    #: evicts (``spec.preemptionWait``; 0: evict at once; None: the engine's default horizon,
+    #: ``engine/victim_cost.wait_horizon``)
+    preemption_wait_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,6 +343,8 @@ class Workload:
     #: how often this workload was preempted before (the caller counts; the preemption cost
     #: model protects work that already lost runs: ``engine/victim_cost.py``)
     evictions: int = 0
+    #: its priority class's ``preemption_wait_s`` (None: the engine's default wait horizon)
+    preemption_wait_s: float | None = None
 
     @property
     def pod_count(self) -> int:
@@ -438,6 +447,8 @@ class EngineConfig:
     preemption_wait_fraction: float = 0.3
     #: ... and within this many seconds at most
     preemption_wait_s: float = 600.0
+    #: ... and only for work evicted at least this many times before (0: any work)
+    preemption_wait_after_evictions: int = 0
     #: a workload admitted less than this many seconds ago is not a victim (0: off)
     preemption_cooldown_s: float = 0.0
 

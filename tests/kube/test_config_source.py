@@ -113,6 +113,24 @@ def test_only_priority_classes_meant_for_gpupool_are_read() -> None:
     }
 
 
+def test_a_priority_class_carries_its_preemption_wait_in_an_annotation() -> None:
+    """``gpupool.io/preemption-wait`` is the class's ``spec.preemptionWait``; a bad value is
+    refused by the apply path at that field, as from a file."""
+    from gpupool.manifests import ManifestError, parse_documents
+    from gpupool.manifests import build as build_bundle
+
+    ann = {"gpupool.io/preemptible": "true", "gpupool.io/preemption-wait": "0s"}
+    obj = {"kind": "PriorityClass", "metadata": {"name": "serve", "annotations": ann}, "value": 900}
+    m = to_manifest(obj)
+    assert m is not None and m["spec"]["preemptionWait"] == "0s"
+    bundle = build_bundle(parse_documents(json.dumps(m), "cluster"))
+    assert bundle.priority_classes[0].preemption_wait_s == 0.0
+    ann["gpupool.io/preemption-wait"] = "soon"
+    with pytest.raises(ManifestError) as e:
+        build_bundle(parse_documents(json.dumps(to_manifest(obj)), "cluster"))
+    assert "spec.preemptionWait" in str(e.value)
+
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 

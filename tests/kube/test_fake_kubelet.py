@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.fake.kubelet import kubelet_of
 
 RUN, EXIT = "fake.gpupool.io/run-seconds", "fake.gpupool.io/exit-code"
 ALLOC, PHASE, LOCK = "hami.io/vgpu-devices-to-allocate", "hami.io/bind-phase", "hami.io/mutex.lock"
@@ -204,3 +207,110 @@ def test_terminating_pod_on_a_not_ready_node_stays(fake_server: FakeApiServer) -
     srv.wait_for(
         lambda: not srv.list("pods", "default", field_selector="metadata.name=stuck"), what="removal"
     )
+
+
+# ---------------------------------------------------------------- ending a pod on demand
+def test_complete_ends_a_running_pod_as_a_real_kubelet_reports_it(fake_server: FakeApiServer) -> None:
+    """kubelet_of(srv).complete: a pod without run-seconds (it would run forever) ends now,
+    Succeeded, every container terminated with exit 0 / Completed, not Ready."""
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("c", containers=2))
+    srv.bind("default", "c", node)
+    srv.wait_for(lambda: phase(srv, "c") == "Running", what="run")
+    assert kubelet_of(srv).complete("default", "c") is True
+    p = srv.get("pods", "default", "c")
+    assert p["status"]["phase"] == "Succeeded"
+    states = [cs["state"]["terminated"] for cs in p["status"]["containerStatuses"]]
+    assert [(s["exitCode"], s["reason"]) for s in states] == [(0, "Completed"), (0, "Completed")]
+    assert {c["type"]: c["status"] for c in p["status"]["conditions"]}["Ready"] == "False"
+    assert kubelet_of(srv).complete("default", "c") is False  # already ended: nothing changes
+
+
+def test_a_pod_completed_on_demand_frees_its_device(fake_server: FakeApiServer) -> None:
+    """The HAMi stand-in's ledger lets the device go: a second pod given the same whole device
+    afterwards is no violation."""
+    srv = fake_server
+    node = srv.add_gpu_nodes(1)[0]
+    dev = uuids(srv, node)[0]
+    srv.create(pod("first", gpus=1, annotations={ALLOC: f"{dev},NVIDIA,81559,100:;"}))
+    srv.bind("default", "first", node)
+    srv.wait_for(lambda: phase(srv, "first") == "Running", what="first runs")
+    assert kubelet_of(srv).complete("default", "first")
+    srv.create(pod("second", gpus=1, annotations={ALLOC: f"{dev},NVIDIA,81559,100:;"}))
+    srv.bind("default", "second", node)
+    srv.wait_for(lambda: phase(srv, "second") == "Running", what="second runs")
+    assert srv.stats.violations == []
+
+
+def test_complete_with_an_exit_code_fails_the_pod(fake_server: FakeApiServer) -> None:
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("e"))
+    srv.bind("default", "e", node)
+    srv.wait_for(lambda: phase(srv, "e") == "Running", what="run")
+    assert kubelet_of(srv).complete("default", "e", exit_code=3)
+    term = srv.get("pods", "default", "e")["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert phase(srv, "e") == "Failed" and (term["exitCode"], term["reason"]) == (3, "Error")
+
+
+def test_complete_leaves_pods_that_are_not_running(fake_server: FakeApiServer) -> None:
+    """An unbound (Pending) pod, a missing one and a terminating one are not ended; a bad exit
+    code is refused by name."""
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("waiting"))
+    k = kubelet_of(srv)
+    assert k.complete("default", "waiting") is False and phase(srv, "waiting") == "Pending"
+    assert k.complete("default", "no-such-pod") is False
+    srv.create(pod("leaving"))
+    srv.bind("default", "leaving", node)
+    srv.wait_for(lambda: phase(srv, "leaving") == "Running", what="run")
+    srv.set_node_ready(node, False)  # so the terminating pod stays to be looked at
+    srv.delete("pods", "default", "leaving", grace_period_seconds=30)
+    assert k.complete("default", "leaving") is False and phase(srv, "leaving") == "Running"
+    with pytest.raises(ValueError, match="exit_code"):
+        k.complete("default", "waiting", exit_code=256)
+
+
+def test_completing_a_jobs_pods_completes_the_job(fake_server: FakeApiServer) -> None:
+    """The Job controller counts pods ended on demand: an Indexed Job of two whose pods are
+    completed gets Complete (and succeeded 2), which is what a Job's owner outcome reads."""
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    ctr = {"name": "c", "image": "x"}
+    tpl = {"spec": {"schedulerName": "gpupool", "restartPolicy": "Never", "containers": [ctr]}}
+    spec = {"parallelism": 2, "completions": 2, "completionMode": "Indexed", "template": tpl}
+    md = {"name": "j", "namespace": "default"}
+    srv.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": md, "spec": spec})
+
+    def two_pods() -> list[str] | None:
+        pods = srv.list("pods", "default", label_selector="job-name=j")
+        return [p["metadata"]["name"] for p in pods] if len(pods) == 2 else None
+
+    names = srv.wait_for(two_pods, what="the Job's pods")
+    for name in names:
+        srv.bind("default", name, node)
+    srv.wait_for(lambda: all(phase(srv, n) == "Running" for n in names), what="both run")
+    k = kubelet_of(srv)
+    assert k.complete("default", names[0])
+    srv.wait_for(srv.runtime.idle, what="settle")
+    assert "Complete" not in _conditions(srv.get("jobs.batch", "default", "j"))
+
+    def complete() -> dict[str, Any] | None:
+        job = srv.get("jobs.batch", "default", "j")
+        return job if _conditions(job).get("Complete") == "True" else None
+
+    assert k.complete("default", names[1])
+    job = srv.wait_for(complete, what="the Job Complete")
+    assert job["status"]["succeeded"] == 2 and job["status"]["completedIndexes"] == "0,1"
+    assert srv.runtime.errors == []
+
+
+def test_kubelet_of_a_server_without_one_says_so() -> None:
+    with pytest.raises(LookupError, match="kubelet=False"):
+        kubelet_of(FakeApiServer(kubelet=False))
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}

@@ -8,7 +8,10 @@ Cluster manifest; (b) the controller with the Kubernetes backend on a fresh fake
 nodes are built from the same Cluster manifest (``add_nodes_from_cluster_manifest``), the
 workloads created as Kueue-style ``batch/v1`` Jobs and submitted by ``gpupool.kube.source``.
 Both get the same workloads in the same order and one controller cycle per scenario cycle, at
-the scenario's times (a clock the test sets), so every difference is the backend's. Per cycle
+the scenario's times (a clock the test sets), so every difference is the backend's. A cycle's
+``finish`` (work that ends between cycles) ends the run on both sides before the cycle: (a)
+marks it Succeeded; (b) has the fake kubelet end the Job's pods (Succeeded, exit 0), its Job
+controller mark the Job Complete, and waits until the backend reports the run finished. Per cycle
 the admitted set (with each pod's node, devices, share and borrowing), the preempted set (by
 whom, which rule) and the pending reasons' codes must be equal; on (b) the pods bound over HTTP
 must carry the decided nodes and devices, and the fake HAMi plug-in must record no violation.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +35,14 @@ from gpupool.kube import workloads
 from gpupool.kube.annotations import GPU_INDICES, GPU_MEMORY_MIB, GPU_MILLI, NODE, POD_INDEX, PODSET, WORKLOAD
 from gpupool.kube.backend import KubernetesBackend
 from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.fake.kubelet import kubelet_of
 from gpupool.kube.fake.nodes import nodes_from_cluster
 from gpupool.kube.inventory import InventoryOptions, node_inventory
 from gpupool.kube.source import SYSTEM_NAME, KubeSource, Outcome
+from gpupool.kube.translate_partial import MIN_PARALLELISM
 from gpupool.manifests import API_VERSION, Bundle, build, default_priority_classes, parse_documents
 from gpupool.model import EngineConfig, Node, Queue, Running, Snapshot
-from gpupool.service.backends import Backend
+from gpupool.service.backends import Backend, RunState
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES
 from gpupool.service.controller import Controller
@@ -51,7 +57,17 @@ NS = "default"
 PREFIX = f"{NS}.job."
 #: the spec fields a Job's labels, annotations and template carry (workloads.py), and the
 #: resources its containers can ask for; anything else cannot be written as a Job
-SPEC_FIELDS = {"queue", "priorityClass", "type", "duration", "pool", "topology", "nodeSelector", "podGroups"}
+SPEC_FIELDS = {
+    "queue",
+    "priorityClass",
+    "type",
+    "duration",
+    "pool",
+    "topology",
+    "nodeSelector",
+    "podGroups",
+    "gang",
+}
 RESOURCES = {"nvidia.com/gpu", "nvidia.com/gpucores", "nvidia.com/gpumem", "cpu", "memory"}
 
 
@@ -98,6 +114,11 @@ def submitted_in(scn: Scenario, cycle: Mapping[str, Any]) -> list[str]:
     return list(scn.workloads) if sub == "all" else list(sub)
 
 
+def finished_in(cycle: Mapping[str, Any]) -> list[str]:
+    """The workloads that end before the cycle (the scenario runner's ``finish``)."""
+    return list(cycle.get("finish") or [])
+
+
 # ------------------------------------------------------------------- a workload as a Job
 def _gpu_limits(res: Mapping[str, Any]) -> dict[str, str]:
     """A pod group's GPU request as HAMi's container limits (a share is ``nvidia.com/gpu: 1``
@@ -119,8 +140,8 @@ def _gpu_limits(res: Mapping[str, Any]) -> dict[str, str]:
 
 
 def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
-    """The workload as a Kueue-style Job (queue label, ``suspend: true``, Indexed), or why a
-    Job cannot say it."""
+    """The workload as a Kueue-style Job (queue label, ``suspend: true``, Indexed, a
+    ``gang.minMember`` as Kueue's ``job-min-parallelism``), or why a Job cannot say it."""
     spec, md = manifest["spec"], manifest.get("metadata") or {}
     extra = set(spec) - SPEC_FIELDS
     if extra:
@@ -139,6 +160,8 @@ def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
     for key, fld in ((workloads.DURATION, "duration"), (workloads.POOL, "pool")):
         if fld in spec:
             ann[key] = str(spec[fld])
+    if "gang" in spec:  # Kueue's partial admission: the Job may run with that many pods
+        ann[MIN_PARALLELISM] = str(spec["gang"]["minMember"])
     if "topology" in spec:
         ann[workloads.TOPOLOGY] = spec["topology"]["scope"]
         ann[workloads.TOPOLOGY_MODE] = spec["topology"].get("mode", "Required")
@@ -248,6 +271,17 @@ class Clock:
         return self.base + self.at
 
 
+class FinishingBackend(VirtualBackend):
+    """The virtual backend whose runs a scenario ends on demand: its workloads declare no
+    duration, so nothing else would end them."""
+
+    def finish(self, names: Sequence[str]) -> None:
+        with self._lock:
+            for n in names:
+                assert n in self._runs and not self._runs[n]["finished"], f"finish {n}: not running"
+                self._runs[n].update(finished=True, outcome="Succeeded", message="finished by the scenario")
+
+
 @dataclass
 class Side:
     store: Store
@@ -336,15 +370,26 @@ def cycle_once(s: Side, clock: Clock, n: int, cycle: Mapping[str, Any]) -> list[
     return s.ctl.decided[before:]
 
 
+def check_finished(s: Side, names: Sequence[str], strip: str = "") -> None:
+    """The controller recorded each finished workload's end (it left the running set)."""
+    for x in names:
+        rec = s.store.get_workload(strip + x)
+        assert rec.phase == "Succeeded", f"{x}: {rec.phase} after it finished"
+        assert strip + x not in s.ctl.engine.running, x
+
+
 def run_virtual(scn: Scenario, tmp: Path) -> tuple[list[dict[str, Any]], list[Node]]:
     clock = Clock()
-    s = side(tmp, "virtual", scn, VirtualBackend(None, clock=clock), clock)
+    be = FinishingBackend(None, clock=clock)
+    s = side(tmp, "virtual", scn, be, clock)
     try:
         s.ctl.recover()
         history = []
         for n, cycle in enumerate(scn.cycles):
+            be.finish(finished_in(cycle))
             s.sub.submit_many([scn.workloads[x] for x in submitted_in(scn, cycle)])
             history.append(decisions(cycle_once(s, clock, n, cycle), s.ctl))
+            check_finished(s, finished_in(cycle))
         return history, s.ctl.nodes()
     finally:
         s.store.close()
@@ -365,6 +410,48 @@ def submit_jobs(
         pass
     assert s.sub.names[len(s.sub.names) - len(names) :] == [PREFIX + x for x in names]
     wait_for(lambda: all(be.tracker.top_by_name(PREFIX + x) for x in names), "the backend's view")
+
+
+def finish_jobs(srv: FakeApiServer, be: KubernetesBackend, clock: Clock, names: Sequence[str]) -> None:
+    """End the Jobs' pods as their containers exiting 0 would (the fake kubelet), and wait until
+    the Job controller marks each Job Complete and the backend reports the run Succeeded, so the
+    next cycle starts with the work ended, as the scenario runner's ``finish`` does."""
+    kubelet, runs = kubelet_of(srv), be.runs()
+    for x in names:
+        want = len(runs[PREFIX + x].placement.get("pods") or ())
+        assert want, f"finish {x}: the backend placed no pod of it"
+        running = wait_for(partial(running_pods, srv, x, want), f"{x}'s {want} pods running, to end them")
+        assert all(kubelet.complete(NS, p) for p in running), f"{x}: a pod stopped running"
+    for x in names:
+        wait_for(partial(job_complete, srv, x), f"the Job {x} Complete")
+
+    def seen() -> bool:
+        done = {r.name: r for r in be.poll(clock())}
+        return all(succeeded(done.get(PREFIX + x)) for x in names)
+
+    wait_for(seen, f"the backend to see {names} finished")
+
+
+def running_pods(srv: FakeApiServer, job: str, want: int) -> list[str]:
+    """The Job's ``want`` pods, all Running (empty until they are: the placement's pods)."""
+    pods = [
+        p
+        for p in srv.list("pods", NS, label_selector=f"job-name={job}")
+        if not p["metadata"].get("deletionTimestamp")
+    ]
+    if len(pods) != want or any(p["status"].get("phase") != "Running" for p in pods):
+        return []
+    return [p["metadata"]["name"] for p in pods]
+
+
+def job_complete(srv: FakeApiServer, name: str) -> bool:
+    """The fake Job controller counted the Job's pods and marked it Complete."""
+    conds = (srv.get("jobs.batch", NS, name).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Complete" and c["status"] == "True" for c in conds)
+
+
+def succeeded(run: RunState | None) -> bool:
+    return run is not None and run.finished and run.outcome == "Succeeded"
 
 
 def pods_are(srv: FakeApiServer, job: str, want: list[Any]) -> Callable[[], bool]:
@@ -404,9 +491,11 @@ def run_kube(scn: Scenario, srv: FakeApiServer, tmp: Path, nodes: Sequence[Node]
             assert want_labels[node.name] <= set(node.labels), node.name
         history = []
         for n, cycle in enumerate(scn.cycles):
+            finish_jobs(srv, be, clock, finished_in(cycle))
             submit_jobs(srv, be, src, s, submitted_in(scn, cycle))
             d = cycle_once(s, clock, n, cycle)
             history.append(decisions(d, s.ctl, PREFIX))
+            check_finished(s, finished_in(cycle), PREFIX)
             check_bound(srv, d, s)
         assert events.seen == []  # the source refused nothing and found nothing unreadable
         return history
@@ -435,10 +524,6 @@ def test_the_kubernetes_backend_decides_as_the_virtual_one(
     path: Path, fake_server: FakeApiServer, tmp_path: Path
 ) -> None:
     scn = load(path)
-    if any(c.get("finish") for c in scn.cycles):
-        pytest.skip(
-            f"{scn.name}: 'finish' (a workload ending between cycles) is not driven through the fake kubelet here"
-        )
     why = unexpressible(scn)
     if why:
         pytest.skip(f"{scn.name}: a Kubernetes object cannot express {why}")

@@ -140,6 +140,8 @@ def _union(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out = structural({**variants[0], **rest}, defs)
     elif {v.get("type") for v in variants} <= _SCALARS and any(v.get("type") == "string" for v in variants):
         out = {"x-kubernetes-int-or-string": True}
+    elif {v.get("type") for v in variants} == {"string", "object"}:
+        out = {"x-kubernetes-preserve-unknown-fields": True}  # a short string or its object form
     else:
         out = dict(_FREE)
     if nullable:

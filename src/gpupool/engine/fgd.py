@@ -22,15 +22,16 @@ engine ships (the benchmark imports the engine, never the reverse).
 ``measure="capacity"`` extends the idea to *repeated* pods of a shape (CPU that
 runs out after a few pods strands the remaining GPUs), and ``measure="gpupool"``
 blends it with FGD: that blend is what the project's default ``gpupool`` policy
-minimises.
+minimises, against the mix of :func:`per_gpu_weights` (each shape weighed by its demand per GPU
+it can run on, not by its share of pods as in the paper).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,11 +41,14 @@ __all__ = [
     "MEASURES",
     "CompiledShapes",
     "Measure",
+    "NodeKind",
     "PodLike",
     "PodShape",
     "ShapeDistribution",
     "node_fragmentation",
     "node_fragmentation_batch",
+    "node_kinds",
+    "per_gpu_weights",
 ]
 
 Measure = Literal["fgd", "capacity", "gpupool"]
@@ -122,7 +126,7 @@ class ShapeDistribution:
         return cls.from_counts(counts, popularity)
 
     @classmethod
-    def from_counts(cls, counts: Counter[PodShape], popularity: float = 0.95) -> ShapeDistribution:
+    def from_counts(cls, counts: Mapping[PodShape, float], popularity: float = 0.95) -> ShapeDistribution:
         """Most popular shapes covering ``popularity`` of the total weight, renormalised."""
         total = sum(counts.values())
         if total == 0:
@@ -132,8 +136,8 @@ class ShapeDistribution:
             counts.items(),
             key=lambda kv: (-kv[1], kv[0].num_gpu, kv[0].gpu_milli, kv[0].cpu_milli, sorted(kv[0].gpu_spec)),
         )
-        chosen: list[tuple[PodShape, int]] = []
-        cum = 0
+        chosen: list[tuple[PodShape, float]] = []
+        cum = 0.0
         for shape, n in ranked:
             chosen.append((shape, n))
             cum += n
@@ -144,6 +148,58 @@ class ShapeDistribution:
     def compile(self, models: Sequence[str]) -> CompiledShapes:
         """Numpy form for a cluster whose GPU models are ``models`` (index order)."""
         return CompiledShapes.build(self, models)
+
+
+class NodeKind(NamedTuple):
+    """``nodes`` GPU nodes alike in what decides whether a shape can run there at all."""
+
+    model: str
+    gpus: int
+    cpu_milli: int
+    memory_mib: int
+    nodes: int
+
+
+def node_kinds(nodes: Iterable[tuple[str, int, int, int]]) -> tuple[NodeKind, ...]:
+    """Group ``(model, gpus, cpu_milli, memory_mib)`` of each node into kinds (GPU nodes only)."""
+    counts = Counter(n for n in nodes if n[1] > 0)
+    return tuple(NodeKind(*k, c) for k, c in sorted(counts.items()))
+
+
+def per_gpu_weights(
+    dist: ShapeDistribution, supply: Sequence[NodeKind], popularity: float = 0.95
+) -> ShapeDistribution:
+    """The mix with each GPU shape's weight divided by the share of the cluster's GPUs it can use,
+    cut to the shapes covering ``popularity`` of the new weights (pass ``dist`` uncut).
+
+    Why: FGD weighs a shape by its share of the coming pods, as if every shape could draw on the
+    whole cluster. A shape that runs only on some nodes (pinned to a model, or too big in GPUs,
+    CPU or memory for the others) puts all its demand there: a shape pinned to T4, 14% of the
+    GPUs, wants a free T4 GPU about 7 times as much as a shape that runs anywhere does. With the
+    pod-share weights, pods that could run anywhere filled the small models first and the pods
+    pinned there were turned away; 8-GPU pods asking 120 cores, which fit only the G3 nodes (5%
+    of the GPUs), were too rare to survive the popularity cut and lost those nodes to smaller
+    pods (bench/README.md, issue 11). Weighing each shape by its demand per GPU it can run on
+    (the GPUs of the empty nodes it fits), and cutting after weighing, makes taking those GPUs
+    cost what it costs. Shapes that fit every GPU node, and pods without GPUs, keep their weight;
+    a shape that fits no node is left as it is; the weights are renormalised."""
+    kinds = np.array([(k.gpus, k.cpu_milli, k.memory_mib) for k in supply], dtype=np.int64).reshape(-1, 3)
+    gpus = kinds[:, 0] * np.array([k.nodes for k in supply], dtype=np.int64)
+    total = float(gpus.sum())
+    shapes = dist.shapes
+    if total == 0:  # no GPU node: nothing to weigh by
+        return ShapeDistribution.from_counts(dict(zip(shapes, dist.weights, strict=True)), popularity)
+    req = np.array([(s.num_gpu, s.cpu_milli, s.memory_mib) for s in shapes], dtype=np.int64)
+    models = sorted({k.model for k in supply})  # few: the shapes x kinds test is vectorised
+    access = np.array([[not s.gpu_spec or m in s.gpu_spec for m in models] for s in shapes], dtype=bool)
+    of_kind = np.searchsorted(np.array(models), np.array([k.model for k in supply]))
+    fits = np.all(req[:, None, :] <= kinds[None, :, :], axis=2) & access.reshape(len(shapes), -1)[:, of_kind]
+    usable = fits.astype(np.int64) @ gpus
+    factor = np.where((req[:, 0] > 0) & (usable > 0), total / np.maximum(usable, 1), 1.0)
+    weighted: dict[PodShape, float] = {}
+    for s, w, f in zip(shapes, dist.weights, factor.tolist(), strict=True):
+        weighted[s] = weighted.get(s, 0.0) + w * f
+    return ShapeDistribution.from_counts(weighted, popularity)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from gpupool.engine.fgd import CompiledShapes, PodShape, ShapeDistribution, node_fragmentation_batch
+from gpupool.engine.fgd import (
+    CompiledShapes,
+    PodShape,
+    ShapeDistribution,
+    node_fragmentation_batch,
+    node_kinds,
+    per_gpu_weights,
+)
 from gpupool.engine.scoring import BinPack, NodeFilter, pick_cpu_only
 from gpupool.engine.state import ClusterState, PoolIndex
 from gpupool.model import Node, PodRequest, Workload
@@ -74,6 +81,9 @@ class ClassIndex:
         self.model_ix = {m: i for i, m in enumerate(models)}
         self.models = models
         self.max_gpus = max((n.gpu_count for n in st.nodes), default=1) or 1
+        #: the GPU node kinds: the measure weighs a shape by its demand per GPU it can run on
+        #: (``engine.fgd.per_gpu_weights``)
+        self.supply = node_kinds((n.gpu_model, n.gpu_count, n.cpu_milli, n.memory_mib) for n in st.nodes)
         self.of: dict[PoolIndex, _Classes] = {}
         self.ix_of: list[PoolIndex | None] = [None] * len(st.nodes)
         self.key_of: list[Key | None] = [None] * len(st.nodes)
@@ -276,7 +286,8 @@ class FragContext:
             self.orders_of = {}
             self.generation = index.generation
             if self.active:
-                self.shapes = ShapeDistribution.from_counts(counts).compile(index.models)
+                dist = per_gpu_weights(ShapeDistribution.from_counts(counts, 1.0), index.supply)
+                self.shapes = dist.compile(index.models)
         index.last = self
 
     def _measure_rows(

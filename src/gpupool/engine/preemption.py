@@ -20,7 +20,18 @@ from gpupool.engine.reach import reachable
 from gpupool.engine.running import vec_of
 from gpupool.engine.slots import WholeSlots
 from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
-from gpupool.model import ZERO, Admission, PodPlacement, ReclaimPolicy, Running, Vec, Workload, vadd, vsub
+from gpupool.model import (
+    ZERO,
+    Admission,
+    PodPlacement,
+    PreemptionPolicy,
+    ReclaimPolicy,
+    Running,
+    Vec,
+    Workload,
+    vadd,
+    vsub,
+)
 
 #: the bounds that only save work (the property tests switch them off to show that they change no
 #: decision): the device bounds before the candidates are sorted, and ``reach.reachable``'s bound
@@ -61,6 +72,13 @@ def within_queue_victim(w: Workload, v: Workload, newer_equal: bool) -> bool:
     if v.priority != w.priority:
         return v.priority < w.priority
     return newer_equal and (v.arrival, v.name) > (w.arrival, w.name)
+
+
+def within_threshold(pol: PreemptionPolicy, v: Workload) -> bool:
+    """May a borrowing preemptor evict ``v`` under ``borrowWithinCohort.maxPriorityThreshold``?
+    Kueue's guard: borrowing may displace only work at or below a set priority, so a team that
+    borrows never evicts another team's important work however high its own priority."""
+    return pol.borrow_max_priority is None or v.priority <= pol.borrow_max_priority
 
 
 @dataclass(slots=True)
@@ -232,7 +250,7 @@ class PreemptionSearch:
                     continue
                 if reclaim and (pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority):
                     rule = PreemptRule.RECLAIM
-                elif borrow and v.priority < w.priority:
+                elif borrow and v.priority < w.priority and within_threshold(pol, v):
                     rule = PreemptRule.BORROW
                 elif sides is not None and (
                     pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority

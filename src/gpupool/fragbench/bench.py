@@ -15,7 +15,7 @@ from typing import Any
 
 from rich.table import Table
 
-from gpupool.engine.fgd import CompiledShapes, ShapeDistribution
+from gpupool.engine.fgd import CompiledShapes, ShapeDistribution, per_gpu_weights
 from gpupool.fragbench.engine_run import ENGINE_POLICIES, simulate_seed_engine
 from gpupool.fragbench.sim import POLICIES, Cluster, PodTable, simulate_seed
 from gpupool.fragbench.trace import FragbenchError, Node, Pod, load_nodes, load_pods
@@ -81,7 +81,12 @@ def run_fragmentation(
     if cluster.gpu_capacity_milli == 0:
         raise FragbenchError(f"{nodes_csv}: the node list has no GPUs")
     table = PodTable.build(pods, cluster)
-    shapes = ShapeDistribution.from_pods(pods).compile(cluster.models)
+    # FGD weighs shapes by their share of pods (the paper); gpupool by demand per usable GPU
+    pool = per_gpu_weights(ShapeDistribution.from_pods(pods, popularity=1.0), cluster.kinds)
+    shapes = {
+        "fgd": ShapeDistribution.from_pods(pods).compile(cluster.models),
+        "gpupool": pool.compile(cluster.models),
+    }
     trace = _trace_name(Path(pods_csv)) + (f"+{wanted.label}" if wanted is not None else "")
     started = time.perf_counter()
     results: list[dict[str, Any]] = []
@@ -119,7 +124,7 @@ def _run_policy(
     pods: list[Pod],
     table: PodTable,
     cluster: Cluster,
-    shapes: CompiledShapes,
+    shapes: dict[str, CompiledShapes],
 ) -> dict[str, Any]:
     """One policy over ``seeds`` seeds: the median, every seed's ratio and pods skipped."""
     t0 = time.perf_counter()
@@ -131,7 +136,7 @@ def _run_policy(
                 nodes, pods, table, cluster, seed, name.removeprefix("engine-")
             )
         else:
-            ratio, skip = simulate_seed(cluster, table, name, seed, shapes)
+            ratio, skip = simulate_seed(cluster, table, name, seed, shapes.get(name, shapes["fgd"]))
         ratios.append(round(ratio, 4))
         skipped.append(skip)
     return {

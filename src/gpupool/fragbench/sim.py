@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT, CompiledShapes
+from gpupool.engine.fgd import GPUPOOL_CAPACITY_WEIGHT, CompiledShapes, NodeKind, node_kinds
 from gpupool.fragbench.trace import MILLI, Node, Pod
 
 __all__ = ["POLICIES", "Cluster", "PodTable", "pick", "sample_arrivals", "simulate_seed"]
@@ -58,6 +58,14 @@ class Cluster:
             num_gpu=np.array([n.num_gpu for n in nodes], dtype=np.int64),
             model_ix=np.array([mix.get(n.model, len(models)) for n in nodes], dtype=np.int64),
             max_gpus=max(1, max(n.num_gpu for n in nodes)),
+        )
+
+    @property
+    def kinds(self) -> tuple[NodeKind, ...]:
+        """The GPU node kinds (the supply ``gpupool`` weighs shapes by, ``engine.fgd.per_gpu_weights``)."""
+        return node_kinds(
+            (self.models[m] if m < len(self.models) else "", int(g), int(c), int(mem))
+            for m, g, c, mem in zip(self.model_ix, self.num_gpu, self.cpu, self.mem, strict=True)
         )
 
     @property

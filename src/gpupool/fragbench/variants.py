@@ -10,8 +10,9 @@ levels and reported on others.
 Each kind changes its own share and leaves the other three as they were (see :func:`shares`):
 
 ``model-constrained=F``
-    a fraction ``F`` of the GPU pods (by count) is pinned to one GPU model; the model is drawn
-    in proportion to the cluster's GPUs of each model on which the pod can run at all.
+    a fraction ``F`` of the GPU pods (by count, drawn uniformly) is pinned to GPU models; which
+    models each accepts is drawn from the real gpuspec10 trace's mix for its kind (fractional or
+    whole GPUs; see :mod:`gpupool.fragbench.specmix`), among the sets where it fits at all.
 ``gpu-share=F``
     a fraction ``F`` of the one-GPU pods (by count) takes a share of a GPU: whole one-GPU pods
     become fractional, their milli drawn from the trace's own fractional pods.
@@ -20,7 +21,8 @@ Each kind changes its own share and leaves the other three as they were (see :fu
     belongs to multi-GPU pods: copies of the trace's multi-GPU pods are added.
 ``cpu-heavy=X``
     the pods without GPUs ask for ``X`` times the CPU they ask for in the base trace: copies of
-    them are added (``X`` >= 1), so their shapes stay those of the trace.
+    them are added (``X`` >= 1), so their shapes stay those of the trace; below 1, pods without
+    GPUs drawn at random are left out (the paper's cpu100 is 0.73 of the default trace's).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpupool.fragbench.specmix import FRACTIONAL_SHARE, draw_spec
 from gpupool.fragbench.trace import MILLI, FragbenchError, Node, Pod
 
 __all__ = ["KINDS", "Variant", "apply_variant", "parse_variant", "shares", "write_pods"]
@@ -41,7 +44,7 @@ KINDS: dict[str, tuple[float, float]] = {
     "model-constrained": (0.0, 1.0),
     "gpu-share": (0.0, 1.0),
     "multi-gpu": (0.0, 0.95),
-    "cpu-heavy": (1.0, 10.0),
+    "cpu-heavy": (0.1, 10.0),
 }
 
 
@@ -96,9 +99,10 @@ def apply_variant(pods: Sequence[Pod], nodes: Sequence[Node], variant: Variant, 
     """The pod list with ``variant``'s share moved to its level; the same seed, the same list.
 
     A share already above the level is an error naming it: variants only add (pins, shares,
-    copies), so that what is not moved stays exactly as it was."""
+    copies; ``cpu-heavy`` below 1 leaves CPU-only pods out), so that what is not moved stays
+    exactly as it was."""
     rng = np.random.default_rng(seed)
-    now = shares(pods)[variant.kind] if variant.kind != "cpu-heavy" else 1.0
+    now = shares(pods)[variant.kind] if variant.kind != "cpu-heavy" else 0.0
     if variant.level < now - 1e-9:
         raise FragbenchError(
             f"variant {variant.label}: the base trace's {variant.kind} share is already {now:.3f}"
@@ -112,43 +116,26 @@ def apply_variant(pods: Sequence[Pod], nodes: Sequence[Node], variant: Variant, 
     return _add_cpu_only(list(pods), variant.level, rng)
 
 
-def _supply(nodes: Sequence[Node]) -> dict[str, list[tuple[int, int, int, int]]]:
-    """Per GPU model: (CPU, memory, GPUs per node, GPUs in all) for each kind of node."""
-    kinds: dict[tuple[str, int, int, int], int] = {}
-    for n in nodes:
-        if n.num_gpu > 0:
-            key = (n.model, n.cpu_milli, n.memory_mib, n.num_gpu)
-            kinds[key] = kinds.get(key, 0) + n.num_gpu
-    out: dict[str, list[tuple[int, int, int, int]]] = {}
-    for (model, cpu, mem, k), gpus in sorted(kinds.items()):
-        out.setdefault(model, []).append((cpu, mem, k, gpus))
-    return out
-
-
 def _pin_models(pods: list[Pod], nodes: Sequence[Node], level: float, rng: np.random.Generator) -> list[Pod]:
-    """Pin free GPU pods, drawn at random, to one model each until ``level`` of them are pinned."""
+    """Pin free GPU pods, drawn at random, until ``level`` of them are pinned.
+
+    As in the real gpuspec10 trace (``specmix``): pinned pods are drawn uniformly within their
+    kind, fractional ones making ``FRACTIONAL_SHARE`` of them, and their models follow its mix."""
     gpu_ix = [i for i, p in enumerate(pods) if p.num_gpu > 0]
     free = [i for i in gpu_ix if not pods[i].gpu_spec]
-    want = round(level * len(gpu_ix)) - (len(gpu_ix) - len(free))
-    by_model = _supply(nodes)
-    models = sorted(by_model)
-    for i in rng.permutation(np.array(free, dtype=np.int64))[: max(want, 0)].tolist():
-        p = pods[i]
-        supply = np.array(
-            [
-                sum(
-                    g
-                    for cpu, mem, k, g in by_model[m]
-                    if p.cpu_milli <= cpu and p.memory_mib <= mem and p.num_gpu <= k
-                )
-                for m in models
-            ],
-            dtype=float,
-        )
-        if supply.sum() == 0:  # runs nowhere now: pinning it changes nothing measurable
-            continue
-        model = models[int(rng.choice(len(models), p=supply / supply.sum()))]
-        pods[i] = replace(p, gpu_spec=frozenset({model}))
+    want = max(round(level * len(gpu_ix)) - (len(gpu_ix) - len(free)), 0)
+    frac = [i for i in free if pods[i].gpu_milli < MILLI]
+    whole = [i for i in free if pods[i].gpu_milli == MILLI]
+    n_frac = min(round(want * FRACTIONAL_SHARE), len(frac))  # the mix's kinds, as far as they go
+    n_frac = max(n_frac, want - len(whole))
+    chosen = [
+        *rng.permutation(np.array(frac, dtype=np.int64))[:n_frac].tolist(),
+        *rng.permutation(np.array(whole, dtype=np.int64))[: want - n_frac].tolist(),
+    ]
+    for i in sorted(chosen):
+        spec = draw_spec(pods[i], nodes, rng)
+        if spec is not None:  # a pod that runs nowhere now: pinning it changes nothing measurable
+            pods[i] = replace(pods[i], gpu_spec=spec)
     return pods
 
 
@@ -190,6 +177,14 @@ def _add_cpu_only(pods: list[Pod], factor: float, rng: np.random.Generator) -> l
     if not cpu_only:
         raise FragbenchError("variant cpu-heavy: the base trace has no pod without GPUs to copy")
     base = sum(p.cpu_milli for p in cpu_only)
+    if factor < 1.0:  # leave out random pods without GPUs while their CPU stays above the level
+        gone: set[int] = set()
+        left = base
+        for i in rng.permutation(len(pods)).tolist():
+            if pods[i].num_gpu == 0 and left - pods[i].cpu_milli >= factor * base:
+                gone.add(i)
+                left -= pods[i].cpu_milli
+        return [p for i, p in enumerate(pods) if i not in gone]
     need = (factor - 1.0) * base
     added = 0
     out = list(pods)

@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from gpupool.kube import elastic, inventory, workloads
+from gpupool.kube import elastic, inventory, translate_partial, workloads
 from gpupool.kube.binder import Binder, BindJob, BindResult
 from gpupool.kube.client import KubeApi
 from gpupool.kube.elastic_runs import ElasticRuns
@@ -72,6 +72,9 @@ class KubeRun:
     ready: bool = False
     #: adopted after a restart: ``kw`` is translated when a pod of it is first to be bound
     untranslated: bool = False
+    #: a Job admitted with fewer pods: the patch that gives it back its counts when it is
+    #: suspended again (kept from admission: the cache may not show the reduced Job yet)
+    restore: dict[str, Any] | None = None
 
     def state(self) -> RunState:
         o = self.outcome
@@ -238,12 +241,40 @@ class KubernetesBackend(ElasticRuns):
             "decision": run.decision,
         }
         try:
+            self._reduce(run, obj, record)
             self.evictor.admit(obj, record)
         except Exception as exc:
             with self._lock:
                 self._runs.pop(run.name, None)
+            self._restore(run, obj)
             return f"{run.name}: could not admit {obj.get('kind')} {run.top[2]}: {exc}"
         return ""
+
+    def _reduce(self, run: KubeRun, obj: Mapping[str, Any], record: dict[str, Any]) -> None:
+        """A Job admitted with fewer pods than it asks for (partial admission): its parallelism
+        (and completions) set to the admitted count while it is still suspended, so its
+        controller never starts more pods than are placed; the counts go into the record."""
+        admitted = len(run.placement.get("pods") or ())
+        patch = translate_partial.admit_patch(obj, admitted) if run.top[0] == "Job" else {}
+        if not patch:
+            return
+        self.evictor.patch_owner(obj, patch)
+        run.restore = translate_partial.restore_patch(patch)  # {} when the patch was a restore
+        if run.restore and run.kw is not None:
+            record.update(admittedPods=admitted, requestedPods=run.kw.pod_count)
+            msg = f"admitted with {admitted} of {run.kw.pod_count} pods (partial admission)"
+            self.evictor.event(obj, "PartiallyAdmitted", msg)
+
+    def _restore(self, run: KubeRun, obj: Mapping[str, Any]) -> None:
+        """Give a suspended Job back the counts partial admission reduced (as Kueue does), so a
+        later admission may run all its pods. Best effort: the translation reads the originals
+        from the annotations either way."""
+        try:
+            if patch := run.restore or translate_partial.restore_patch(obj):
+                self.evictor.patch_owner(obj, patch)
+                run.restore = None
+        except Exception:
+            log.warning("restoring the parallelism of %s failed", run.name, exc_info=True)
 
     def stop(self, names: Sequence[str]) -> None:
         with self._lock:
@@ -259,6 +290,7 @@ class KubernetesBackend(ElasticRuns):
         try:
             if kind in SUSPEND_PATH:
                 self.evictor.release(obj, suspend=True)  # its controller deletes the pods
+                self._restore(run, obj)  # after the suspend: never more pods than placed
             else:
                 if not self._is_extra(run):  # an extra leaves its base (and the record) alone
                     self.evictor.release(obj, suspend=False)
@@ -303,10 +335,14 @@ class KubernetesBackend(ElasticRuns):
         if obj is None or self._is_extra(run):
             return
         failed = run.outcome is not None and run.outcome.outcome == "Failed"
+        suspend = failed and owner_outcome(obj) is None
         try:
-            self.evictor.release(obj, suspend=failed and owner_outcome(obj) is None)
+            self.evictor.release(obj, suspend=suspend)
         except Exception:
             log.warning("clearing the admission of %s failed", run.name, exc_info=True)
+            return
+        if suspend:
+            self._restore(run, obj)
 
     def runs(self) -> dict[str, RunState]:
         self._adopt()

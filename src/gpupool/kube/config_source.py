@@ -13,7 +13,8 @@ Objects from the cluster carry ``gpupool.io/origin: cluster``; deleting the Kube
 deletes only such an object (a pool seeded from files is never deleted by the cluster).
 
 Which PriorityClasses: only those annotated ``gpupool.io/preemptible`` (the chart's classes are):
-a cluster's own classes (``system-node-critical`` ...) are not gpupool's to import.
+a cluster's own classes (``system-node-critical`` ...) are not gpupool's to import. The
+annotation ``gpupool.io/preemption-wait`` carries the class's ``spec.preemptionWait``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ KINDS = {"ResourcePool": POOLS, "Queue": QUEUES, "PriorityClass": PRIORITY_CLASS
 PLURAL = {"ResourcePool": "pools", "Queue": "queues", "PriorityClass": "priorityclasses"}
 ORIGIN = "gpupool.io/origin"
 PREEMPTIBLE = "gpupool.io/preemptible"
+#: a PriorityClass's ``spec.preemptionWait`` (docs/engine.md, "Preemption cost"): "0s" evicts at once
+PREEMPTION_WAIT = "gpupool.io/preemption-wait"
 #: the reason of the Warning Event on a refused configuration object
 REFUSED = "GpupoolConfigRefused"
 PRINCIPAL = "system:kubernetes-config"
@@ -58,6 +61,8 @@ def to_manifest(obj: Mapping[str, Any]) -> dict[str, Any] | None:
         }
         if obj.get("description"):
             spec["description"] = str(obj["description"])
+        if PREEMPTION_WAIT in ann:  # validated by the apply path, like a file's value
+            spec["preemptionWait"] = str(ann[PREEMPTION_WAIT])
     else:
         spec = dict(obj.get("spec") or {})
     return {"apiVersion": "gpupool.io/v1alpha1", "kind": kind, "metadata": meta, "spec": spec}

@@ -84,7 +84,8 @@ class Evictor:
         self.api = api
         self.component = component
 
-    def _patch_owner(self, obj: Mapping[str, Any], patch: dict[str, Any]) -> None:
+    def patch_owner(self, obj: Mapping[str, Any], patch: dict[str, Any]) -> None:
+        """One merge patch of the owner object (Job, PyTorchJob, ...), retried on conflicts."""
         res = BY_KIND[str(obj.get("kind"))]
         ns, name = object_key(obj)
         retrying(lambda: self.api.patch(res, ns or None, name, patch))
@@ -97,7 +98,7 @@ class Evictor:
         path = SUSPEND_PATH.get(str(obj.get("kind")))
         if path is not None:
             patch.update(_nested(path, False))
-        self._patch_owner(obj, patch)
+        self.patch_owner(obj, patch)
 
     def release(self, obj: Mapping[str, Any], suspend: bool) -> None:
         """Forget the admission on the owner; re-suspend it when ``suspend`` and the kind can."""
@@ -106,7 +107,7 @@ class Evictor:
         if suspend and path is not None:
             patch.update(_nested(path, True))
         try:
-            self._patch_owner(obj, patch)
+            self.patch_owner(obj, patch)
         except ApiError as exc:
             if exc.code != 404:
                 raise

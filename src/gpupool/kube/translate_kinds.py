@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool import quantity as qty
+from gpupool.kube import translate_partial as partial
 from gpupool.kube.translate_resources import KubeWorkloadError, mapping
 from gpupool.model import WorkloadType
 
@@ -38,6 +39,8 @@ class Kind:
     type: WorkloadType
     #: the path of the owner's suspend flag; () for kinds without one
     suspend: tuple[str, ...]
+    #: the spec its pod groups are read from (a Job run reduced: the counts its owner asked for)
+    spec: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda obj: mapping(obj.get("spec"))
 
 
 def _count(spec: Mapping[str, Any], key: str, path: str, default: int) -> int:
@@ -130,6 +133,19 @@ def _pytorch_gang(obj: Mapping[str, Any], total: int) -> int | None:
     return _gang_bound(n, total, "spec.runPolicy.schedulingPolicy.minAvailable")
 
 
+def _job_gang(obj: Mapping[str, Any], total: int) -> int | None:
+    """Kueue's partial admission: ``kueue.x-k8s.io/job-min-parallelism`` (or
+    ``gpupool.io/min-member``) admits the Job with at least that many pods, if its completions
+    can follow a reduced parallelism (``translate_partial``); without it, all pods together."""
+    got = partial.min_parallelism(obj)
+    if got is None:
+        return None
+    n = _gang_bound(got[0], total, got[1])
+    if n is not None:
+        partial.check_reducible(partial.requested_spec(obj), got[1])
+    return n
+
+
 def _deployment_gang(obj: Mapping[str, Any], total: int) -> int | None:
     """Replicas are elastic: ``gpupool.io/min-replicas`` admits the workload with at least that
     many; without it all replicas are placed together (pods an admission leaves out would wait
@@ -155,7 +171,9 @@ _SPEC_SUSPEND = ("spec", "suspend")
 _RUN_POLICY_SUSPEND = ("spec", "runPolicy", "suspend")
 
 KINDS: dict[tuple[str, str], Kind] = {
-    ("batch", "Job"): Kind(_job_groups, _all, WorkloadType.TRAINING, _SPEC_SUSPEND),
+    ("batch", "Job"): Kind(
+        _job_groups, _job_gang, WorkloadType.TRAINING, _SPEC_SUSPEND, partial.requested_spec
+    ),
     ("kubeflow.org", "PyTorchJob"): Kind(
         _pytorch_groups, _pytorch_gang, WorkloadType.TRAINING, _RUN_POLICY_SUSPEND
     ),

@@ -147,7 +147,7 @@ def workload_from_object(
     if queue is None:
         return None
     ref = _ref(obj)
-    groups = kind.groups(mapping(obj.get("spec")))
+    groups = kind.groups(kind.spec(obj))
     groups = [g for g in groups if g.replicas > 0]
     if not groups:
         return None

@@ -12,7 +12,7 @@ from pathlib import Path
 from gpupool.manifests.base import Bundle, Document, ManifestError, ManifestErrors
 from gpupool.manifests.cluster import build_nodes, build_pool, usage_half_life
 from gpupool.manifests.documents import load_files
-from gpupool.manifests.queues import PriorityClassSpec, build_queue, default_priority_classes
+from gpupool.manifests.queues import PriorityClassSpec, build_queue, default_priority_classes, preemption_wait
 from gpupool.manifests.task_types import check_task_type_refs, parse_task_types
 from gpupool.manifests.workloads import build_workload
 from gpupool.model import PriorityClass, Queue
@@ -44,8 +44,9 @@ def build(docs: Iterable[Document], base: Bundle | None = None, *, references: b
             b.task_types.queues[d.name] = parse_task_types(d.spec.typeDefaults, where, err)
         elif d.kind == "PriorityClass":
             s: PriorityClassSpec = d.spec
+            wait = preemption_wait(s, d.source, err)
             b.priority_classes = [p for p in b.priority_classes if p.name != d.name] + [
-                PriorityClass(d.name, s.value, s.preemptible, s.description)
+                PriorityClass(d.name, s.value, s.preemptible, s.description, wait)
             ]
     classes = {p.name: p for p in b.priority_classes}
     seq = 0

@@ -8,9 +8,9 @@ engine compares them per dimension; an unset dimension of a guarantee means no g
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictFloat, StrictInt, StrictStr, WithJsonSchema, field_validator
 
 from gpupool import quantity as qty
 from gpupool.manifests.base import Document, ManifestErrors, StrictModel
@@ -46,10 +46,43 @@ class QuotaSpec(StrictModel):
     lendingLimit: dict[str, str | int | float] | None = None
 
 
+class BorrowWithinCohortSpec(StrictModel):
+    """Kueue's object form: ``{policy: LowerPriority, maxPriorityThreshold: 100}``."""
+
+    policy: Literal["Never", "LowerPriority"] = "Never"
+    #: while borrowing, evict only work of at most this priority
+    maxPriorityThreshold: int | None = Field(default=None, ge=-(10**9), le=10**9)
+
+
+#: what a client may write: the string or the object form (the CRD keeps it free-form)
+_BORROW_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "enum": ["Never", "LowerPriority"]},
+        {
+            "type": "object",
+            "properties": {
+                "policy": {"type": "string", "enum": ["Never", "LowerPriority"]},
+                "maxPriorityThreshold": {"type": "integer"},
+            },
+            "additionalProperties": False,
+        },
+    ]
+}
+
+
 class PreemptionSpec(StrictModel):
     withinQueue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
     reclaimWithinCohort: Literal["Never", "LowerPriority", "Any"] = "Any"
-    borrowWithinCohort: Literal["Never", "LowerPriority"] = "Never"
+    #: ``Never``, ``LowerPriority``, or the object form with a priority threshold
+    borrowWithinCohort: Annotated[BorrowWithinCohortSpec, WithJsonSchema(_BORROW_SCHEMA)] = Field(
+        default_factory=BorrowWithinCohortSpec
+    )
+
+    @field_validator("borrowWithinCohort", mode="before")
+    @classmethod
+    def _short_form(cls, v: object) -> object:
+        """The string form is the object form's policy (one type, so errors name one field)."""
+        return {"policy": v} if isinstance(v, str) else v
 
 
 class FairSharingSpec(StrictModel):
@@ -75,6 +108,9 @@ class PriorityClassSpec(StrictModel):
     value: int = Field(ge=-(10**9), le=10**9)
     preemptible: bool = True
     description: str = ""
+    #: the longest its workloads wait for running work about to end before they evict (a
+    #: duration; 0s: evict at once; unset: the engine's default, docs/engine.md "Preemption cost")
+    preemptionWait: StrictStr | StrictInt | StrictFloat | None = None  # strict: YAML's true is no duration
 
 
 def _quota_vec(m: Mapping[str, object], where: str, err: ManifestErrors, default_unset: Vec) -> Vec:
@@ -128,10 +164,17 @@ def build_queue(doc: Document, err: ManifestErrors) -> Queue:
         if lend is not None and any(lend[d] > g[d] and g[d] < UNLIMITED for d in range(len(g))):
             err.add(f"{where}.lendingLimit", "must not exceed the guarantee")
         quotas.append(PoolQuota(q.pool, g, b, lend))
+    borrow = s.preemption.borrowWithinCohort
+    if borrow.maxPriorityThreshold is not None and borrow.policy == "Never":
+        err.add(
+            f"{doc.source}: spec.preemption.borrowWithinCohort.maxPriorityThreshold",
+            "applies only with policy: LowerPriority",
+        )
     pol = PreemptionPolicy(
         ReclaimPolicy(s.preemption.withinQueue),
         ReclaimPolicy(s.preemption.reclaimWithinCohort),
-        ReclaimPolicy(s.preemption.borrowWithinCohort),
+        ReclaimPolicy(borrow.policy),
+        borrow.maxPriorityThreshold,
     )
     return Queue(
         doc.name,
@@ -165,3 +208,15 @@ def default_priority_classes() -> tuple[PriorityClass, ...]:
         PriorityClass("experiment", 200, True, "Research experiments; reclaimable"),
         PriorityClass("evaluation", 100, True, "Evaluation and benchmarks; first to yield"),
     )
+
+
+def preemption_wait(spec: PriorityClassSpec, source: str, err: ManifestErrors) -> float | None:
+    """A class's ``spec.preemptionWait`` in seconds (None: unset, the engine's default); a bad
+    value is an error at that field, and the class then takes the default."""
+    if spec.preemptionWait is None:
+        return None
+    try:
+        return qty.parse_duration(spec.preemptionWait)
+    except qty.QuantityError as exc:
+        err.add(f"{source}: spec.preemptionWait", f"{exc} (e.g. 0s: evict at once, 30s, 5m)")
+        return None

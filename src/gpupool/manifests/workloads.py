@@ -242,6 +242,7 @@ def build_workload(
         arrival,
         preferred_pools=tuple(tt.values.get("preferredPools") or ()),
         max_wait_s=tt.max_wait_s,
+        preemption_wait_s=classes[cls].preemption_wait_s if cls in classes else None,
     )
 
 

@@ -311,9 +311,14 @@ class ClusterView(BaseModel):
 
 
 class Resources(BaseModel):
+    """A quota vector; null is ungoverned (no limit, or no guarantee of that resource).
+    ``gpu`` counts the pool's accelerators of whatever kind (GPUs or NPUs)."""
+
     gpu: float | None
     cpu: float | None
     memoryMiB: float | None
+    ephemeralStorageMiB: float | None = None
+    networkMbps: float | None = None
 
 
 class QuotaItem(BaseModel):

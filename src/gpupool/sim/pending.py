@@ -34,7 +34,8 @@ def scheduling_shape(w: Workload) -> tuple[object, ...]:
         w.node_selector,
         w.gang_min,
         w.pool,
-        duration_octave(w.expected_duration_s),  # the preemption wait horizon depends on it
+        duration_octave(w.expected_duration_s),  # the preemption wait horizon depends on it,
+        w.preemption_wait_s,  # ... or on its class's preemptionWait
     )
 
 

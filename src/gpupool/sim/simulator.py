@@ -105,11 +105,12 @@ class Simulation:
         )
         groups = (PodGroup("main", j.replicas, req),)
         if self.policy.single_fifo_queue:  # one queue, no priorities: a cluster without a scheduler
-            queue, pc_name, prio, pre = "fifo", "", 0, False
+            queue, pc_name, prio, pre, wait = "fifo", "", 0, False, None
         else:
             pc = self.pcs.get(j.priority_class)
             queue, pc_name = j.queue, j.priority_class
             prio, pre = (pc.value, pc.preemptible) if pc else (0, True)
+            wait = pc.preemption_wait_s if pc else None
         return Workload(
             name=j.name,
             queue=queue,
@@ -121,6 +122,7 @@ class Simulation:
             gpu_models=j.gpu_models,
             expected_duration_s=j.duration,
             arrival=j.submit,
+            preemption_wait_s=wait,
         )
 
     def _snapshot(self, pending: tuple[Workload, ...], now: float) -> Snapshot:

@@ -4,6 +4,9 @@ ends them after ``fake.gpupool.io/run-seconds`` and removes deleted pods after t
 already allocated, as during an image pull) that long before it runs: what a podsReady timeout
 is for.
 
+``Kubelet.complete`` (``kubelet_of(srv).complete(ns, name)``) ends a running pod on demand, for
+tests that decide themselves when work ends (the scenario parity suite's ``finish``).
+
 Why it writes straight to the store: it is part of the server process, and going through HTTP
 would double the benchmark's request count with traffic no real scheduler would cause.
 A NotReady node's pods are parked and resume when it is Ready again.
@@ -11,6 +14,7 @@ A NotReady node's pods are parked and resume when it is Ready again.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from gpupool.kube.fake import hami
@@ -19,6 +23,7 @@ from gpupool.kube.fake.storage import Obj, now_rfc3339
 
 if TYPE_CHECKING:
     from gpupool.kube.fake.runtime import Runtime
+    from gpupool.kube.fake.server import FakeApiServer
 
 RUN_SECONDS = "fake.gpupool.io/run-seconds"
 EXIT_CODE = "fake.gpupool.io/exit-code"
@@ -140,6 +145,40 @@ class Kubelet:
         self._write(pod, dict(ann), _terminated_status(pod, code))
         self.ledger.release(pod["metadata"]["uid"])
 
+    # -- on demand -----------------------------------------------------------------------
+    def complete(self, ns: str, name: str, exit_code: int = 0, timeout_s: float = 10.0) -> bool:
+        """End a running pod now, as if its containers exited with ``exit_code``: ``Succeeded``
+        with every container ``terminated`` (exit 0, reason ``Completed``), or ``Failed``
+        (reason ``Error``), its devices released; a Job's controller then counts it.
+
+        Why on demand: a test that drives cycles at its own times needs a workload to end
+        between two of them, not after a wall-clock ``run-seconds``. Returns False, changing
+        nothing, when the pod is not running (missing, still Pending, terminating, already
+        ended). Safe from any thread: the write is made on the server's loop, as the kubelet's
+        own writes are, so it never races them."""
+        if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not 0 <= exit_code <= 255:
+            raise ValueError(f"exit_code must be an integer from 0 to 255, got {exit_code!r}")
+        loop = self.rt.loop
+        if loop is None or _running_loop() is loop:
+            return self._complete(ns, name, exit_code)
+
+        async def on_loop() -> bool:
+            return self._complete(ns, name, exit_code)
+
+        return asyncio.run_coroutine_threadsafe(on_loop(), loop).result(timeout_s)
+
+    def _complete(self, ns: str, name: str, code: int) -> bool:
+        pod = self.store.find(self.store.types["pods"], ns, name)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return False
+        if (pod.get("status") or {}).get("phase") != "Running":
+            return False
+        ann = dict(pod["metadata"].get("annotations") or {})
+        if not self._write(pod, ann, _terminated_status(pod, code)):
+            return False
+        self.ledger.release(pod["metadata"]["uid"])
+        return True
+
     def _write(self, pod: Obj, ann: dict[str, str], status: Obj) -> bool:
         """Commit annotations + status if the pod is still the one we looked at."""
         pods = self.store.types["pods"]
@@ -201,6 +240,22 @@ class Kubelet:
                 "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
             },
         )
+
+
+def kubelet_of(srv: FakeApiServer) -> Kubelet:
+    """The server's kubelet (to end pods on demand); a server started with ``kubelet=False``
+    has none, which is a usage error worth saying plainly."""
+    for sim in srv.runtime.sims:
+        if isinstance(sim, Kubelet):
+            return sim
+    raise LookupError("this FakeApiServer runs without its kubelet (kubelet=False)")
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _missing() -> str:

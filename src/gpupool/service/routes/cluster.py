@@ -31,7 +31,13 @@ def _vec(v: tuple[int, ...] | None) -> dict[str, float | None] | None:
     def f(x: int, scale: float) -> float | None:
         return None if x >= UNLIMITED else x / scale
 
-    return {"gpu": f(v[0], 1000), "cpu": f(v[1], 1000), "memoryMiB": f(v[2], 1)}
+    return {
+        "gpu": f(v[0], 1000),
+        "cpu": f(v[1], 1000),
+        "memoryMiB": f(v[2], 1),
+        "ephemeralStorageMiB": f(v[3], 1),
+        "networkMbps": f(v[4], 1),
+    }
 
 
 def _node_view(svc: Service, p: Principal, full: bool) -> list[dict[str, Any]]:
