@@ -127,6 +127,34 @@ def test_incidents_raised_in_the_background_are_handled_from_the_ui(
     sync_api.expect(page.locator("#incident-count")).to_contain_text("1 open incident", timeout=15000)
 
 
+def test_a_slow_answer_for_the_page_left_does_not_clear_the_error_of_the_page_shown(
+    server: Server, browser: Any
+) -> None:
+    """The overview's refresh still waiting on /v1/history when the user opens the incidents
+    page must not clear that page's error when it finally answers (it did: the incidents page
+    of a member flashed its 'platform admins' message, then showed none)."""
+    r = httpx.post(
+        f"{server.base}/v1/tokens",
+        json={"name": "m2", "role": "member", "scope": "llm-research"},
+        headers=_h(server),
+    )
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    held: list[Any] = []
+    page.route("**/v1/history*", lambda route: held.append(route))  # answered only when released
+    page.goto(server.base + "/ui/")
+    page.fill("#token", r.json()["token"])
+    page.click("#login button")
+    sync_api.expect(page.locator("#who")).to_contain_text("member")
+    page.wait_for_function("() => true")  # let the overview's requests go out
+    assert held, "the overview asked for its history"
+    page.goto(server.base + "/ui/#/incidents")
+    sync_api.expect(page.locator("#error")).to_contain_text("platform admins")
+    with page.expect_response("**/v1/history*"):
+        held[0].continue_()
+    page.wait_for_timeout(300)  # the old refresh's last step after its answer
+    sync_api.expect(page.locator("#error")).to_contain_text("platform admins")
+
+
 def test_a_member_sees_history_but_not_the_incidents(server: Server, browser: Any) -> None:
     r = httpx.post(
         f"{server.base}/v1/tokens",

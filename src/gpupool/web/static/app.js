@@ -222,17 +222,22 @@ function page() {
   return ["overview", () => Promise.all([loadCluster(), loadQuota(), loadWorkloads(), loadNodes(), loadCharts(), loadIncidentCount()]), true];
 }
 
+// each refresh has a number: only the newest may set the error line, so a slow answer for the
+// page the user left cannot clear (or overwrite) the message of the page they are on now
+let refreshes = 0;
+
 async function refresh(timer = false) {
   if (!state.token) { showError("Sign in with an API token (gpupool serve prints the admin token)."); return; }
   const [, load, periodic] = page();
   if (timer && !periodic) return;
+  const mine = ++refreshes;
   try {
     const who = await api("/v1/whoami");
     state.who = who;
     document.getElementById("who").textContent = `${who.name} (${who.role}${who.scope ? ", " + who.scope : ""})`;
     await load();
-    showError("");
-  } catch (err) { showError(err.message); }
+    if (mine === refreshes) showError("");
+  } catch (err) { if (mine === refreshes) showError(err.message); }
 }
 
 function route() {
