@@ -9,6 +9,7 @@ victims hold too little (``hints.BlockedHints._room_from_victims``).
 
 from __future__ import annotations
 
+from typing import Any
 from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +32,17 @@ from gpupool.model import (
 from tests.strategies import snapshots, workloads
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _searches_into(calls: list[str]) -> Any:
+    """Patch the search so that each run appends its preemptor's name to ``calls``."""
+    real = PreemptionSearch._remove_until_fits
+
+    def spy(self: PreemptionSearch, w: Workload, *a: object) -> object:
+        calls.append(w.name)
+        return real(self, w, *a)  # type: ignore[arg-type]
+
+    return mock.patch.object(PreemptionSearch, "_remove_until_fits", spy)
 
 
 def _job(name: str, queue: str, gpus: int, t: float) -> Workload:
@@ -66,13 +78,7 @@ def test_a_search_that_cannot_reach_enough_is_not_run() -> None:
     _run(eng, [_job(f"b{i}", "b", 1, 1.0) for i in range(4)], 1.0)
     big = [_job("big", "a", 6, 2.0)]
     calls: list[str] = []
-    real = PreemptionSearch._remove_until_fits
-
-    def spy(self: PreemptionSearch, w: Workload, *a: object) -> object:
-        calls.append(w.name)
-        return real(self, w, *a)  # type: ignore[arg-type]
-
-    with mock.patch.object(PreemptionSearch, "_remove_until_fits", spy):
+    with _searches_into(calls):
         bounded = eng.cycle(big, 3.0)
         assert calls == []
         with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
@@ -112,13 +118,7 @@ def test_a_successful_search_runs_once() -> None:
     eng = _cluster({"a": 4, "b": 4})
     _run(eng, [_job(f"b{i}", "b", 1, 0.0) for i in range(8)], 0.0)
     calls: list[str] = []
-    real = PreemptionSearch._remove_until_fits
-
-    def spy(self: PreemptionSearch, w: Workload, *a: object) -> object:
-        calls.append(w.name)
-        return real(self, w, *a)  # type: ignore[arg-type]
-
-    with mock.patch.object(PreemptionSearch, "_remove_until_fits", spy):
+    with _searches_into(calls):
         d = eng.cycle([_job("a0", "a", 4, 1.0)], 100.0)
     assert calls == ["a0"]
     assert d.admitted_names() == ["a0"] and len(d.victims()) == 4
