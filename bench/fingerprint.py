@@ -20,6 +20,7 @@ from typing import Any
 from gpupool.sim import metrics
 from gpupool.sim.scenario import load_scenario
 from gpupool.sim.simulator import simulate
+from gpupool.sim.sources import SimInputError
 
 
 def fingerprint(path: Path, policy: str = "gpupool") -> tuple[str, float, dict[str, Any]]:
@@ -40,9 +41,10 @@ if __name__ == "__main__":
     scenario = Path(args[0] if args else "examples/sim/philly.yaml")
     try:
         digest, cpu, figures = fingerprint(scenario)
-    except FileNotFoundError as exc:
-        print(f"skipped: {exc}")
-        raise SystemExit(0) from None
+    except SimInputError as exc:  # the trace is absent (a clean skip) or the scenario is bad
+        absent = str(exc).endswith("no such file")
+        print(f"{'skipped' if absent else 'error'}: {exc}")
+        raise SystemExit(0 if absent else 2) from None
     print(f"{scenario}: fingerprint {digest}, gpupool run {cpu:.1f} s CPU")
     if "--metrics" in sys.argv[1:]:
         print(json.dumps(figures))
