@@ -132,3 +132,29 @@ def test_watch_counts_in_stats_and_unregisters(srv: FakeApiServer) -> None:
     watch(srv.url, CM, timeoutSeconds=1)
     srv.wait_for(lambda: srv.store.watch_count() == 0, what="the watch to unregister")
     assert srv.stats.requests["watch configmaps"] == 1
+
+
+def test_each_event_keeps_the_version_it_was_written_at(srv: FakeApiServer) -> None:
+    """A status write shares the stored object's metadata; giving the new version its
+    resourceVersion must not relabel the previous version's event, which a watch encodes only
+    when it sends it. It did: two quick status writes made the first event say the second's
+    version, and an informer then skipped the real second event as a replay (the backend never
+    saw the Job complete: tests/kube/test_backend.py flaked on it)."""
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "j", "namespace": "default"},
+        "spec": {"suspend": True, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
+    }
+    rv = srv.create(job)["metadata"]["resourceVersion"]
+    cur = srv.get("jobs.batch", "default", "j")
+    written = []
+    for n in (1, 2):
+        cur = srv.update("jobs.batch", {**cur, "status": {"active": n}}, "status")
+        written.append((cur["metadata"]["resourceVersion"], n))
+    evs = watch(srv.url, "/apis/batch/v1/namespaces/default/jobs", resourceVersion=rv, timeoutSeconds=1)
+    got = [(e["object"]["metadata"]["resourceVersion"], e["object"]["status"].get("active")) for e in evs]
+    for pair in written:
+        assert pair in got, got
+    rvs = [int(r) for r, _ in got]
+    assert rvs == sorted(set(rvs)), f"each event its own, increasing version: {got}"

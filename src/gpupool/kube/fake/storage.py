@@ -160,8 +160,10 @@ class Store:
             if self.dry_run:
                 return obj
             self.rv += 1
-            md = obj["metadata"]
-            md["resourceVersion"] = str(self.rv)
+            # a new metadata dict: writers build ``{**cur, ...}``, which shares ``cur``'s, and the
+            # previous version's event (encoded only when a watch sends it) must keep its version
+            md = {**obj["metadata"], "resourceVersion": str(self.rv)}
+            obj = {**obj, "metadata": md}
             k = (md.get("namespace", "") if rt.namespaced else "", md["name"])
             if etype == "DELETED":
                 self.objects[rt.key].pop(k, None)
