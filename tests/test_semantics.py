@@ -261,6 +261,8 @@ def _cases(draw: st.DrawFn, fair_on: bool | None = None) -> tuple[Snapshot, list
 
 #: victims by rule over the property's examples (the last test checks the examples preempt)
 SEEN: dict[str, int] = {}
+#: which of the two properties ran in this process (pytest -n may put either on another worker)
+RAN: set[str] = set()
 
 
 def _replay_rules(before: Snapshot, d: Decisions) -> list[str]:
@@ -307,6 +309,7 @@ def _replay_rules(before: Snapshot, d: Decisions) -> list[str]:
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(case=_cases(fair_on=False))
 def test_random_trees_keep_the_rules_and_never_loop(case: tuple[Snapshot, list[list[Workload]]]) -> None:
+    RAN.add("classical")
     _run_until_quiet(*case)
 
 
@@ -315,6 +318,7 @@ def test_random_trees_keep_the_rules_and_never_loop(case: tuple[Snapshot, list[l
 def test_fair_sharing_cohorts_keep_the_rules_and_never_loop(
     case: tuple[Snapshot, list[list[Workload]]],
 ) -> None:
+    RAN.add("fair")
     _run_until_quiet(*case)
 
 
@@ -348,7 +352,9 @@ def test_the_property_saw_every_rule() -> None:
     """The properties are only worth something if their examples preempt by every rule (they run
     derandomized: the same examples every run; at present 58 reclaim, 66 within-queue, 3
     borrowing and 5 fair-sharing victims)."""
-    if not SEEN:  # run alone, or on another worker than the properties (pytest -n)
+    # run alone, or on another worker than one or both properties (pytest -n): run what is missing
+    if "classical" not in RAN:
         test_random_trees_keep_the_rules_and_never_loop()
+    if "fair" not in RAN:
         test_fair_sharing_cohorts_keep_the_rules_and_never_loop()
     assert all(SEEN.get(r, 0) >= 3 for r in PreemptRule), SEEN
