@@ -176,6 +176,8 @@ def test_refusal_is_a_warning_event_once_and_blocks_no_one() -> None:
     infs["jobs"].put({**job("broken", parallelism=-1), "status": {}}, "MODIFIED")
     src.process()
     assert len(ev.got) == 2  # not refused again until the object changes
+    # nor counted again: the counters say how many problems, not how many status updates
+    assert (src.stats["refused"], src.stats["invalid"]) == (1, 1)
     infs["jobs"].put(job("bad", queue="team-b"), "MODIFIED")  # fixed: submitted
     src.process()
     assert src.names[("jobs", "ml", "bad")] == "ml-bad"

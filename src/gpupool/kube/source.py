@@ -392,8 +392,9 @@ class KubeSource(LoopThread):
             else:
                 got = kw.workload_from_object(objs[0], self.policy.defaults)
         except KubeWorkloadError as exc:
-            self._refuse(key, objs[0], INVALID, f"gpupool cannot read this object: {exc}", f"invalid:{exc}")
-            self.stats["invalid"] += 1
+            self._refuse(
+                key, objs[0], INVALID, f"gpupool cannot read this object: {exc}", f"invalid:{exc}", "invalid"
+            )
             return None
         except Exception as exc:  # a bug in the translation: this object waits, the others go on
             raise _Unready(
@@ -409,15 +410,19 @@ class KubeSource(LoopThread):
             self._refuse(
                 key, objs[0], REFUSED, f"gpupool refused workload {_name_of(got)}: {why}", f"policy:{why}"
             )
-            self.stats["refused"] += 1
             return None
         return got
 
-    def _refuse(self, key: Key, obj: Mapping[str, Any], reason: str, message: str, mark: str) -> None:
-        """A Warning Event on the object, once per distinct problem (not on every status update)."""
+    def _refuse(
+        self, key: Key, obj: Mapping[str, Any], reason: str, message: str, mark: str, stat: str = "refused"
+    ) -> None:
+        """A Warning Event on the object, once per distinct problem (not on every status update),
+        counted under ``stat`` once as well: the counters say how many problems, not how often
+        an unchanged object was looked at again."""
         if self._seen.get(key) == mark:
             return
         self._seen[key] = mark
+        self.stats[stat] += 1
         self.events.event(obj, "Warning", reason, message)
 
     def _deleted(self, key: Key, gone: Mapping[str, Any] | None) -> None:
@@ -452,8 +457,9 @@ class KubeSource(LoopThread):
         try:
             got = elastic.elastic_workloads(obj, self.policy.defaults)
         except KubeWorkloadError as exc:
-            self._refuse(key, obj, INVALID, f"gpupool cannot read this object: {exc}", f"invalid:{exc}")
-            self.stats["invalid"] += 1
+            self._refuse(
+                key, obj, INVALID, f"gpupool cannot read this object: {exc}", f"invalid:{exc}", "invalid"
+            )
             return []
         except Exception as exc:
             raise _Unready(f"the elastic translation failed on {key[0]}/{key[1]}/{key[2]}: {exc}") from exc
@@ -463,7 +469,6 @@ class KubeSource(LoopThread):
         if why is not None:
             msg = f"gpupool refused workload {_name_of(got.base)}: {why}"
             self._refuse(key, obj, REFUSED, msg, f"policy:{why}")
-            self.stats["refused"] += 1
             return []
         self._scale_down(key, got.replicas)
         extras = [
@@ -494,7 +499,6 @@ class KubeSource(LoopThread):
                     f"gpupool refused workload {out.name}: {out.text()}",
                     f"refused:{digest(w.manifest)}",
                 )
-                self.stats["refused"] += 1
                 continue
             self._seen[key] = f"ok:{ident}"
             self.names[key] = out.name or _name_of(w)
