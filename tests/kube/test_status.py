@@ -4,6 +4,7 @@ does, Admitted and Preempted Events from the audit."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -174,12 +175,25 @@ def test_waiting_pods_carry_explains_reason_and_position_admitted_gets_an_event(
             r = api.req("POST", "/v1/workloads", json=wl(f"w{i:02}", gpus=8, duration="10h"))
             assert r.status_code == 201, r.text
 
-        def two_waiting() -> list[str]:
-            with svc.controller.lock:
-                names = sorted(n for n in svc.controller.pending if n in svc.controller.reasons)
-            return names[-2:] if len(names) >= 2 else []
+        seen: list[Any] = []
 
-        waiting = wait_for(two_waiting, 10, "two waiting workloads")
+        def settled() -> list[str]:
+            """The two last waiting workloads, once every one of the 16 is running or has a
+            reason and two reads in a row agree: the controller admits in several cycles, and
+            a queue read mid-way has another length than explain's a moment later."""
+            with svc.controller.lock:
+                ctl = svc.controller
+                waiting = sorted(n for n in ctl.pending if n in ctl.reasons)
+                snap = (tuple(waiting), tuple(sorted(ctl.engine.running)), len(ctl.pending))
+            if len(waiting) < 2 or len(snap[1]) + len(waiting) < 16:
+                return []
+            if not seen or seen[-1] != snap:
+                seen.append(snap)
+                time.sleep(0.3)  # another cycle's chance to change it
+                return []
+            return waiting[-2:]
+
+        waiting = wait_for(settled, 60, "two waiting workloads, the queue settled")
         got = waiting_reasons(svc.controller, [*waiting, "not-kube"])
         assert set(got) == set(waiting)
         for name, w in got.items():
