@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test lint bench clean
+.PHONY: run demo test lint bench clean kube-bin
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -45,3 +45,9 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .gpupool .pytest_cache .mypy_cache .ruff_cache
+
+# The real control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) built
+# from the Go modules pinned in tools/kube/go.mod into .cache/kube/<version>/ (issue 24); a
+# binary already there, or in $GPUPOOL_KUBE_BIN_CACHE (~/.cache/gpupool/kube), is not rebuilt.
+kube-bin:
+	tools/kube/build.sh
