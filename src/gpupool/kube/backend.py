@@ -30,6 +30,7 @@ from gpupool.kube.binder import Binder, BindJob, BindResult
 from gpupool.kube.client import KubeApi
 from gpupool.kube.elastic_runs import ElasticRuns
 from gpupool.kube.evictor import SUSPEND_PATH, Evictor
+from gpupool.kube.exclusive import Overbooked, PassTally, overbooked
 from gpupool.kube.gangs import assign_slots, attempt_pods, live
 from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.nodes import NodeView
@@ -364,6 +365,11 @@ class KubernetesBackend(ElasticRuns):
             }
         return BackendHealth(synced, detail)
 
+    def overbooked(self) -> list[Overbooked]:
+        """Devices held beyond their capacity, as the cluster's pods show it (the metric
+        ``gpupool_devices_overbooked``; anything but [] is a bug)."""
+        return overbooked(self.informers.pods.items())
+
     def next_finish(self) -> float | None:
         """Look again soon while anything is being bound (the controller sleeps until then)."""
         return None
@@ -395,8 +401,9 @@ class KubernetesBackend(ElasticRuns):
         todo = [r for r in todo if not r.bound or self._heals(r)]
         jobs: list[BindJob] = []
         ready: list[KubeRun] = []
+        tally = PassTally(lambda node, exclude: self.tracker.device_use(node, exclude=set(exclude)))
         for run in todo:
-            js = self._jobs_of(run)
+            js = self._jobs_of(run, tally)
             if js is None:
                 continue
             if not js:
@@ -417,9 +424,9 @@ class KubernetesBackend(ElasticRuns):
         self._settle(ready, results, now)
         return sum(1 for r in results if r.ok)
 
-    def _jobs_of(self, run: KubeRun) -> list[BindJob] | None:
+    def _jobs_of(self, run: KubeRun, tally: PassTally) -> list[BindJob] | None:
         """The binds a gang needs now ([] when all are bound), or None while it must wait (its
-        pods do not all exist yet, or a victim still holds a device)."""
+        pods do not all exist yet, or a pod still holds a device: ``tally``'s proof)."""
         pods = self._pods(run)
         if run.untranslated and any(not node_of(p) for p in live(pods)):
             run.untranslated = False
@@ -428,16 +435,15 @@ class KubernetesBackend(ElasticRuns):
         pairs = assign_slots(run, pods)
         if pairs is None:
             return None
-        own = {(p["metadata"].get("namespace", ""), p["metadata"]["name"]) for p in pods}
-        jobs = []
-        for pod, pp in pairs:
-            node = str(pp["node"])
-            use = self.tracker.device_use(node, exclude=own)
-            milli = int(pp.get("gpuMilli", 1000))
-            if any(use.get(int(d), 0) + milli > 1000 for d in pp.get("devices", ())):
-                return None  # reserved for this run: the victims are still leaving
-            jobs.append(BindJob(run.name, run.decision, pod, pp, self.nodes.devices(node)))
-        return jobs
+        wants = [
+            (str(pp["node"]), [int(d) for d in pp.get("devices", ())], int(pp.get("gpuMilli", 1000)))
+            for _, pp in pairs
+        ]
+        if not tally.claim(wants, {object_key(p) for p, _ in pairs}):
+            return None  # reserved for this run: the pods holding it are still leaving
+        return [
+            BindJob(run.name, run.decision, pod, pp, self.nodes.devices(str(pp["node"]))) for pod, pp in pairs
+        ]
 
     def _settle(self, ready: Sequence[KubeRun], results: Sequence[BindResult], now: float) -> None:
         by_run: dict[str, list[BindResult]] = {}

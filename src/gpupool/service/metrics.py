@@ -98,6 +98,12 @@ class Metrics:
             registry=r,
         )
         self.leader = Gauge("gpupool_leader", "1 while this replica holds the leader lease", registry=r)
+        self.overbooked = Gauge(
+            "gpupool_devices_overbooked",
+            "Devices held by more pods than they can take, read from the pods' device annotations "
+            "(Kubernetes backend; always 0 elsewhere, and anything else is a bug)",
+            registry=r,
+        )
         self.submits = Counter(
             "gpupool_submits", "Accepted submissions (new workloads)", ["queue"], registry=r
         )
@@ -245,6 +251,8 @@ class Metrics:
         self._refresh_pending(ctl)
         running = ctl.running_view()
         self._count_cost(ctl, read, running)
+        check = getattr(ctl.backend, "overbooked", None)
+        self.overbooked.set(len(check()) if callable(check) else 0)
         if mono - self._last_frag >= self.frag_refresh_s:
             self._last_frag = mono
             self._refresh_fragmentation(read)
