@@ -16,7 +16,7 @@ from gpupool.store.base import StoreBase
 from gpupool.store.errors import Conflict, NotFound, ValidationFailed
 from gpupool.store.phases import TERMINAL_PHASES, WARNING_PHASES
 from gpupool.store.records import ApprovalRecord
-from gpupool.store.rows import approval_record
+from gpupool.store.rows import approval_record, beyond_ids
 from gpupool.store.schema import ApprovalRow, EventRow, WorkloadRow
 
 
@@ -82,6 +82,8 @@ class ApprovalMethods(StoreBase):
         now = self._now(at)
         if not approver:
             raise ValidationFailed("approver", "required")
+        if beyond_ids(approval_id):
+            raise NotFound("Approval", str(approval_id))
         with self._write() as s:
             row = s.get(ApprovalRow, approval_id, with_for_update=True)
             if row is None:
@@ -154,6 +156,8 @@ class ApprovalMethods(StoreBase):
 
     def get_approval(self, approval_id: int) -> ApprovalRecord:
         """One approval; NotFound if missing."""
+        if beyond_ids(approval_id):
+            raise NotFound("Approval", str(approval_id))
         with self._read() as s:
             row = s.get(ApprovalRow, approval_id)
             if row is None:

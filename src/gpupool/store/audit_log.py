@@ -17,7 +17,7 @@ from gpupool import audit as auditlog
 from gpupool.audit import AuditEntry, AuditRecord, VerifyResult
 from gpupool.store.base import StoreBase
 from gpupool.store.errors import ValidationFailed
-from gpupool.store.rows import audit_record
+from gpupool.store.rows import audit_record, beyond_ids
 from gpupool.store.schema import AuditAnchorRow, AuditRow
 
 
@@ -33,7 +33,9 @@ class AuditMethods(StoreBase):
             return rec
 
     def audit_records(self, *, after_seq: int = 0, limit: int | None = None) -> list[AuditRecord]:
-        """Audit records in seq order."""
+        """Audit records in seq order (none after a seq past what the column holds)."""
+        if beyond_ids(after_seq):
+            return []
         q = sa.select(AuditRow).where(AuditRow.seq > after_seq).order_by(AuditRow.seq)
         if limit is not None:
             q = q.limit(limit)

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Mapped, Session, mapped_column
 from gpupool.audit import AuditEntry
 from gpupool.store.base import StoreBase
 from gpupool.store.errors import Conflict, NotFound
+from gpupool.store.rows import beyond_ids
 from gpupool.store.schema import Base
 
 STATES = ("Firing", "Acknowledged", "Resolved")
@@ -129,6 +130,8 @@ class IncidentMethods(StoreBase):
         self._audit(s, AuditEntry(actor, action, "Incident", str(r.id), detail), now, "Incident", str(r.id))
 
     def _open_row(self, s: Session, incident: int) -> IncidentRow:
+        if beyond_ids(incident):
+            raise NotFound("Incident", str(incident))
         row = s.get(IncidentRow, incident, with_for_update=True)
         if row is None:
             raise NotFound("Incident", str(incident))

@@ -25,6 +25,17 @@ from gpupool.store.schema import (
     WorkloadRow,
 )
 
+#: the largest value an id or seq column holds on every backend: they are INTEGER, which
+#: PostgreSQL keeps in 32 bits (SQLite in 64). Why it matters: PostgreSQL refuses to compare an
+#: INTEGER column with a larger parameter (NumericValueOutOfRange, a 500) where SQLite answers,
+#: so a cursor or id past it is answered here, the same on both, before the query is sent.
+INT_MAX = 2**31 - 1
+
+
+def beyond_ids(value: int) -> bool:
+    """True when no id or seq column can hold ``value`` (no row has it, none lies after it)."""
+    return value > INT_MAX
+
 
 def table_of(cls: Any) -> sa.Table:
     t: sa.Table = cls.__table__

@@ -16,7 +16,7 @@ from gpupool.auth import Principal, Role, generate_token, hash_token, token_matc
 from gpupool.store.base import StoreBase
 from gpupool.store.errors import Conflict, NotFound, ValidationFailed
 from gpupool.store.records import IssuedToken, TokenRecord
-from gpupool.store.rows import token_record
+from gpupool.store.rows import beyond_ids, token_record
 from gpupool.store.schema import AuditAnchorRow, TokenRow
 from gpupool.store.validation import check_name
 
@@ -85,6 +85,8 @@ class TokenMethods(StoreBase):
     ) -> TokenRecord:
         """Revoke (idempotent); NotFound for an unknown id."""
         now = self._now(at)
+        if beyond_ids(token_id):  # no id is that large (PostgreSQL could not even compare it)
+            raise NotFound("Token", str(token_id))
         with self._write() as s:
             row = s.get(TokenRow, token_id, with_for_update=True)
             if row is None:

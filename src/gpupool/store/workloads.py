@@ -18,7 +18,7 @@ from gpupool.store.base import StoreBase
 from gpupool.store.errors import Conflict, NotFound, ValidationFailed
 from gpupool.store.phases import ALLOWED_TRANSITIONS, EVENT_TYPES, TERMINAL_PHASES, WARNING_PHASES
 from gpupool.store.records import KEEP, EventRecord, PhaseChange, WorkloadRecord, _Keep
-from gpupool.store.rows import ANCHOR, WORKLOADS, chunks, event_record, workload_record
+from gpupool.store.rows import ANCHOR, WORKLOADS, beyond_ids, chunks, event_record, workload_record
 from gpupool.store.schema import PHASES, EventRow, WorkloadRow
 from gpupool.store.validation import check_version, json_copy
 
@@ -130,7 +130,9 @@ class WorkloadMethods(StoreBase):
         limit: int | None = None,
     ) -> list[WorkloadRecord]:
         """Workloads in arrival order, filtered; ``after_seq``/``limit`` page through them."""
-        q = sa.select(WorkloadRow).where(WorkloadRow.seq > after_seq).order_by(WorkloadRow.seq)
+        # past what the column holds nothing lies after it (PostgreSQL cannot compare it: a 500)
+        after = sa.false() if beyond_ids(after_seq) else WorkloadRow.seq > after_seq
+        q = sa.select(WorkloadRow).where(after).order_by(WorkloadRow.seq)
         q = _filtered(q, queues, phases, owner)  # checks the phases first, as before
         if limit is not None and limit < 0:
             raise ValidationFailed("limit", "must be >= 0")
@@ -163,7 +165,11 @@ class WorkloadMethods(StoreBase):
         )
         if limit < 1:
             raise ValidationFailed("limit", "must be >= 1")
-        if from_seq is not None:
+        if from_seq is not None and beyond_ids(from_seq):
+            # past what the column holds every seq lies before it and none after it (decided
+            # here: PostgreSQL cannot compare the column with it and answered a 500)
+            q = q if newest_first else q.where(sa.false())
+        elif from_seq is not None:
             q = q.where(seq < from_seq if newest_first else seq > from_seq)
         if types is not None:
             kind = WorkloadRow.manifest[("spec", "type")].as_string()

@@ -12,7 +12,7 @@ import binascii
 import json
 from typing import Literal
 
-from gpupool.service.routes.base import ApiError
+from gpupool.service.routes.base import MAX_ID, ApiError
 
 Order = Literal["newest", "oldest"]
 
@@ -28,7 +28,8 @@ def read_continue(token: str) -> tuple[bool, int]:
     try:
         data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
         newest, seq = {"n": True, "o": False}[data["o"]], data["s"]
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        # bounded as every id the API takes (SQLite cannot even bind a larger one)
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 0 <= seq <= MAX_ID:
             raise ValueError(seq)
     except (ValueError, KeyError, TypeError, binascii.Error, UnicodeDecodeError):
         raise ApiError(

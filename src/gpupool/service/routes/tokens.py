@@ -12,6 +12,7 @@ from gpupool.auth import Action, Resource, Role
 from gpupool.service import openapi as oa
 from gpupool.service.openapi import AUTH, BODY, WRITE, doc
 from gpupool.service.routes.base import MAX_ID, ApiError, Caller, Svc
+from gpupool.store import NotFound
 
 router = APIRouter()
 
@@ -70,6 +71,11 @@ def list_tokens(p: Caller, svc: Svc) -> dict[str, Any]:
 def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_ID)], p: Caller, svc: Svc) -> dict[str, Any]:
     """Revoke a token (platform-admin); takes effect at once on this server."""
     svc.check(p, Action.MANAGE_TOKENS, Resource("Token", str(token_id)))
-    t = svc.store.revoke_token(token_id, audit=AuditEntry(p.name, "token.revoke", "Token", str(token_id)))
+    try:
+        t = svc.store.revoke_token(token_id, audit=AuditEntry(p.name, "token.revoke", "Token", str(token_id)))
+    except NotFound:
+        raise ApiError(
+            404, f"token {token_id} not found", [{"field": "token_id", "problem": "no token has this id"}]
+        ) from None
     svc.forget_tokens()
     return {"id": t.id, "name": t.name, "revoked": t.revoked}
