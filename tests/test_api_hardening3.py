@@ -1,5 +1,7 @@
 """Hardening, round three (issue 30): integers past what a column holds answer the same on
-SQLite and PostgreSQL (they answered 500 on PostgreSQL). Each test failed on the code before."""
+SQLite and PostgreSQL (they answered 500 on PostgreSQL), and a request body that is absent, not
+JSON or not UTF-8 is refused naming ``body`` on every route that takes one (it was a 400 that
+named nothing). Each test failed on the code before."""
 
 from __future__ import annotations
 
@@ -134,3 +136,65 @@ def test_the_store_answers_ids_past_the_columns_range_itself(tmp_path: Path, db_
                 store.ack_incident(big, "x")
     finally:
         store.close()
+
+
+# ---------------------------------------------------------------------- bodies named
+def _body_routes(api: Api) -> list[str]:
+    node = api.get("/v1/nodes")["items"][0]["name"]
+    assert api.req("POST", "/v1/workloads", json=wl("exc-1", exception={"reason": "x", "duration": "1h"}))
+    return [
+        f"/v1/nodes/{node}/drain",
+        "/v1/workloads/exc-1/approve",
+        "/v1/workloads/exc-1/reject",
+        "/v1/alerts/1/ack",
+        "/v1/alerts/1/resolve",
+        f"/v1/nodes/{node}/devices/0/health",
+        "/v1/tokens",
+        "/v1/onboard",
+        "/v1/apply",
+        "/v1/workloads",
+        "/v1/config/queues/q-body",
+    ]
+
+
+#: (body, content type, what the problem says); None: send no content type
+BAD_BODIES = [
+    (b"\x80abc", "application/json", "not UTF-8"),
+    (b'{"reason": "caf\xe9"}', "application/json", "not UTF-8"),
+    (b"{bad", "application/json", "invalid JSON at character 1"),
+    (b"[1, 2]", "application/json", "must be a JSON object"),
+    (b'"text"', "application/json", "must be a JSON object"),
+    (b"a=b", "application/x-www-form-urlencoded", "must be a JSON object"),
+    (b"hello", "text/plain", "must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("raw,ctype,problem", BAD_BODIES)
+def test_an_unreadable_body_is_422_naming_the_body_on_every_route(
+    tmp_path: Path, raw: bytes, ctype: str, problem: str
+) -> None:
+    with running_app(tmp_path) as api:
+        for path in _body_routes(api):
+            method = "PUT" if path.startswith("/v1/config/") else "POST"
+            r = api.c.request(method, path, content=raw, headers={**api.h(), "content-type": ctype})
+            assert r.status_code == 422, (path, r.status_code, r.text)
+            _located(r, "body")
+            assert problem in r.json()["error"]["errors"][0]["problem"], (path, r.text)
+            assert r.json()["error"]["message"].startswith("invalid request: body: "), (path, r.text)
+
+
+def test_an_absent_body_is_422_naming_the_body_where_one_is_required(tmp_path: Path) -> None:
+    with running_app(tmp_path) as api:
+        optional = ("/drain", "/approve")  # these take an optional body: none is fine
+        for path in _body_routes(api):
+            method = "PUT" if path.startswith("/v1/config/") else "POST"
+            for headers in ({"content-type": "application/json"}, {}):
+                r = api.c.request(method, path, content=b"", headers={**api.h(), **headers})
+                if path.endswith(optional):
+                    assert r.status_code != 422 or r.json()["error"]["errors"][0]["field"] != "body"
+                    continue
+                assert r.status_code == 422, (path, r.status_code, r.text)
+                _located(r, "body")
+                assert r.json()["error"]["errors"][0]["problem"] == (
+                    "the request body must be a JSON object; none was sent"
+                ), (path, r.text)

@@ -51,6 +51,8 @@ from gpupool.store import NotFound, Store, StoreError, WorkloadRecord
 log = logging.getLogger("gpupool.api")
 
 TOKEN_CACHE_S = 5.0
+#: the detail of the 400 FastAPI raises when it cannot read a JSON body (see ``install_errors``)
+FASTAPI_BODY_ERROR = "There was an error parsing the body"
 #: the largest id or sequence number any store column holds (a signed 64-bit integer)
 MAX_ID = 2**63 - 1
 
@@ -225,19 +227,46 @@ Caller = Annotated[Principal, Depends(principal)]
 Svc = Annotated[Service, Depends(_svc)]
 
 
-def json_object(raw: bytes) -> dict[str, Any]:
-    """A JSON object request body, or the same 422 FastAPI gives for a ``dict`` body parameter."""
+#: what a request body that is absent or not a JSON object is told, on every route
+BODY_MISSING = "the request body must be a JSON object; none was sent"
+BODY_NOT_OBJECT = "the request body must be a JSON object"
+
+
+def body_error(problem: str) -> ApiError:
+    """The 422 for a request body that is not a JSON object: located at ``body``."""
+    return ApiError(422, f"invalid request: body: {problem}", [{"field": "body", "problem": problem}])
+
+
+def undecodable(exc: BaseException | None) -> str:
+    """What is wrong with a body that could not even be read as JSON text."""
+    if isinstance(exc, UnicodeDecodeError):
+        return (
+            f"{BODY_NOT_OBJECT} in UTF-8; byte 0x{exc.object[exc.start]:02x} at character "
+            f"{exc.start} is not UTF-8"
+        )
+    return f"{BODY_NOT_OBJECT}; it could not be read ({type(exc).__name__ if exc else 'unreadable'})"
+
+
+def json_object(raw: bytes, content_type: str | None = None) -> dict[str, Any]:
+    """A JSON object request body, or the 422 located at ``body`` that every route gives."""
     try:
         value = json.loads(raw) if raw else None
+    except UnicodeDecodeError as exc:
+        raise body_error(undecodable(exc)) from None
     except ValueError as exc:
-        problem = f"JSON decode error: {exc}"
-        raise ApiError(
-            422, f"invalid request: body: {problem}", [{"field": "body", "problem": problem}]
-        ) from None
+        if content_type and "json" not in content_type.lower():  # as FastAPI's routes say it
+            raise body_error(_not_object(raw)) from None
+        raise body_error(f"invalid JSON at character {getattr(exc, 'pos', 0)}") from None
     if not isinstance(value, dict):
-        problem = "Field required" if value is None else "Input should be a valid dictionary"
-        raise ApiError(422, f"invalid request: body: {problem}", [{"field": "body", "problem": problem}])
+        raise body_error(BODY_MISSING if value is None and not raw else _not_object(value))
     return value
+
+
+def _not_object(value: Any) -> str:
+    if isinstance(value, bytes | bytearray):  # not read as JSON: no JSON content type was sent
+        return f"{BODY_NOT_OBJECT} sent with content-type application/json"
+    kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value))
+    return f"{BODY_NOT_OBJECT}, not {kind or 'a number'}"
 
 
 def refusal_error(r: Refusal) -> ApiError:
@@ -257,6 +286,11 @@ def install_errors(app: FastAPI) -> None:
                 where = e.get("loc", ("body", "?"))[-1]
                 items.append({"field": "body", "problem": f"invalid JSON at character {where}"})
                 continue
+            if tuple(e.get("loc", ())) == ("body",):  # the body as a whole: absent or not an object
+                missing = e.get("type") == "missing"
+                problem = BODY_MISSING if missing else _not_object(e.get("input"))
+                items.append({"field": "body", "problem": problem})
+                continue
             loc = [str(x) for x in e.get("loc", ()) if x not in ("body", "query", "path", "header")]
             items.append(
                 {"field": ".".join(loc) or str((e.get("loc") or ["body"])[0]), "problem": str(e.get("msg"))}
@@ -275,6 +309,11 @@ def install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and exc.detail == FASTAPI_BODY_ERROR:
+            # FastAPI's answer when the body is not even JSON text (not UTF-8, say): it named
+            # nothing; located at the body like every other body error
+            e = body_error(undecodable(exc.__cause__))
+            return _err(e.status, e.message, e.errors)
         msg = str(exc.detail) if exc.detail else "error"
         if exc.status_code == 404:
             msg = "no such endpoint; see /docs or /openapi.json"

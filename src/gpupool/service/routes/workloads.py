@@ -178,7 +178,11 @@ async def submit(request: Request) -> Response:
     svc: Service = request.app.state.svc
     p = await principal(request)
     parsed = request.scope.get(PARSED_KEY)  # the guard parsed it already
-    manifest = parsed if isinstance(parsed, dict) else json_object(await request.body())
+    manifest = (
+        parsed
+        if isinstance(parsed, dict)
+        else json_object(await request.body(), request.headers.get("content-type"))
+    )
     try:
         prep = prepare(svc, p, manifest)
     except Denied as d:
