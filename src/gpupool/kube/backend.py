@@ -134,6 +134,8 @@ class KubernetesBackend(ElasticRuns):
         self.nodes = NodeView(informers, opts)
         self.binder = Binder(self.api, informers, concurrency=bind_concurrency, clock=clock)
         self.evictor = Evictor(self.api, component=scheduler_name)
+        #: every object read since this replica leads (the runtime sets it to the source's)
+        self.claims_settled: Callable[[], bool] = lambda: True
         self.pool = ThreadPoolExecutor(max(4, bind_concurrency // 2), thread_name_prefix="gpupool-kube")
         self._lock = threading.RLock()
         self._runs: dict[str, KubeRun] = {}
@@ -364,6 +366,12 @@ class KubernetesBackend(ElasticRuns):
                 "requests": dict(self.api.requests),
             }
         return BackendHealth(synced, detail)
+
+    def vouches(self, name: str) -> bool:
+        """The cluster runs ``name`` as admitted (its owner carries the admission record): a
+        store that lacks it holds it for adoption instead of stopping it (service.adoption)."""
+        run = self._runs.get(name)
+        return run is not None and bool(run.decision) and self.tracker.owner_object(run.top) is not None
 
     def overbooked(self) -> list[Overbooked]:
         """Devices held beyond their capacity, as the cluster's pods show it (the metric

@@ -169,6 +169,8 @@ class KubeSource(LoopThread):
             ("submitted", "unchanged", "refused", "invalid", "cancelled", "skipped", "errors"), 0
         )
         self.last_error = ""
+        #: every cached object read (and submitted or refused) since this replica began leading
+        self.caught_up = False
 
     # ------------------------------------------------------------------ listening
     def attach(self) -> None:
@@ -261,17 +263,18 @@ class KubeSource(LoopThread):
             self._wake.wait(1.0)
             self._wake.clear()
             if not self.gate():
-                leading = False
+                leading = self.caught_up = False
                 continue
             if not leading:  # took over from another replica: everything is ours to check
                 leading, reconcile_due, t0 = True, True, time.monotonic()
+                self.caught_up = False
                 self.resync()
             try:
                 while self.process() and not self._stop.is_set():
                     pass
                 n = self.reconcile() if reconcile_due and not self._dirty else None
                 if n is not None:
-                    reconcile_due = False
+                    reconcile_due, self.caught_up = False, True
                     done = ", ".join(f"{k} {v}" for k, v in self.stats.items() if v)
                     log.warning(
                         "kubernetes source: every object read in %.2f s (%s); %d workloads of deleted objects cancelled",

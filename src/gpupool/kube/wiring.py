@@ -211,6 +211,8 @@ class KubeRuntime:
         # listening before the informers start: no ADDED event is missed
         self.source: Any = KubeSource(self.informers.by_kind, _Late(), _LateEvents(), opts.policy)
         self.source.attach()
+        # a new leader adopts what the cluster runs once the source has read every object
+        backend.claims_settled = lambda: bool(self.source.caught_up)
         self.writer: Any = None
 
     def connect(self) -> None:

@@ -23,6 +23,7 @@ from gpupool.service.controller_config import ConfigInstall
 from gpupool.service.controller_finish import Finishing
 from gpupool.service.controller_pending import PendingSet
 from gpupool.service.controller_state import SCHEDULER, CycleStats, _dt
+from gpupool.service.convert import running_from_json
 from gpupool.service.isolation import find_culprits
 from gpupool.service.windows import windowed_cycle
 
@@ -43,6 +44,9 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
                 self._last_expire = now
                 self._expire(now)
             self._sync_pending(now)
+            if self._adopt_held(now):  # runs the cluster holds may still be claimed: wait
+                stats.pending = len(self.pending)
+                return stats
             self._refresh_nodes(now)
             self._node_faults(now)
             held = flt.held(self.faults, self.pending, now)  # in backoff after a failure
@@ -76,6 +80,27 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
         stats.seconds = time.perf_counter() - t0
         self.hooks.on_cycle(stats)
         return stats
+
+    def _adopt_held(self, now: float) -> bool:
+        """Admit the held runs whose workloads are pending again, with the cluster's placement
+        (gpupool.service.adoption); True while the rest may still be claimed (the cycle then
+        schedules nothing: the engine does not charge their devices yet)."""
+        if not self.adoption.held:
+            return False
+        recs = self.adoption.claim(
+            self.pending, self.store, self.engine.add_running, running_from_json, now, SCHEDULER
+        )
+        for r in recs:
+            self.pending.pop(r.name, None)
+            self.reasons.pop(r.name, None)
+        self._start_in_backend(recs, now)
+        if self.adoption.waiting(self.backend, now):
+            return True
+        gone = self.adoption.release()
+        if gone:
+            log.warning("recovery: %d held runs were claimed by no workload; stopping them", len(gone))
+            self.backend.stop(gone)
+        return False
 
     def _decidable(self, ws: list[Workload]) -> list[Workload]:
         return [w for w in ws if w.name not in self.isolated] if self.isolated else ws

@@ -65,6 +65,7 @@ class Recovery(Approvals, Commit, ConfigInstall):
             active = {w.name: w for w in self.store.list_workloads(phases=list(ACTIVE))}
             # 2. the backend runs something the store does not consider active: stop it
             stray = [n for n in runs if n not in active]
+            stray = self.adoption.hold(self.backend, stray, runs, now)  # what the cluster vouches for waits
             if stray:
                 self.backend.stop(stray)
             # 3. the store says Running but the backend has no trace: the run was lost, requeue it

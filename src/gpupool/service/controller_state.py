@@ -25,6 +25,7 @@ from gpupool.manifests import Bundle
 from gpupool.model import Queue, ResourcePool, Snapshot, Workload
 from gpupool.service import failures as flt
 from gpupool.service.admission import is_exception
+from gpupool.service.adoption import Adoption
 from gpupool.service.backends import Backend
 from gpupool.service.convert import workload_model
 from gpupool.service.view import ConfigLookups
@@ -136,6 +137,8 @@ class ControllerState(ConfigLookups):
         self.isolated: dict[str, str] = {}
         #: decayed GPU-seconds per queue, when the Cluster sets a usage half-life (usage_decay.py)
         self.usage_decay: DecayedUsage | None = None
+        #: runs the cluster holds that the store did not know at recovery (adoption.py)
+        self.adoption = Adoption()
         self.ready = False
         self.cycles = 0
         self.last_cycle_at = 0.0
