@@ -262,6 +262,10 @@ def json_object(raw: bytes, content_type: str | None = None) -> dict[str, Any]:
     return value
 
 
+#: pydantic's error types for a body that is absent or not a JSON object at all
+_WHOLE_BODY = frozenset({"missing", "dict_type", "model_type", "model_attributes_type"})
+
+
 def _not_object(value: Any) -> str:
     if isinstance(value, bytes | bytearray):  # not read as JSON: no JSON content type was sent
         return f"{BODY_NOT_OBJECT} sent with content-type application/json"
@@ -286,7 +290,9 @@ def install_errors(app: FastAPI) -> None:
                 where = e.get("loc", ("body", "?"))[-1]
                 items.append({"field": "body", "problem": f"invalid JSON at character {where}"})
                 continue
-            if tuple(e.get("loc", ())) == ("body",):  # the body as a whole: absent or not an object
+            # the body as a whole is absent or not an object (not a check of the whole model:
+            # a model-level validator's own message is kept below)
+            if tuple(e.get("loc", ())) == ("body",) and e.get("type") in _WHOLE_BODY:
                 missing = e.get("type") == "missing"
                 problem = BODY_MISSING if missing else _not_object(e.get("input"))
                 items.append({"field": "body", "problem": problem})
