@@ -41,3 +41,64 @@ def test_make_run_says_it_is_installing_and_shows_pip_progress() -> None:
     recipe = text.split("$(RUN_STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
     assert "@echo" in recipe and "installing" in recipe
     assert re.search(r"pip install -e \.", recipe) and "-q -e ." not in recipe
+
+
+# -- the CLI answers at once: what the client leaves unimported (gpupool.cli.main says why) ----
+SERVER_SIDE = ("sqlalchemy", "alembic", "fastapi", "uvicorn", "numpy", "gpupool.store", "gpupool.service")
+
+_PROBE = """
+import json, sys
+from typer.testing import CliRunner
+from gpupool.cli.main import app
+runs = [a.split() for a in sys.argv[1:]]
+codes = [CliRunner().invoke(app, a).exit_code for a in runs]
+print(json.dumps({"codes": codes, "modules": sorted(sys.modules)}))
+"""
+
+
+def _loaded_after(*commands: str) -> tuple[list[int], list[str]]:
+    """Exit codes of ``gpupool COMMAND`` for each command (one process), and the server-side
+    modules that process imported."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE, *commands], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    res = json.loads(out.stdout.splitlines()[-1])
+    heavy = [m for m in res["modules"] if any(m == s or m.startswith(s + ".") for s in SERVER_SIDE)]
+    return res["codes"], heavy
+
+
+def test_importing_the_cli_and_asking_its_version_import_nothing_server_side() -> None:
+    codes, heavy = _loaded_after("--version")
+    assert codes == [0]
+    assert heavy == [], heavy
+
+
+def test_the_client_commands_import_nothing_server_side() -> None:
+    dead = "--server http://127.0.0.1:9 --token t"  # refused at once: the command runs to its end
+    codes, heavy = _loaded_after(
+        f"get workloads {dead}",
+        f"explain w {dead}",
+        f"submit -f examples/workloads/demo.yaml {dead}",
+        f"cancel w {dead}",
+    )
+    assert codes == [1, 1, 1, 1]
+    assert heavy == [], heavy
+
+
+def test_every_command_module_registers_what_the_registry_names() -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from gpupool.cli.main import COMMAND_MODULES, _loaded, app
+
+    for spec in COMMAND_MODULES:
+        top, bench = _loaded(spec.module)
+        assert (sorted(top), sorted(bench)) == (sorted(spec.commands), sorted(spec.bench)), spec.module
+    listed = CliRunner().invoke(app, ["--help"], terminal_width=200).output
+    for name in (n for m in COMMAND_MODULES for n in m.commands):
+        assert f" {name} " in listed, name
+    assert isinstance(typer.main.get_command(app), typer.core.TyperGroup)

@@ -73,3 +73,8 @@ def fake(
         typer.echo("stopping")
     finally:
         srv.stop()
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add the ``kube`` command group to the gpupool command."""
+    app.add_typer(kube_app, name="kube")
