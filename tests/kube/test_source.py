@@ -101,7 +101,12 @@ def job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "namespace": ns, "uid": uid or f"uid-{name}", "labels": labels},
-        "spec": {"suspend": True, "parallelism": 1, **extra},
+        "spec": {
+            "suspend": True,
+            "parallelism": 1,
+            "template": {"spec": {"schedulerName": "gpupool"}},
+            **extra,
+        },
     }
 
 
@@ -398,3 +403,41 @@ def test_a_failed_batch_is_retried_and_holds_the_reconcile_back() -> None:
     src.process()
     assert src.names[("jobs", "ml", "train")] == "ml-train"
     assert src.reconcile() == 1 and sub.cancelled == ["ml-vanished"]
+
+
+@pytest.mark.usefixtures("translated")
+def test_an_owner_whose_pods_go_to_another_scheduler_is_refused_with_the_scheduler_named() -> None:
+    """A Kueue-style Job without schedulerName: gpupool (no webhook) must not be admitted, charged
+    and shown Running while kube-scheduler holds its pods (issue 23)."""
+    src, infs, sub, ev = make()
+    infs["jobs"].put(job("plain", template={"spec": {}}))
+    infs["jobs"].put(job("volcano", template={"spec": {"schedulerName": "volcano"}}))
+    infs["jobs"].put(job("ours"))
+    src.process()
+    assert [m["metadata"]["name"] for m in sub.manifests] == ["ml-ours"]
+    got = {e[0]: e for e in ev.got}
+    assert got["plain"][1:3] == ("Warning", REFUSED)
+    assert "default-scheduler (no schedulerName set)" in got["plain"][3]
+    assert "spec.template.spec.schedulerName" in got["plain"][3]
+    assert "go to volcano" in got["volcano"][3]
+    infs["jobs"].put(job("plain", template={"spec": {"schedulerName": "gpupool"}}), "MODIFIED")
+    src.process()
+    assert "ml-plain" in [m["metadata"]["name"] for m in sub.manifests]
+
+
+def test_a_deployment_may_leave_its_scheduler_to_the_pod_webhook_when_its_pods_carry_a_queue() -> None:
+    from gpupool.kube.schedulers import foreign
+
+    def dep(labels: dict[str, str], spec: dict[str, Any]) -> dict[str, Any]:
+        tpl = {"metadata": {"labels": labels}, "spec": spec}
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "d"},
+            "spec": {"template": tpl},
+        }
+
+    assert foreign(dep({QUEUE: "serving"}, {})) is None
+    assert "default-scheduler" in (foreign(dep({}, {})) or "")
+    assert "go to kai" in (foreign(dep({QUEUE: "serving"}, {"schedulerName": "kai"})) or "")
+    assert foreign(dep({}, {"schedulerName": "gpupool"})) is None

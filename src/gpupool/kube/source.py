@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpupool.kube import elastic
+from gpupool.kube import elastic, schedulers
 from gpupool.kube import workloads as kw
 from gpupool.kube.loop import LoopThread
 from gpupool.kube.source_keys import OWNER_KINDS, top_owner_key
@@ -406,6 +406,11 @@ class KubeSource(LoopThread):
             ) from exc
         if got is None:
             self.stats["skipped"] += 1
+            return None
+        held = schedulers.foreign(objs[0], self.policy.defaults.scheduler_name) if key[0] != "pods" else None
+        if held is not None:  # never admitted, charged and shown Running while another scheduler has it
+            msg = f"gpupool will not schedule workload {_name_of(got)}: {held}"
+            self._refuse(key, objs[0], REFUSED, msg, f"scheduler:{held}")
             return None
         queue = _queue_of(got.manifest)
         why = self.policy.refusal(key[1], queue)
