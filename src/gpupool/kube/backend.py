@@ -31,7 +31,7 @@ from gpupool.kube.client import KubeApi
 from gpupool.kube.elastic_runs import ElasticRuns
 from gpupool.kube.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.exclusive import Overbooked, PassTally, overbooked
-from gpupool.kube.gangs import assign_slots, attempt_pods, live
+from gpupool.kube.gangs import assign_slots, attempt_pods, decision_of, live
 from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.nodes import NodeView
 from gpupool.kube.outcomes import (
@@ -44,7 +44,7 @@ from gpupool.kube.outcomes import (
     pod_ready,
     pods_outcome,
 )
-from gpupool.kube.recovery import adopted_runs
+from gpupool.kube.recovery import adopted_runs, submit_refusal
 from gpupool.kube.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
@@ -90,13 +90,6 @@ class KubeRun:
             o.exit_code if o and o.outcome == "Failed" else None,
             o.reason if o and o.outcome == "Failed" else "",
         )
-
-
-def decision_of(placement: Mapping[str, Any]) -> str:
-    """Which admission a bound pod belongs to: the placement's admission time, written on the
-    pod at bind (``gpupool.io/decision``), so the pods of an earlier run of the same workload
-    (still listed until their owner cleans them up) are never mistaken for this run's."""
-    return repr(float(placement.get("admittedAt") or 0.0))
 
 
 class KubernetesBackend(ElasticRuns):
@@ -374,9 +367,12 @@ class KubernetesBackend(ElasticRuns):
         return run is not None and bool(run.decision) and self.tracker.owner_object(run.top) is not None
 
     def overbooked(self) -> list[Overbooked]:
-        """Devices held beyond their capacity, as the cluster's pods show it (the metric
-        ``gpupool_devices_overbooked``; anything but [] is a bug)."""
+        """Devices held beyond capacity, as the pods show it (anything but [] is a bug)."""
         return overbooked(self.informers.pods.items())
+
+    def refuses(self, name: str, submitter: str) -> str | None:
+        """Why an API submission cannot run here (asked by the submit path)."""
+        return submit_refusal(name, submitter, self._top_of(name) is not None)
 
     def next_finish(self) -> float | None:
         """Look again soon while anything is being bound (the controller sleeps until then)."""

@@ -49,6 +49,13 @@ def _slot_key(pp: Mapping[str, Any]) -> tuple[str, int]:
     return (str(pp["group"]), int(pp["index"]))
 
 
+def decision_of(placement: Mapping[str, Any]) -> str:
+    """Which admission a bound pod belongs to: the placement's admission time, written on the
+    pod at bind (``gpupool.io/decision``), so the pods of an earlier run of the same workload
+    (still listed until their owner cleans them up) are never mistaken for this run's."""
+    return repr(float(placement.get("admittedAt") or 0.0))
+
+
 def assign_slots(run: GangRun, pods: Sequence[Pod]) -> list[tuple[Pod, Mapping[str, Any]]] | None:
     """(pod, placement entry) for every slot still to bind; [] when all are bound; None while
     the gang must wait because its pods do not all exist yet (a gang binds all at once)."""
@@ -79,4 +86,4 @@ def assign_slots(run: GangRun, pods: Sequence[Pod]) -> list[tuple[Pod, Mapping[s
     return out
 
 
-__all__ = ["GangRun", "assign_slots", "attempt_pods", "deleting", "live"]
+__all__ = ["GangRun", "assign_slots", "attempt_pods", "decision_of", "deleting", "live"]

@@ -77,4 +77,23 @@ def adopted_runs(tracker: Tracker, informers: Informers, now: float) -> list[Kub
     return list(out.values())
 
 
-__all__ = ["adopted_runs"]
+def submit_refusal(name: str, submitter: str, has_object: bool) -> str | None:
+    """Why a workload submitted through gpupool's API cannot run on Kubernetes, or None.
+
+    Why at submit: on this backend a workload runs as the pods of a Kubernetes object (a Job, a
+    JobSet, a Deployment ...). A gpupool Workload sent to the API has none, so once admitted it
+    would first preempt what it needs and then fail to start; refused here, nothing is disturbed.
+    The Kubernetes source's own submissions always pass (it submits only what it watches)."""
+    from gpupool.kube.source import SYSTEM_NAME
+
+    if submitter == SYSTEM_NAME or has_object:
+        return None
+    return (
+        f"no Kubernetes object stands for workload {name}: on the Kubernetes backend work is "
+        "created as Kubernetes objects with kubectl (e.g. a batch/v1 Job labelled "
+        "kueue.x-k8s.io/queue-name: <queue>, or a pod with schedulerName gpupool), which gpupool "
+        "takes on by itself"
+    )
+
+
+__all__ = ["adopted_runs", "submit_refusal"]

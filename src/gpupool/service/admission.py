@@ -180,6 +180,16 @@ def queue_refusal(queue: str, ctl: Controller | ConfigView) -> Refusal | None:
     return Refusal("spec.queue", problem, f"spec.queue: {problem}")
 
 
+def backend_refusal(name: str, submitter: str, backend: object) -> Refusal | None:
+    """The backend cannot run this submission at all (Kubernetes: a workload gpupool's API
+    received has no object whose pods it could bind): refused before anything is preempted."""
+    refuses = getattr(backend, "refuses", None)
+    why = refuses(name, submitter) if callable(refuses) else None
+    if not isinstance(why, str):
+        return None
+    return Refusal("kind", "no Kubernetes object stands for this workload", f"kind: {why}")
+
+
 def request_refusal(
     model: Workload, manifest: Mapping[str, Any], ctl: Controller | ConfigView
 ) -> Refusal | None:

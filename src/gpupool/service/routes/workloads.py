@@ -20,6 +20,7 @@ from gpupool.manifests import KUEUE_QUEUE_LABEL
 from gpupool.model import Workload
 from gpupool.service import openapi as oa
 from gpupool.service.admission import (
+    backend_refusal,
     is_exception,
     needs_approval,
     queue_refusal,
@@ -114,6 +115,8 @@ def prepare(svc: Service, p: Principal, body: Mapping[str, Any], view: ConfigVie
             tree=ctl,
         )
         refused = request_refusal(model, body, ctl)
+    if refused is None:
+        refused = backend_refusal(doc.name, p.name, svc.controller.backend)
     if refused is not None:
         raise refusal_error(refused)
     exception = is_exception(body)
