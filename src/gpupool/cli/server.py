@@ -17,7 +17,14 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpupool.service.config import DEFAULT_STATE_DIR, EXAMPLES, ServiceConfig, seed_config, write_token_file
+from gpupool.service.config import (
+    DEFAULT_STATE_DIR,
+    EXAMPLES,
+    ServiceConfig,
+    seed_config,
+    shared_store_problem,
+    write_token_file,
+)
 
 # a log file or journald gets each banner line whole, never wrapped at 80 columns
 console = Console(soft_wrap=not sys.stdout.isatty())
@@ -198,6 +205,12 @@ BackendOpt = Annotated[str, typer.Option("--backend", help="virtual (simulated n
 HostOpt = Annotated[str, typer.Option("--host")]
 PortOpt = Annotated[int, typer.Option("--port")]
 StateDirOpt = Annotated[Path, typer.Option("--state-dir", help="database, token and backend state")]
+ReplicasOpt = Annotated[
+    int,
+    typer.Option(
+        "--replicas", min=1, help="replicas of this service that run (2+ need a shared --database-url)"
+    ),
+]
 TimeScaleOpt = Annotated[float, typer.Option("--time-scale", help="virtual seconds per real second")]
 TickOpt = Annotated[float, typer.Option("--tick", help="controller tick in seconds")]
 FailureRateOpt = Annotated[
@@ -342,10 +355,13 @@ def serve(
     wait_for_pods_ready: PodsReadyOpt = None,
     elastic: ElasticOpt = None,
     alerts_interval: AlertsIntervalOpt = None,
+    replicas: ReplicasOpt = 1,
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
     if backend not in ("virtual", "local", "kubernetes"):
         _fail(f"unknown backend {backend!r}; available: virtual, local, kubernetes")
+    if (store_problem := shared_store_problem(database_url, replicas)) is not None:
+        _fail(store_problem)  # before connecting to a cluster or opening a store
     alerts_interval_s = _alerts_interval(alerts_interval)
     kube = _kube_options(
         backend,
@@ -368,6 +384,7 @@ def serve(
         advertise_url=advertise_url,
         lease_reclaim_local=reclaim_local,
         alerts_interval_s=alerts_interval_s,
+        replicas=replicas,
         state_dir=state_dir,
         database_url=database_url,
         config_dir=cfg_dir,

@@ -19,6 +19,28 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 DEFAULT_STATE_DIR = Path(".gpupool")
 
 
+def shared_store_problem(database_url: str | None, replicas: int) -> str | None:
+    """Why ``replicas`` schedulers cannot run on this database, or None.
+
+    Why refuse: replicas elect one leader, and the one that takes over works from the store; on
+    SQLite each replica has its own file (``--state-dir``, an emptyDir or its own volume), so a
+    failover would start from an empty store. ``database_url`` None is SQLite under the state dir.
+    """
+    if replicas <= 1 or (database_url and not database_url.startswith("sqlite")):
+        return None
+    where = f" ({database_url})" if database_url else " (the default, under --state-dir)"
+    return (
+        f"--replicas {replicas} with a SQLite database{where}: each replica would keep its own store"
+        " and a failover would start from an empty one; give them a shared PostgreSQL database with"
+        " --database-url or $GPUPOOL_DATABASE_URL (chart: database.url, database.existingSecret or"
+        " database.bundled.enabled), or run one replica"
+    )
+
+
+class ServiceConfigError(ValueError):
+    """Settings that cannot run together (the message says which and what to set)."""
+
+
 @dataclass(slots=True)
 class ServiceConfig:
     """Everything ``gpupool serve`` can be told."""
@@ -57,6 +79,13 @@ class ServiceConfig:
     lease_reclaim_local: bool = True
     #: how often the leader evaluates the alert rules (None: $GPUPOOL_ALERTS_INTERVAL_S, else 30 s)
     alerts_interval_s: float | None = None
+    #: how many replicas of this service run (the chart's replicaCount): 2+ need a shared database
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        problem = shared_store_problem(self.database_url, self.replicas)
+        if problem is not None:
+            raise ServiceConfigError(problem)
 
     @property
     def url(self) -> str:
