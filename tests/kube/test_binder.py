@@ -4,6 +4,7 @@ bind on a HAMi node starts when the watch shows the device plugin released the l
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -164,3 +165,30 @@ def test_the_lock_alone_does_not_rebuild_the_node_view(monkeypatch: pytest.Monke
     event(relabelled)
     view.refresh()
     assert calls == [NODE0, NODE0]
+
+
+def test_a_fraction_only_pod_ends_its_handshake_and_leaves_no_lock(hami: Cluster) -> None:
+    """A pod with only KAI's gpu-fraction (no container GPU resource) is never allocated by
+    HAMi's device plugin, which is what releases the node lock: the bind takes no lock and ends
+    the handshake itself, so the next bind on the node does not wait (issue 23)."""
+    srv = hami.srv
+    be = hami.fresh()
+    be.binder.lock_wait_s = 30.0  # a held lock would hold the next bind far past the check below
+    frac = job("frac", pods=1, run_s=100_000, gpus=0)
+    frac["spec"]["template"]["spec"]["containers"][0]["resources"] = {}
+    frac["spec"]["template"]["metadata"]["annotations"]["gpu-fraction"] = "0.5"
+    srv.create(frac)
+    srv.create(job("next", pods=1, run_s=100_000))
+    wait_for(
+        lambda: known(be, "default.job.frac") and known(be, "default.job.next"), what="both in the cache"
+    )
+    be.start([RunSpec("default.job.frac", placement(("main", 0, NODE0, [0]), milli=500))])
+    wait_for(lambda: len(bound(pods_of(srv, "job-name=frac"))) == 1, what="the fraction bound")
+    pod = pods_of(srv, "job-name=frac")[0]
+    assert pod["metadata"]["annotations"][kube_ann.HAMI_BIND_PHASE] == "success"
+    assert kube_ann.HAMI_NODE_LOCK not in (srv.get("nodes", "", NODE0)["metadata"].get("annotations") or {})
+    t0 = time.monotonic()
+    be.start([RunSpec("default.job.next", placement(("main", 0, NODE0, [1])))])
+    wait_for(lambda: len(bound(pods_of(srv, "job-name=next"))) == 1, what="the next bind on the node")
+    assert time.monotonic() - t0 < 10.0 and be.binder.stats["lockWaits"] == 0
+    assert srv.stats.violations == []

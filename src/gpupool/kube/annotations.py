@@ -102,9 +102,20 @@ def _hami_keys(
         HAMI_ALLOCATED: devices,
         HAMI_NODE: node,
         HAMI_TIME: stamp,
-        HAMI_BIND_PHASE: "allocating",
+        # the device plugin ends the handshake (allocating -> success) only for a pod whose
+        # containers ask it for a device; for any other (KAI's gpu-fraction alone) nothing would
+        # ever end it, so the bind ends it here and takes no node lock (``plugin_allocates``)
+        HAMI_BIND_PHASE: "allocating" if plugin_allocates(pod) else "success",
         HAMI_BIND_TIME: stamp,
     }
+
+
+def plugin_allocates(pod: Mapping[str, Any]) -> bool:
+    """True when HAMi's device plugin will ``Allocate`` for this pod (some container names a
+    GPU resource): only then does it release the node lock and finish the bind handshake."""
+    raw = pod.get("spec")
+    spec: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    return any(_gpu_count(c) for key in ("initContainers", "containers") for c in _list(spec.get(key)))
 
 
 #: the container resources that make HAMi's device plugin allocate devices to a container

@@ -216,7 +216,7 @@ class Binder:
             return BindResult(job, False, fatal=True, message=str(exc))
         locked = False
         try:
-            if self._hami_node(node):
+            if self._hami_node(node) and kube_ann.plugin_allocates(job.pod):
                 why = self._lock(node, ns, name, now)
                 if why:
                     self.stats["lockWaits"] += 1
