@@ -441,3 +441,17 @@ def test_a_deployment_may_leave_its_scheduler_to_the_pod_webhook_when_its_pods_c
     assert "default-scheduler" in (foreign(dep({}, {})) or "")
     assert "go to kai" in (foreign(dep({QUEUE: "serving"}, {"schedulerName": "kai"})) or "")
     assert foreign(dep({}, {"schedulerName": "gpupool"})) is None
+
+
+@pytest.mark.usefixtures("translated")
+def test_a_jobsets_child_job_is_never_a_workload_of_its_own_even_with_a_namespace_default() -> None:
+    """With --namespace-queue (the README's quick start) every JobSet's child Jobs became
+    workloads of their own that ended Failed (issue 23)."""
+    src, infs, sub, ev = make(policy_from_options(["ml=team-a"], restrict=False))
+    child = job("js-worker-0", queue=None)
+    child["metadata"]["ownerReferences"] = [{"kind": "JobSet", "name": "js", "controller": True}]
+    infs["jobs"].put(child)
+    infs["jobs"].put(job("alone", queue=None))
+    src.process()
+    assert [m["metadata"]["name"] for m in sub.manifests] == ["ml-alone"]
+    assert ev.got == [] and src.stats["skipped"] == 1

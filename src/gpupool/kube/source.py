@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from gpupool.kube import elastic, schedulers
 from gpupool.kube import workloads as kw
 from gpupool.kube.loop import LoopThread
-from gpupool.kube.source_keys import OWNER_KINDS, top_owner_key
+from gpupool.kube.source_keys import OWNER_KINDS, owned_by_a_top_kind, top_owner_key
 from gpupool.kube.source_policy import SourcePolicy, parse_namespace_queues, policy_from_options
 from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError
 
@@ -389,6 +389,9 @@ class KubeSource(LoopThread):
 
     def _translate(self, key: Key, objs: list[dict[str, Any]]) -> KubeWorkload | None:
         """The workload of an object, or None (not managed, or refused here with an Event)."""
+        if key[0] != "pods" and owned_by_a_top_kind(objs[0]):
+            self.stats["skipped"] += 1
+            return None  # a JobSet's child Job: part of its JobSet's workload, never its own
         try:
             if key[0] == "pods":
                 got = kw.workload_from_pods(objs, self.policy.defaults)

@@ -32,6 +32,13 @@ def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def owned_by_a_top_kind(obj: Mapping[str, Any]) -> bool:
+    """True for an object a managed kind controls (a JobSet's child Job): it is part of its
+    owner's workload, never a workload of its own."""
+    owner = _controller(obj)
+    return owner is not None and str(owner.get("kind") or "") in OWNER_KINDS
+
+
 def top_owner_key(pod: Mapping[str, Any], jobs: Any, group_of: Callable[[Mapping[str, Any]], str]) -> Key:
     """The source key of the workload a pod belongs to: its top owner (a Job's JobSet, a
     ReplicaSet's Deployment by the pod-template-hash suffix), or its bare pod group."""
