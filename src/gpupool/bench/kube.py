@@ -205,10 +205,23 @@ def _wait_binds(
     return last, (at_target or last_at)
 
 
-def _first_bind_logged(log: Path) -> float | None:
-    """The server's own figure of its last start (``first bind N s after process start``)."""
+def _first_bind_logged(log: Path, offset: int = 0, wait_s: float = 0.0) -> float | None:
+    """The server's own figure (``first bind N s after process start``) from the lines written
+    after ``offset`` (the log's size when that server was spawned: the servers share one log,
+    and the previous server's line is not this one's), waiting up to ``wait_s`` for it."""
+    end = time.monotonic() + wait_s
+    while True:
+        with log.open("rb") as f:
+            f.seek(offset)
+            got = _last_first_bind(f.read().decode(errors="replace"))
+        if got is not None or time.monotonic() >= end:
+            return got
+        time.sleep(0.1)
+
+
+def _last_first_bind(text: str) -> float | None:
     got = None
-    for line in log.read_text(errors="replace").splitlines():
+    for line in text.splitlines():
         if "first bind" in line and "after process start" in line:
             try:
                 got = float(line.split("first bind", 1)[1].split()[0])
@@ -301,6 +314,7 @@ def _restart_phase(
     """Cluster full, server killed: two empty nodes appear, a new server starts; until its first bind."""
     srv.add_gpu_nodes(2, prefix="spare", labels=LABELS)
     b0 = srv.stats.binds
+    offset = log.stat().st_size if log.exists() else 0
     t0 = time.monotonic()
     proc, _ = _serve(kc, state, cfg, log)
     procs.append(proc)
@@ -310,7 +324,7 @@ def _restart_phase(
         dumps.set()
     return {
         "to_first_bind_s": at - t0 if n > b0 else None,
-        "server_logged_s": _first_bind_logged(log),
+        "server_logged_s": _first_bind_logged(log, offset, wait_s=10.0) if n > b0 else None,
     }
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -156,8 +156,12 @@ _IMPORTED = time.monotonic()
 class FirstBind:
     """Logs (once) the time from process start to the first pod gpupool binds in this run."""
 
-    def __init__(self, workload_key: str = "gpupool.io/workload") -> None:
+    def __init__(
+        self, workload_key: str = "gpupool.io/workload", leading: Callable[[], bool] = lambda: True
+    ) -> None:
         self.key = workload_key
+        #: only a bind seen while this replica leads is its own (a standby sees the leader's)
+        self.leading = leading
         self.seen_bound: set[tuple[str, str]] = set()
         self.synced = False
         self.seconds: float | None = None
@@ -171,7 +175,7 @@ class FirstBind:
         self.synced = True
 
     def on_pod(self, type_: str, pod: dict[str, Any]) -> None:
-        if self.seconds is not None or not self.synced or type_ == "DELETED":
+        if self.seconds is not None or not self.synced or type_ == "DELETED" or not self.leading():
             return
         m = pod.get("metadata") or {}
         if not (pod.get("spec") or {}).get("nodeName") or self.key not in (m.get("annotations") or {}):
@@ -204,7 +208,7 @@ class KubeRuntime:
         # only the Lease holder binds or evicts; the store elector reads the same gate
         backend.leader_gate = self.lease.held
         self.backend = backend
-        self.first_bind = FirstBind()
+        self.first_bind = FirstBind(leading=self.lease.held)
         self.informers.pods.add_listener(self.first_bind.on_pod)
         from gpupool.kube.source import KubeSource
 
