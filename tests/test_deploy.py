@@ -182,6 +182,7 @@ def test_the_chart_runs_the_scheduler_with_the_generators_arguments() -> None:
     v = default_values()
     subst = {
         "{{ .Values.scheduler.logLevel }}": v["scheduler"]["logLevel"],
+        "{{ .Values.replicaCount | quote }}": str(v["replicaCount"]),
     }
     args = []
     for ln in block.splitlines():
@@ -258,7 +259,7 @@ def test_pods_run_as_non_root_with_a_read_only_root(kustomized: list[dict[str, A
             assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False, c["name"]
             assert "resources" in c and c["resources"]["limits"]["memory"]
     (dep,) = [o for o in kustomized if o["kind"] == "Deployment"]
-    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
 
 
 def test_webhooks_never_see_the_release_namespace(kustomized: list[dict[str, Any]]) -> None:
@@ -474,7 +475,7 @@ def test_crds_upgrade_in_place_and_settle(fake_api: Any) -> None:
 
 
 def _leaves(v: Any, prefix: str = "") -> list[str]:
-    if isinstance(v, dict) and v and prefix not in ("scheduler.resources", "webhook.resources"):
+    if isinstance(v, dict) and v and not prefix.endswith("resources"):
         return [x for k, sub in v.items() for x in _leaves(sub, f"{prefix}.{k}" if prefix else k)]
     return [prefix]
 

@@ -12,7 +12,16 @@ from typing import Any
 
 from gpupool.deploy.admission import cert_manager_objects, certgen_objects, mutating, validating
 from gpupool.deploy.crds import all_crds, crd_file_name
-from gpupool.deploy.objects import deployment, disruption_budget, labels, meta, services
+from gpupool.deploy.database import bundled_objects
+from gpupool.deploy.objects import (
+    deployment,
+    disruption_budgets,
+    labels,
+    meta,
+    services,
+    state_claims,
+    values_problem,
+)
 from gpupool.deploy.rbac import LEASE_RULES, SCHEDULER_RULES
 from gpupool.deploy.render import dump
 from gpupool.deploy.values import NAMESPACE, RELEASE
@@ -142,13 +151,19 @@ def examples(v: dict[str, Any]) -> list[dict[str, Any]]:
 
 def chart_objects(v: dict[str, Any], ns: str) -> list[dict[str, Any]]:
     """Every object the chart renders at values ``v`` (no ServiceMonitor: that needs the
-    Prometheus operator's CRD, which an offline render cannot see)."""
+    Prometheus operator's CRD, which an offline render cannot see). Values the chart refuses
+    (2+ replicas on their own SQLite files) raise ValueError with the chart's message."""
+    problem = values_problem(v)
+    if problem is not None:
+        raise ValueError(problem)
     return [
         *rbac_objects(ns),
         config_map(v, ns),
         *services(v, ns),
+        *state_claims(v, ns),
         deployment(v, ns),
-        disruption_budget(ns),
+        *disruption_budgets(v, ns),
+        *bundled_objects(v, ns),
         mutating(v, ns),
         validating(v, ns),
         *certgen_objects(v, ns),
@@ -169,9 +184,8 @@ def manifest_files(v: dict[str, Any], ns: str = NAMESPACE) -> dict[str, str]:
             for o in objs
             if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
         ],
-        "scheduler.yaml": [
-            o for o in objs if o["kind"] in ("ConfigMap", "Service", "Deployment", "PodDisruptionBudget")
-        ],
+        "scheduler.yaml": [o for o in objs if o["kind"] in SCHEDULER_KINDS and _component(o) != "database"],
+        "database.yaml": [o for o in objs if _component(o) == "database"],
         "webhooks.yaml": [
             o
             for o in objs
@@ -193,6 +207,14 @@ def manifest_files(v: dict[str, Any], ns: str = NAMESPACE) -> dict[str, str]:
     files["crds/kustomization.yaml"] = _kustomization([n.removeprefix("crds/") for n in crds])
     files["kustomization.yaml"] = _kustomization(["crds", *groups_present(groups)])
     return files
+
+
+#: the kinds of scheduler.yaml (the bundled database's objects go to database.yaml)
+SCHEDULER_KINDS = ("ConfigMap", "Service", "PersistentVolumeClaim", "Deployment", "PodDisruptionBudget")
+
+
+def _component(o: dict[str, Any]) -> str | None:
+    return o["metadata"].get("labels", {}).get("app.kubernetes.io/component")
 
 
 def groups_present(groups: dict[str, list[dict[str, Any]]]) -> list[str]:

@@ -1,4 +1,4 @@
-"""The scheduler's workload objects at given chart values: Deployment, Services, PDB, webhooks, cert job.
+"""The scheduler's workload objects at given chart values: Deployment, Services, PDB, state volume.
 
 Why they mirror ``charts/gpupool/templates`` one function per template: the plain manifests
 under ``deploy/manifests`` are these objects at the default values, and a reader comparing a
@@ -17,6 +17,45 @@ STATE_DIR = "/var/lib/gpupool"
 CONFIG_DIR = "/etc/gpupool/config"
 TLS_DIR = "/etc/gpupool/tls"
 UID = 10001
+#: the bundled PostgreSQL's StatefulSet, Service and Secret (gpupool.deploy.database)
+POSTGRES = f"{RELEASE}-postgresql"
+#: the chart's PersistentVolumeClaim for the SQLite store (persistence.*)
+STATE_CLAIM = f"{RELEASE}-state"
+#: the chart refuses these values at render time with the same words (templates/_helpers.tpl)
+REPLICAS_NEED_A_SHARED_DATABASE = (
+    "replicaCount {n} needs a database the replicas share: set database.url, database.existingSecret"
+    " or database.bundled.enabled=true (each replica's own SQLite store would start a failover from"
+    " empty), or set replicaCount 1"
+)
+BUNDLED_AND_URL = (
+    "database.bundled.enabled=true with database.url or database.existingSecret: use one database"
+)
+
+
+def shared_database(v: dict[str, Any]) -> bool:
+    """Whether the replicas share a database (PostgreSQL), rather than each its SQLite file."""
+    db = v["database"]
+    return bool(db["url"] or db["existingSecret"] or db["bundled"]["enabled"])
+
+
+def state_claim(v: dict[str, Any]) -> str | None:
+    """The PersistentVolumeClaim under the state directory, or None for an emptyDir: a claim only
+    holds the SQLite store, so there is none with a shared database (the state dir then keeps only
+    the first start's token file)."""
+    p = v["persistence"]
+    if shared_database(v) or not p["enabled"]:
+        return None
+    return str(p["existingClaim"]) or STATE_CLAIM
+
+
+def values_problem(v: dict[str, Any]) -> str | None:
+    """Why the chart refuses these values, or None (the chart ``fail``s with the same words)."""
+    db = v["database"]
+    if db["bundled"]["enabled"] and (db["url"] or db["existingSecret"]):
+        return BUNDLED_AND_URL
+    if int(v["replicaCount"]) > 1 and not shared_database(v):
+        return REPLICAS_NEED_A_SHARED_DATABASE.format(n=v["replicaCount"])
+    return None
 
 
 def labels(component: str | None = None) -> dict[str, str]:
@@ -82,7 +121,7 @@ def scheduler_args(v: dict[str, Any]) -> list[str]:
     s = v["scheduler"]
     args = ["serve", "--backend", "kubernetes", "--host", "0.0.0.0", "--port", "8080"]
     args += ["--state-dir", STATE_DIR, "--config", CONFIG_DIR, "--advertise-url", "http://$(POD_IP):8080"]
-    args += ["--log-level", s["logLevel"]]
+    args += ["--replicas", str(v["replicaCount"]), "--log-level", s["logLevel"]]
     if v["metrics"]["public"]:
         args.append("--metrics-public")
     return args + list(s["extraArgs"])
@@ -103,6 +142,10 @@ def _env(v: dict[str, Any]) -> list[dict[str, Any]]:
         )
     elif db["url"]:
         env.append({"name": "GPUPOOL_DATABASE_URL", "value": db["url"]})
+    elif db["bundled"]["enabled"]:
+        env.append(
+            {"name": "GPUPOOL_DATABASE_URL", "valueFrom": {"secretKeyRef": {"name": POSTGRES, "key": "url"}}}
+        )
     return env
 
 
@@ -147,8 +190,17 @@ def webhook_container(v: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _state_volume(v: dict[str, Any]) -> dict[str, Any]:
+    claim = state_claim(v)
+    if claim is None:
+        return {"name": "state", "emptyDir": {}}
+    return {"name": "state", "persistentVolumeClaim": {"claimName": claim}}
+
+
 def deployment(v: dict[str, Any], ns: str) -> dict[str, Any]:
-    """Two replicas (one leads, by Lease), spread over nodes; both serve the webhooks."""
+    """``replicaCount`` replicas (one leads, by Lease), spread over nodes; all serve the webhooks.
+    With the store on a ReadWriteOnce claim, Recreate: a rolling update's second pod could not
+    mount it (and two schedulers must never open one SQLite file)."""
     spread = {
         "weight": 100,
         "podAffinityTerm": {
@@ -161,7 +213,7 @@ def deployment(v: dict[str, Any], ns: str) -> dict[str, Any]:
         "securityContext": pod_security(),
         "containers": [scheduler_container(v), webhook_container(v)],
         "volumes": [
-            {"name": "state", "emptyDir": {}},
+            _state_volume(v),
             {"name": "tmp", "emptyDir": {}},
             {"name": "config", "configMap": {"name": f"{RELEASE}-config"}},
             {"name": "tls", "secret": {"secretName": WEBHOOK_SECRET}},
@@ -172,16 +224,32 @@ def deployment(v: dict[str, Any], ns: str) -> dict[str, Any]:
     }
     if v["imagePullSecrets"]:
         pod_spec["imagePullSecrets"] = v["imagePullSecrets"]
+    spec: dict[str, Any] = {"replicas": v["replicaCount"]}
+    if state_claim(v) is not None:
+        spec["strategy"] = {"type": "Recreate"}
+    spec["selector"] = {"matchLabels": selector("scheduler")}
+    spec["template"] = {"metadata": {"labels": labels("scheduler")}, "spec": pod_spec}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": meta(RELEASE, ns, "scheduler"),
-        "spec": {
-            "replicas": v["replicaCount"],
-            "selector": {"matchLabels": selector("scheduler")},
-            "template": {"metadata": {"labels": labels("scheduler")}, "spec": pod_spec},
-        },
+        "spec": spec,
     }
+
+
+def state_claims(v: dict[str, Any], ns: str) -> list[dict[str, Any]]:
+    """The chart's claim for the SQLite store (none with existingClaim or a shared database).
+    Kept by ``helm uninstall`` (resource-policy keep), so a reinstall finds its state again."""
+    if state_claim(v) != STATE_CLAIM:
+        return []
+    p = v["persistence"]
+    m = meta(STATE_CLAIM, ns, "scheduler")
+    m["annotations"] = {"helm.sh/resource-policy": "keep"}
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"]}
+    if p["storageClass"]:
+        spec["storageClassName"] = p["storageClass"]
+    spec["resources"] = {"requests": {"storage": p["size"]}}
+    return [{"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": m, "spec": spec}]
 
 
 def services(v: dict[str, Any], ns: str) -> list[dict[str, Any]]:
@@ -207,11 +275,16 @@ def services(v: dict[str, Any], ns: str) -> list[dict[str, Any]]:
     ]
 
 
-def disruption_budget(ns: str) -> dict[str, Any]:
-    """A drain keeps one replica: the webhooks must answer while pods are created."""
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": meta(RELEASE, ns, "scheduler"),
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": selector("scheduler")}},
-    }
+def disruption_budgets(v: dict[str, Any], ns: str) -> list[dict[str, Any]]:
+    """With 2+ replicas (on a shared database) a drain keeps one: the webhooks must answer while
+    pods are created. None for one replica: ``minAvailable: 1`` would block every drain of its node."""
+    if int(v["replicaCount"]) < 2:
+        return []
+    return [
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": meta(RELEASE, ns, "scheduler"),
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": selector("scheduler")}},
+        }
+    ]

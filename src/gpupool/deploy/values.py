@@ -16,10 +16,21 @@ RELEASE = "gpupool"
 NAMESPACE = "gpupool-system"
 
 _DEFAULTS: dict[str, Any] = {
-    "replicaCount": 2,
+    "replicaCount": 1,
     "image": {"repository": "gpupool", "tag": VERSION, "pullPolicy": "IfNotPresent"},
     "imagePullSecrets": [],
-    "database": {"url": "", "existingSecret": ""},
+    "persistence": {"enabled": True, "size": "1Gi", "storageClass": "", "existingClaim": ""},
+    "database": {
+        "url": "",
+        "existingSecret": "",
+        "bundled": {
+            "enabled": False,
+            "image": "postgres:16",
+            "size": "8Gi",
+            "storageClass": "",
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        },
+    },
     "scheduler": {
         "logLevel": "warning",
         "extraArgs": [],
