@@ -623,3 +623,18 @@ def test_every_fixture_manifest_validates() -> None:
         errors: list[str] = []
         assert validate_document(kw.manifest, "t", errors) is not None, errors
         assert model(kw).name == kw.manifest["metadata"]["name"] == workload_name(kw.ref)
+
+
+def test_an_objects_max_retries_annotation_is_its_workloads_retry_limit() -> None:
+    """Per-object maxRetries on Kubernetes (issue 23): ``gpupool.io/max-retries`` on the Job."""
+    from gpupool.service.failure_policy import FaultState, policy_for
+
+    job = kueue_job()
+    job["metadata"].setdefault("annotations", {})["gpupool.io/max-retries"] = "7"
+    kw = translated(job)
+    assert kw.manifest["spec"]["maxRetries"] == 7
+    assert policy_for(kw.manifest, FaultState()).max_retries == 7
+    for bad in ("-1", "x", "1001"):
+        job["metadata"]["annotations"]["gpupool.io/max-retries"] = bad
+        with pytest.raises(KubeWorkloadError, match=r"metadata\.annotations\.gpupool\.io/max-retries"):
+            workload_from_object(job)

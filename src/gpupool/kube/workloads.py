@@ -51,6 +51,8 @@ TYPE = "gpupool.io/type"
 DURATION = "gpupool.io/duration"
 POOL = "gpupool.io/pool"
 TOPOLOGY = "gpupool.io/topology"
+#: the object's own retry limit (``spec.maxRetries`` of its workload)
+MAX_RETRIES = "gpupool.io/max-retries"
 TOPOLOGY_MODE = "gpupool.io/topology-mode"
 #: the object a workload stands for, written on its manifest so the runtime can map back
 SOURCE = "gpupool.io/source"
@@ -283,6 +285,12 @@ def _options(md: Mapping[str, Any]) -> dict[str, Any]:
         out["duration"] = duration
     if pool := _marker(md, POOL):
         out["pool"] = pool
+    if retries := _marker(md, MAX_RETRIES):
+        if not retries.isdigit() or int(retries) > 1000:
+            raise KubeWorkloadError(
+                f"metadata.annotations.{MAX_RETRIES}", "must be a whole number from 0 to 1000"
+            )
+        out["maxRetries"] = int(retries)
     if scope := _marker(md, TOPOLOGY):
         if scope not in {s.value for s in TopologyScope}:
             raise KubeWorkloadError(f"metadata.annotations.{TOPOLOGY}", "must be node, nvlink or rack")
