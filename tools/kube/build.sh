@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the real control-plane binaries (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler) from the versions pinned in tools/kube/go.mod into .cache/kube/<version>/.
+# kube-scheduler) from the versions pinned in tools/kube/go.mod, and Kueue's manager from
+# tools/kube/kueue/go.mod (its own module: its own dependency versions), into
+# .cache/kube/<version>/, <version> being the pinned k8s.io/kubernetes version.
 #
 # Why this shape (issue 24): the binaries are too slow to rebuild on every run (minutes
 # each on two cores), so a binary already built for the pinned version is skipped, and a
@@ -53,8 +55,8 @@ place() { # place SRC_DIR DST_DIR NAME: hard-link (or copy) a built binary and i
     cp -f "$1/$3.version" "$2/$3.version"
 }
 
-build() { # build NAME PACKAGE STAMP LDFLAGS
-    local name="$1" pkg="$2" stamp="$3" ldflags="$4"
+build() { # build NAME PACKAGE STAMP LDFLAGS [MODULE_DIR]
+    local name="$1" pkg="$2" stamp="$3" ldflags="$4" moddir="${5:-$here}"
     if fresh "$out" "$name" "$stamp"; then
         echo "kube-bin: $name ($stamp) already in $out"
         return
@@ -67,7 +69,7 @@ build() { # build NAME PACKAGE STAMP LDFLAGS
     echo "kube-bin: building $name ($stamp); several minutes on a loaded machine"
     local tmp="$out/.$name.build.$$"
     /usr/bin/time -v -o "$out/$name.build-time" \
-        nice -n 19 "$GO" build -trimpath -ldflags "$ldflags" -o "$tmp" "$pkg"
+        nice -n 19 "$GO" -C "$moddir" build -trimpath -ldflags "$ldflags" -o "$tmp" "$pkg"
     mv -f "$tmp" "$out/$name"
     echo "$stamp" >"$out/$name.version"
     grep -E 'Elapsed|User time|System time|Maximum resident' "$out/$name.build-time" |
@@ -81,4 +83,7 @@ build etcd go.etcd.io/etcd/server/v3 "go.etcd.io/etcd/server/v3@$etcd_version" "
 for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
     build "$cmd" "k8s.io/kubernetes/cmd/$cmd" "k8s.io/kubernetes/cmd/$cmd@$k8s_version" "$k8s_ldflags"
 done
+kueue_version="$("$GO" -C "$here/kueue" list -m -f '{{.Version}}' sigs.k8s.io/kueue)"
+build kueue sigs.k8s.io/kueue/cmd/kueue "sigs.k8s.io/kueue/cmd/kueue@$kueue_version" \
+    "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$kueue_version" "$here/kueue"
 echo "kube-bin: binaries in $out"
