@@ -187,6 +187,10 @@ class KubernetesBackend(ElasticRuns):
         """NotReady nodes: name -> reason (the controller requeues their work)."""
         return self.nodes.down()
 
+    def reported_unhealthy(self) -> dict[str, dict[int, str]]:
+        """Devices the cluster reports unhealthy (node -> index -> reason)."""
+        return self.nodes.unhealthy()
+
     def set_nodes(self, nodes: Sequence[Node]) -> None:
         """Configured nodes do not apply here: the cluster says which nodes exist (the
         controller replaces configured nodes with ``observed_nodes`` and logs that it did)."""

@@ -90,7 +90,9 @@ class NodeView:
                 continue
             new = inventory.node_inventory(obj, unmanaged.get(name, ()), self.opts)
             inv[name] = new
-            changed |= old is None or old.node != new.node or old.ready != new.ready
+            changed |= (
+                old is None or old.node != new.node or old.ready != new.ready or old.devices != new.devices
+            )
         self._inv = inv
         return changed
 
@@ -119,6 +121,14 @@ class NodeView:
     def down(self) -> dict[str, str]:
         inv = self._current()
         return {n: i.unschedulable_reason or "NotReady" for n, i in inv.items() if not i.ready}
+
+    def unhealthy(self) -> dict[str, dict[int, str]]:
+        """Devices the node's device plugin reports unhealthy (HAMi's register): node -> index ->
+        reason; the controller takes them out of placement and requeues their work."""
+        why = f"reported unhealthy by the device plugin ({inventory.HAMI_REGISTER})"
+        inv = self._current()
+        out = {n: {d.index: why for d in i.devices if not d.healthy} for n, i in inv.items()}
+        return {n: devs for n, devs in out.items() if devs}
 
     def devices(self, node: str) -> tuple[inventory.Device, ...]:
         i = self._current().get(node)

@@ -57,6 +57,9 @@ class ConfigInstall(ControllerState):
             if bundle.nodes and bundle is not self.bundle:  # a configuration (re)load, not a refresh
                 log.info("%d configured nodes ignored: the backend observes its nodes", len(bundle.nodes))
             bundle.nodes = list(observe())
+        report = getattr(self.backend, "reported_unhealthy", None)
+        if callable(report):  # the device plugin's word on each device (HAMi's register)
+            flt.merge_reported(self.faults, report())
         return bundle
 
     def nodes_changed(self) -> None:

@@ -51,8 +51,8 @@ class Recovery(Approvals, Commit, ConfigInstall):
         with self.lock:
             self.ready = False
             manifests = self.config_manifests()
+            self.faults.unhealthy, self.faults.reported = flt.unhealthy_devices(manifests), {}
             bundle = self._observed(bundle_from_manifests(manifests, skip_invalid=True))
-            self.faults.unhealthy = flt.unhealthy_devices(manifests)
             self.bundle = bundle
             self.backend.set_nodes(bundle.nodes)
             runs = self.backend.runs()

@@ -101,6 +101,9 @@ class FaultState:
     holds: dict[str, float] = field(default_factory=dict)
     #: devices marked unhealthy through the API: node -> index -> reason
     unhealthy: dict[str, dict[int, str]] = field(default_factory=dict)
+    #: of those, the ones the backend reported (its device plugin), kept apart so that a device
+    #: it reports healthy again is given back, and one marked through the API is not
+    reported: dict[str, dict[int, str]] = field(default_factory=dict)
     #: nodes the backend reports failed: node -> reason
     down: dict[str, str] = field(default_factory=dict)
     #: run hints (fail-after annotations) of workloads that carry them, for the backend

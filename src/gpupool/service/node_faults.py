@@ -49,6 +49,24 @@ def unhealthy_devices(manifests: Iterable[Mapping[str, Any]]) -> dict[str, dict[
     return out
 
 
+def merge_reported(state: Any, reported: Mapping[str, Mapping[int, str]]) -> bool:
+    """Fold the devices the backend reports unhealthy into ``state.unhealthy`` (a device marked
+    through the API keeps its own reason); a device the backend no longer reports, and that it
+    alone had marked, is healthy again. True when anything changed."""
+    before = {n: dict(d) for n, d in state.unhealthy.items()}
+    for node, devs in state.reported.items():
+        for d, why in devs.items():
+            if d not in reported.get(node, {}) and state.unhealthy.get(node, {}).get(d) == why:
+                del state.unhealthy[node][d]
+                if not state.unhealthy[node]:
+                    del state.unhealthy[node]
+    for node, devs in reported.items():
+        for d, why in devs.items():
+            state.unhealthy.setdefault(node, {}).setdefault(d, why)
+    state.reported = {n: dict(d) for n, d in reported.items()}
+    return before != state.unhealthy
+
+
 def effective_nodes(nodes: Sequence[Node], down: Mapping[str, str]) -> tuple[Node, ...]:
     """The configured nodes, with those the backend reports failed made unschedulable."""
     if not down:
