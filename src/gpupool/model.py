@@ -445,14 +445,8 @@ class EngineConfig:
     #: a preemptor waits instead of evicting when running work expected to end within this share
     #: of its own expected run time frees enough for it (0: never; unknown duration: never)...
     preemption_wait_fraction: float = 0.3
-    #: ... and within this many seconds at most, when the operator declares a cap (None: none;
-    #: a fixed number of seconds here would make decisions depend on the unit of time)
-    preemption_wait_s: float | None = None
-    #: the expected run time the horizon is a share of is rounded down to this unit times a power
-    #: of two, so that workloads alike but for a slightly different duration wait alike (None: not
-    #: rounded). The caller declares it from what its user sees: the simulator takes the longest
-    #: declared duration of its trace (``engine/victim_cost.py``)
-    preemption_wait_unit_s: float | None = None
+    #: ... and within this many seconds at most
+    preemption_wait_s: float = 600.0
     #: ... and only for work evicted at least this many times before (0: any work)
     preemption_wait_after_evictions: int = 0
     #: a workload admitted less than this many seconds ago is not a victim (0: off)

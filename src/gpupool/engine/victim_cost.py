@@ -10,24 +10,16 @@ make preemption weigh what it destroys, each a knob of ``EngineConfig`` (``docs/
   one that loses the least per unit it frees goes first: elapsed run time, times one more for
   every time it was evicted before (a workload that already lost runs is dearer to evict again).
 * **Wait for work about to finish.** When the running work expected to end within a horizon
-  (``preemption_wait_fraction`` of the preemptor's own expected run time, rounded down to
-  ``preemption_wait_unit_s`` times a power of two where the caller declares that unit, and at
-  most ``preemption_wait_s`` where the operator declares a cap) would free enough for the
-  preemptor (quota and placement, tried on the engine's own state), the preemptor waits instead
-  of evicting: it is delayed by at most that horizon, and nobody's work is thrown away. A priority class's ``spec.preemptionWait``
+  (``preemption_wait_fraction`` of the preemptor's own expected run time, at most
+  ``preemption_wait_s``) would free enough for the preemptor (quota and placement, tried on the
+  engine's own state), the preemptor waits instead of evicting: it is delayed by at most that
+  horizon, and nobody's work is thrown away. A priority class's ``spec.preemptionWait``
   replaces the horizon for its workloads (``0s``: evict at once); with
   ``preemption_wait_after_evictions`` only work evicted that often before is waited for.
 * **Cooldown.** A workload admitted less than ``preemption_cooldown_s`` ago is not a victim.
 
 Pure like the rest of the engine: time is the snapshot's ``now``, expected ends come from each
 workload's ``expected_duration_s``, eviction counts from ``Workload.evictions`` (the caller's).
-
-No rule holds a number of seconds of its own: the horizon is relative to the preemptor's run
-time, its rounding to a unit the caller declares, its cap to the operator's, and the tie below
-relative to the instant. So a scenario with every time multiplied by 1,000 (milliseconds written
-as seconds) gets the same decisions (tests/test_time_units.py); with the horizon rounded to
-powers of two of one second it did not (the Kueue baseline: 1.026x its physical limit in ms,
-1.150x in s), and a 600 s cap made the wait do nothing for jobs that run for hours.
 """
 
 from __future__ import annotations
@@ -44,18 +36,11 @@ if TYPE_CHECKING:
     from gpupool.model import EngineConfig, Vec, Workload
 
 _INF = float("inf")
-#: expected ends this close past the horizon, relative to the instant, count as within it: sums
-#: of float times (admitted at 2.2, runs 0.5 s; horizon 0.3 s from 2.4: 2.7 > 2.6999...)
-#: otherwise land on either side of one instant, and alike workloads wait or evict by rounding
-#: luck (11 of the Kueue baseline's 50 waves did). Relative, as float rounding is: a few units in
-#: the last place of the instant, far below any time a scenario states.
-TIE = 1e-12
-
-
-def horizon_end(now: float, horizon: float) -> float:
-    """The last instant an expected end counts as within ``horizon`` of ``now`` (with the tie)."""
-    end = now + horizon
-    return end + TIE * max(abs(end), horizon)
+#: expected ends this close past the horizon count as within it: sums of float times (admitted
+#: at 2.2, runs 0.5 s; horizon 0.3 s from 2.4: 2.7 > 2.6999...) otherwise land on either side of
+#: one instant, and alike workloads wait or evict by rounding luck (11 of the Kueue baseline's 50
+#: waves did)
+TIE_S = 1e-9
 
 
 def expected_end(r: Running) -> float:
@@ -93,18 +78,13 @@ def choose_victims(search: PreemptionSearch, cands: list[Candidate]) -> list[Can
     return out
 
 
-def duration_octave(d: float | None, unit: float | None) -> int | float | None:
-    """What the wait horizon of a workload of expected run time ``d`` depends on: the power of
-    two ``d`` falls in, counted in ``unit`` (``unit * 2**k <= d < unit * 2**(k+1)``), so
-    workloads alike but for a slightly different duration wait alike (a caller that groups
-    interchangeable workloads, like the simulator, groups by it too); ``d`` itself when no unit
-    is declared; None when ``d`` is unknown or not positive. Exact in floats (``frexp``, no
-    logarithm), so ``d`` and ``unit`` scaled alike give the same ``k``."""
-    if d is None or not d > 0:
+def duration_octave(d: float | None) -> int | None:
+    """The power of two a duration falls in (``2**k <= d < 2**(k+1)``): the wait horizon is
+    a function of it, so workloads alike but for a slightly different duration wait alike (a
+    caller that groups interchangeable workloads, like the simulator, groups by it too)."""
+    if d is None or d <= 0:
         return None
-    if unit is None:
-        return d
-    return math.frexp(d / unit)[1] - 1
+    return math.floor(math.log2(d))
 
 
 def wait_horizon(cfg: EngineConfig, w: Workload) -> float:
@@ -112,22 +92,16 @@ def wait_horizon(cfg: EngineConfig, w: Workload) -> float:
 
     Its priority class's ``preemptionWait`` when set (``Workload.preemption_wait_s``): the
     operator's choice per class, e.g. 0 for serving that must never wait; it needs no declared
-    duration. Otherwise ``preemption_wait_fraction`` of its expected run time (rounded down to
-    the declared unit times a power of two, ``duration_octave``), capped where the operator
-    declared a cap: relative, so one setting fits sub-second jobs and day-long ones alike."""
+    duration. Otherwise a share of its expected run time (rounded down to its power of two),
+    capped: relative, so one setting fits sub-second jobs and day-long ones alike."""
     if not cfg.preemption_cost:
         return 0.0
     if w.preemption_wait_s is not None:
         return max(0.0, w.preemption_wait_s)
-    unit = cfg.preemption_wait_unit_s
-    k = duration_octave(w.expected_duration_s, unit)
+    k = duration_octave(w.expected_duration_s)
     if k is None:
         return 0.0
-    run = float(k) if unit is None else unit * 2.0**k
-    h = cfg.preemption_wait_fraction * run
-    if cfg.preemption_wait_s is not None:
-        h = min(cfg.preemption_wait_s, h)
-    return max(0.0, h)
+    return max(0.0, min(cfg.preemption_wait_s, cfg.preemption_wait_fraction * 2.0**k))
 
 
 def should_wait(search: PreemptionSearch, w: Workload, pool: str, vec: Vec, memo: tuple[object, ...]) -> bool:
@@ -152,7 +126,7 @@ def should_wait(search: PreemptionSearch, w: Workload, pool: str, vec: Vec, memo
 def _room_after_ending(search: PreemptionSearch, w: Workload, pool: str, vec: Vec, horizon: float) -> bool:
     """Would ``w`` fit once the work of ``pool`` expected to end within ``horizon`` has ended?"""
     now = search.now
-    limit = horizon_end(now, horizon)
+    limit = now + horizon + TIE_S
     ending = [
         r
         for (p, _), rs in search.runs.by_pq.items()

@@ -14,16 +14,15 @@ from gpupool.sim.sources import JobSpec
 class Feasibility:
     """Why a job cannot run at all on fixed nodes and queues ("" when it can), cached per shape."""
 
-    def __init__(self, nodes: list[Node], queues: tuple[Queue, ...], wait_unit: float | None = None) -> None:
+    def __init__(self, nodes: list[Node], queues: tuple[Queue, ...]) -> None:
         self.nodes = nodes
-        self.wait_unit = wait_unit
         self.queues = queues
         self._cache: dict[tuple[object, ...], str] = {}
 
     def reject_reason(self, w: Workload, j: JobSpec) -> str:
         # the answer depends on the trace's queue and the workload's shape only (under the single
         # FIFO queue ``w.queue`` is not the trace's queue)
-        key = (j.queue, scheduling_shape(w, self.wait_unit))
+        key = (j.queue, scheduling_shape(w))
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = self._reason(j)

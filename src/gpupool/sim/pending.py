@@ -21,9 +21,8 @@ from gpupool.model import Workload
 Member = tuple[tuple[int, float, str], str]
 
 
-def scheduling_shape(w: Workload, wait_unit: float | None = None) -> tuple[object, ...]:
-    """Everything the engine looks at when it places or orders ``w``, except its order key
-    (``wait_unit``: the engine's ``preemption_wait_unit_s``)."""
+def scheduling_shape(w: Workload) -> tuple[object, ...]:
+    """Everything the engine looks at when it places or orders ``w``, except its order key."""
     return (
         w.queue,
         w.priority,
@@ -35,7 +34,7 @@ def scheduling_shape(w: Workload, wait_unit: float | None = None) -> tuple[objec
         w.node_selector,
         w.gang_min,
         w.pool,
-        duration_octave(w.expected_duration_s, wait_unit),  # the preemption wait horizon depends on it,
+        duration_octave(w.expected_duration_s),  # the preemption wait horizon depends on it,
         w.preemption_wait_s,  # ... or on its class's preemptionWait
     )
 
@@ -49,11 +48,8 @@ class PendingSet:
     """Pending workloads per queue and class, each class ordered by the engine's order key
     (and, for backfill, by declared duration)."""
 
-    def __init__(
-        self, one_head: bool = False, track_shapes: bool = False, wait_unit: float | None = None
-    ) -> None:
+    def __init__(self, one_head: bool = False, track_shapes: bool = False) -> None:
         self.one_head = one_head
-        self.wait_unit = wait_unit
         self.w: dict[str, Workload] = {}
         #: a class is named by a small int: its key (a tuple of dataclasses) is hashed once, here
         self.class_ids: dict[tuple[object, ...], int] = {}
@@ -73,7 +69,7 @@ class PendingSet:
         return len(self.w)
 
     def add(self, w: Workload) -> None:
-        ck = self.class_ids.setdefault(scheduling_shape(w, self.wait_unit), len(self.class_ids))
+        ck = self.class_ids.setdefault(scheduling_shape(w), len(self.class_ids))
         self.w[w.name] = w
         self.cls_of[w.name] = ck
         self.new.add(w.name)

@@ -16,7 +16,7 @@ from typing import Any
 from gpupool import quantity as qty
 from gpupool.manifests import API_VERSION
 from gpupool.sim.manifest import CohortSetSpec, Duration, WorkloadSetSpec
-from gpupool.sim.sources import MIN_DURATION_S, JobSpec, SimInputError, Trace, decimal_time
+from gpupool.sim.sources import MIN_DURATION_S, JobSpec, SimInputError, Trace
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,7 @@ def resolve_sets(specs: list[WorkloadSetSpec], leaves: list[str], where: str) ->
             continue
         out.append(
             WorkloadSet(
-                s.className, tuple(queues), s.count, interval, start, dur or MIN_DURATION_S,
+                s.className, tuple(queues), s.count, interval, start, max(dur, MIN_DURATION_S),
                 cpu, mem, s.gpus, s.replicas, s.priorityClass, s,
             )
         )  # fmt: skip
@@ -94,7 +94,7 @@ def expand_sets(sets: list[WorkloadSet]) -> Trace:
     for si, s in enumerate(sets):
         for qi, q in enumerate(s.queues):
             for n in range(s.count):
-                t = decimal_time(s.start_s + n * s.interval_s)
+                t = round(s.start_s + n * s.interval_s, 6)
                 job = JobSpec(
                     name=f"{s.label}-{q}-{n:05d}",
                     queue=q,

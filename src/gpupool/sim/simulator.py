@@ -22,7 +22,6 @@ from gpupool.engine.decay import DecayedUsage, gpus_by_queue
 from gpupool.engine.invariants import check_cycle
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import (
-    EngineConfig,
     Node,
     PlacementPolicy,
     PodGroup,
@@ -41,7 +40,7 @@ from gpupool.sim.feasibility import Feasibility
 from gpupool.sim.pending import PendingSet
 from gpupool.sim.results import Event, JobRecord, RunResult, Series
 from gpupool.sim.scenario import Faults, Scenario, Variant, fifo_queues
-from gpupool.sim.sources import JobSpec, decimal_time
+from gpupool.sim.sources import JobSpec
 from gpupool.sim.windows import WindowPlanner
 
 __all__ = ["Event", "JobRecord", "Policy", "RunResult", "Simulation", "simulate"]
@@ -80,12 +79,12 @@ class Simulation:
         self.pools: tuple[ResourcePool, ...] = pools
         self.nodes: list[Node] = list(variant.nodes)
         self.pcs: dict[str, PriorityClass] = {p.name: p for p in variant.priority_classes}
-        self.config = _with_wait_unit(policy.config, scenario)
+        self.config = policy.config
         self.down: set[str] = set()
         self.one_head = self.config.one_head_per_queue
         head_queues = {q.name for q in self.queues if q.strategy is QueueingStrategy.STRICT_FIFO}
         self.planner = WindowPlanner(head_queues, self.one_head, full_pending, self.pull_windows)
-        self.feasibility = Feasibility(self.nodes, variant.queues, self.config.preemption_wait_unit_s)
+        self.feasibility = Feasibility(self.nodes, variant.queues)
         #: the resource the run's allocation, loss and usage figures count (quota vector index):
         #: GPUs where the cluster has any, else CPU (a CPU-only cluster's metrics mean something)
         self.res = metric_resource(self.nodes)
@@ -207,9 +206,7 @@ class Simulation:
         self.sample_every = span / max(sc.samples, 1)
         self.next_sample = 0.0
         self.eng = self._new_engine(0.0)
-        self.pend = PendingSet(
-            self.one_head, self._uses_shape_mix(self.eng), self.config.preemption_wait_unit_s
-        )
+        self.pend = PendingSet(self.one_head, track_shapes=self._uses_shape_mix(self.eng))
         self.cap = self._capacity()
         self.alloc = 0
         self.series = Series()
@@ -298,8 +295,7 @@ class Simulation:
         self.stale = self.stale or self.changed
         interval = self.interval
         if interval > 0 and self.stale and not self.tick and self.tick_at < 0:
-            # the next multiple of the interval (decimal_time: 0.9 / 0.3 is 3.0000000000000004)
-            self.tick_at = decimal_time(math.ceil(decimal_time(t / interval)) * interval)
+            self.tick_at = math.ceil(t / interval) * interval
             self.queue.push(self.tick_at, TICK, "")
         if self.stale and self.tick and len(self.pend):
             self.stale = False
@@ -379,7 +375,7 @@ class Simulation:
         if rec.fault_at is not None:
             rec.recover_s.append(t - rec.fault_at)
             rec.fault_at = None
-        end = decimal_time(t + rec.spec.duration)  # one instant with what is meant for it
+        end = t + rec.spec.duration
         rate = self.faults.job_failures_per_s
         if rate > 0:
             rng = random.Random(f"{self.sc.seed}/job/{rec.index}/{rec.attempt}")
@@ -513,16 +509,3 @@ def simulate(
     v = variant or scenario.variants[0]
     chk = scenario.check_invariants if check_invariants is None else check_invariants
     return Simulation(scenario, Policy.named(policy), v, chk, full_pending, progress).run()
-
-
-def _with_wait_unit(cfg: EngineConfig, sc: Scenario) -> EngineConfig:
-    """The policy's configuration with the preemption wait's unit (``EngineConfig.
-    preemption_wait_unit_s``) declared, unless the policy declares one: the longest declared
-    duration of the trace. Why that: a time the scenario states, so its decisions do not depend
-    on the unit it is written in (every time x 1,000 gives the same decisions), and the horizons
-    of jobs alike but for a slightly different duration round alike (the pending set's classes
-    group by it)."""
-    if cfg.preemption_wait_unit_s is not None:
-        return cfg
-    longest = max((j.duration for j in sc.trace.jobs if j.duration > 0), default=None)
-    return replace(cfg, preemption_wait_unit_s=longest)

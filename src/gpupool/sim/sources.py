@@ -75,15 +75,6 @@ class Trace:
 MIN_DURATION_S = 0.001
 
 
-def decimal_time(t: float) -> float:
-    """``t`` at 12 significant digits: a sum of times lands on the decimal the scenario means
-    (3 x 0.1 s is 0.3, and 0.1 s + 0.2 s is 0.3 too, not 0.30000000000000004), so events meant
-    for one instant (a set's arrival, another job's end) are one event time and are applied
-    together. Relative, not a number of decimals: a scenario written in milliseconds or in
-    seconds (every time x 1,000) rounds alike and gets the same decisions."""
-    return float(f"{t:.12g}")
-
-
 def split_gpus(n: int, per_node: int) -> tuple[int, int]:
     """(GPUs per pod, pods) for an n-GPU job: the largest divisor of n that fits on one node."""
     if n <= per_node:
