@@ -473,10 +473,23 @@ def bench_kube_command(
     keep: Path | None = typer.Option(
         None, "--keep", help="leave the servers' logs and state in this directory"
     ),
+    chaos: float | None = typer.Option(
+        None,
+        "--chaos",
+        min=1.0,
+        help="seconds of faults while work flows (gpupool.bench.chaos); exit 1 unless all 0",
+    ),
+    seed: int = typer.Option(1, "--seed", help="the chaos run's fault schedule"),
 ) -> None:
     """Binds/s, API requests per bind and restart-to-first-bind against the fake API server,
-    beside the same workloads through the virtual backend."""
+    beside the same workloads through the virtual backend; or, with ``--chaos``, the faults run."""
     say = (lambda msg: None) if output == "json" else (lambda msg: typer.echo(msg, err=True))
+    if chaos is not None:
+        from gpupool.bench.chaos import COUNTS, format_chaos, run_chaos
+
+        c = run_chaos(chaos, seed=seed, say=say)
+        sys.stdout.write(json.dumps(c, indent=2) + "\n" if output == "json" else format_chaos(c))
+        raise typer.Exit(1 if any(c[k] for k in COUNTS) else 0)
     r = run_bench(nodes, jobs, pods, say, keep)
     if output == "json":
         sys.stdout.write(json.dumps(r, indent=2) + "\n")
