@@ -239,3 +239,19 @@ def test_two_replicas_over_http_one_holder(fake_server: Any) -> None:
             KubeApiLeases(api).replace(stale)
     finally:
         api.close()
+
+
+def test_no_lease_reclaim_local_reaches_the_kubernetes_lease(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve --no-lease-reclaim-local`` was ignored for the Kubernetes Lease (issue 23)."""
+    import gpupool.kube.wiring as wiring
+    from gpupool.cli.server import KubeExtras, _kube_options
+
+    kc = tmp_path / "kubeconfig"
+    kc.write_text("apiVersion: v1\nkind: Config\n")
+    got: list[Any] = []
+    monkeypatch.setattr(wiring, "kube_runtime", lambda opts: got.append(opts) or opts)
+    _kube_options("kubernetes", kc, None, [], False, "default", KubeExtras(reclaim_local=False))
+    _kube_options("kubernetes", kc, None, [], False, "default", KubeExtras())
+    assert [o.lease.reclaim_local for o in got] == [False, True]

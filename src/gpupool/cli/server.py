@@ -151,6 +151,7 @@ def _kube_options(
             lease_namespace,
             pods_ready=_pods_ready_option(extras.wait_for_pods_ready),
             elastic=extras.elastic,
+            reclaim_local=extras.reclaim_local,
         )
         return kube_runtime(opts)
     except ValueError as exc:
@@ -165,6 +166,8 @@ class KubeExtras:
 
     wait_for_pods_ready: str | None = None
     elastic: bool | None = None
+    #: --lease-reclaim-local: also for the Kubernetes Lease (it applied to the store's only)
+    reclaim_local: bool = True
 
 
 def _pods_ready_option(value: str | None) -> Any:
@@ -370,7 +373,7 @@ def serve(
         namespace_queue,
         restrict_namespace_queues,
         lease_namespace,
-        KubeExtras(wait_for_pods_ready, elastic),
+        KubeExtras(wait_for_pods_ready, elastic, reclaim_local),
     )
     if time_scale <= 0:
         _fail("--time-scale must be > 0")

@@ -75,12 +75,14 @@ def kube_options(
     lease_name: str = "gpupool-scheduler",
     pods_ready: Any = None,
     elastic: bool | None = None,
+    reclaim_local: bool = True,
 ) -> KubeOptions:
     """Check the options; raises ValueError naming the option at fault. ``pods_ready``: the
     ``waitForPodsReady`` setting (a duration or ``{enable, timeout}``); when None, read from
     ``$GPUPOOL_KUBE_WAIT_FOR_PODS_READY`` (YAML), else off. ``elastic``: split
     ``gpupool.io/min-replicas`` objects (elastic inference); when None, ``$GPUPOOL_KUBE_ELASTIC``,
-    else off."""
+    else off. ``reclaim_local``: take the Kubernetes Lease at once from a dead process on this
+    host (``--lease-reclaim-local``, as for the store's lease)."""
     if kubeconfig is not None and not kubeconfig.is_file():
         raise ValueError(f"--kubeconfig {kubeconfig}: no such file")
     policy = replace(policy_from_options(namespace_queues, restrict), elastic=_elastic(elastic))
@@ -91,7 +93,7 @@ def kube_options(
         str(kubeconfig) if kubeconfig else None,
         context,
         policy,
-        KubeLeaseSettings(namespace=ns, name=lease_name),
+        KubeLeaseSettings(namespace=ns, name=lease_name, reclaim_local=reclaim_local),
         pods_ready=_pods_ready(pods_ready),
     )
 
