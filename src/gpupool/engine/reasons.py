@@ -67,7 +67,13 @@ def non_preemptible_reason(q: QuotaState, w: Workload, pool: str, vec: Vec) -> s
     """Why non-preemptible work waits although the cohort has idle quota: it is admitted only
     within guarantee (what it borrowed could never be reclaimed)."""
     key = (w.queue, pool)
-    why = "its priority class" if not w.preemptible else f"pool {pool}"
+    # the model keeps the outcome, not who set it (the class, the task type's defaults or the
+    # spec): name each, never one of them as the cause
+    why = (
+        f"priority class {w.priority_class or '(none)'}, task type {w.type.value} or its spec"
+        if not w.preemptible
+        else f"pool {pool}"
+    )
     return (
         f"queue {w.queue}: non-preemptible work ({why}) is admitted only within guarantee, never by "
         f"borrowing: pool {pool} GPU guarantee {_fmt(0, q.G[key][0])}, in use {_fmt(0, q.E[key][0])}, "
