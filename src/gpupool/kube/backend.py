@@ -44,7 +44,7 @@ from gpupool.kube.outcomes import (
     pod_ready,
     pods_outcome,
 )
-from gpupool.kube.recovery import adopted_runs, submit_refusal
+from gpupool.kube.recovery import adopted_runs, merge_adopted, submit_refusal
 from gpupool.kube.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
@@ -166,16 +166,17 @@ class KubernetesBackend(ElasticRuns):
         self.binder.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
+    def reload(self) -> None:
+        """Read what the cluster runs again on leading (a standby's view is from its own start)."""
+        with self._lock:
+            self._adopted = False
+        self._adopt()
+
     def _adopt(self) -> None:
         with self._lock:
             if self._adopted:
                 return
-            # Why no translation here: after a restart nearly every adopted gang is fully bound
-            # and never needs its pod slots; translating (and validating) 1,600 Jobs took seconds
-            # of restart-to-first-bind. ``_jobs_of`` translates the few that still bind.
-            for run in adopted_runs(self.tracker, self.informers, self.clock()):
-                run.untranslated = True
-                self._runs.setdefault(run.name, run)
+            merge_adopted(self._runs, adopted_runs(self.tracker, self.informers, self.clock()))
             self._adopted = True
 
     # -- nodes ------------------------------------------------------------------------------
@@ -365,8 +366,7 @@ class KubernetesBackend(ElasticRuns):
         return BackendHealth(synced, detail)
 
     def vouches(self, name: str) -> bool:
-        """The cluster runs ``name`` as admitted (its owner carries the admission record): a
-        store that lacks it holds it for adoption instead of stopping it (service.adoption)."""
+        """The cluster runs ``name`` as admitted (a record on its owner: service.adoption)."""
         run = self._runs.get(name)
         return run is not None and bool(run.decision) and self.tracker.owner_object(run.top) is not None
 

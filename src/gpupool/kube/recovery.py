@@ -77,6 +77,21 @@ def adopted_runs(tracker: Tracker, informers: Informers, now: float) -> list[Kub
     return list(out.values())
 
 
+def merge_adopted(runs: dict[str, KubeRun], adopted: Iterable[KubeRun]) -> None:
+    """Take the cluster's runs into ``runs``: a run not known, or known with another decision
+    than the cluster records, is replaced by the cluster's; a run already known with the same
+    decision keeps its state.
+
+    Why no translation here: after a restart nearly every adopted gang is fully bound and never
+    needs its pod slots; translating (and validating) 1,600 Jobs took seconds of
+    restart-to-first-bind. ``_jobs_of`` translates the few that still bind."""
+    for run in adopted:
+        run.untranslated = True
+        old = runs.get(run.name)
+        if old is None or old.decision != run.decision:
+            runs[run.name] = run
+
+
 def submit_refusal(name: str, submitter: str, has_object: bool) -> str | None:
     """Why a workload submitted through gpupool's API cannot run on Kubernetes, or None.
 
@@ -96,4 +111,4 @@ def submit_refusal(name: str, submitter: str, has_object: bool) -> str | None:
     )
 
 
-__all__ = ["adopted_runs", "submit_refusal"]
+__all__ = ["adopted_runs", "merge_adopted", "submit_refusal"]
