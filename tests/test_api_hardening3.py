@@ -198,3 +198,14 @@ def test_an_absent_body_is_422_naming_the_body_where_one_is_required(tmp_path: P
                 assert r.json()["error"]["errors"][0]["problem"] == (
                     "the request body must be a JSON object; none was sent"
                 ), (path, r.text)
+
+
+def test_an_unknown_workload_type_filter_is_a_located_error(tmp_path: Path) -> None:
+    """GET /v1/workloads?type=... takes the workload types only (the fuzzer's negative case: a
+    value outside the schema was answered 200 with an empty list)."""
+    with running_app(tmp_path) as api:
+        ok = api.req("GET", "/v1/workloads", params={"type": "training"})
+        assert ok.status_code == 200, ok.text
+        bad = api.req("GET", "/v1/workloads", params={"type": "gaming"})
+        assert bad.status_code == 422, bad.text
+        assert "type" in bad.text

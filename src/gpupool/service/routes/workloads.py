@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests import KUEUE_QUEUE_LABEL
-from gpupool.model import Workload
+from gpupool.model import Workload, WorkloadType
 from gpupool.service import openapi as oa
 from gpupool.service.admission import (
     backend_refusal,
@@ -211,7 +211,7 @@ def list_workloads(
     phase: Annotated[list[str] | None, Query()] = None,
     owner: str | None = None,
     types: Annotated[
-        list[str] | None, Query(alias="type", description="workload types, e.g. training")
+        list[WorkloadType] | None, Query(alias="type", description="workload types, e.g. training")
     ] = None,
     order: Annotated[Order, Query(description="newest (the default) or oldest first")] = "newest",
     limit: Annotated[int, Query(ge=1, le=10_000)] = 500,
@@ -235,7 +235,7 @@ def list_workloads(
         queues=queues,
         phases=phase,
         owner=owner,
-        types=types,
+        types=[t.value for t in types] if types else None,
         newest_first=newest,
         from_seq=start,
         limit=limit,
