@@ -27,19 +27,28 @@ def quota_reason(q: QuotaState, w: Workload, pool: str, vec: Vec, d: int, blk: s
     key = (blk, pool)
     root = q.root[w.queue]
     rk = (root, pool)
-    idle = max(0, q.G[rk][d] - q.E[rk][d])
+    free = max(0, q.G[rk][d] - q.E[rk][d])
     name = _DIM_NAMES[d] if d else device_noun(workload_kind(w))
     if blk == root:
         return (
-            f"cohort {root}: pool {pool} {name} capacity {_fmt(d, q.G[key][d])}, in use {_fmt(d, q.E[key][d])}, "
-            f"requested {_fmt(d, vec[d])}; {_fmt(d, idle)} idle"
+            f"cohort {root}: pool {pool} {name} capacity {_fmt(d, q.G[key][d])}, {_in_use(q, key, d)}, "
+            f"requested {_fmt(d, vec[d])}; {_fmt(d, free)} free"
         )
     lim = q.limit[key][d]
     borrow = "unlimited" if lim >= UNLIMITED else _fmt(d, lim - q.G[key][d])
     return (
         f"queue {blk}: pool {pool} {name} guarantee {_fmt(d, q.G[key][d])}, borrowing limit {borrow}, "
-        f"in use {_fmt(d, q.E[key][d])}, requested {_fmt(d, vec[d])}; cohort {root} has {_fmt(d, idle)} idle"
+        f"{_in_use(q, key, d)}, requested {_fmt(d, vec[d])}; cohort {root} has {_fmt(d, free)} free"
     )
+
+
+def _in_use(q: QuotaState, key: tuple[str, str], d: int) -> str:
+    """What the subtree really uses (the figure ``get quota`` shows), and apart from it the
+    guarantee its queues keep for themselves (lending limits): the quota check counts both, so
+    a reason that called their sum "in use" showed more than the cluster ran."""
+    used, counted = q.U[key][d], q.E[key][d]
+    kept = f" (+{_fmt(d, counted - used)} kept by queues that lend only part of their guarantee)"
+    return f"in use {_fmt(d, used)}" + (kept if counted > used else "")
 
 
 def workload_kind(w: Workload) -> str:
