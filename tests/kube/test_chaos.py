@@ -42,6 +42,18 @@ def test_the_tally_sees_two_pods_on_one_device_and_restarts_per_slot() -> None:
     assert {i: len(u) for i, u in t.running_uids["j"].items()} == {"0": 2, "1": 1}
 
 
+def test_the_tally_counts_a_bind_long_after_its_admission() -> None:
+    import time
+
+    t = Tally()
+    late = _pod("j", "0", "ux")
+    late["metadata"]["annotations"]["gpupool.io/decision"] = repr(time.time() - 3600.0)
+    prompt = _pod("k", "0", "vx", a="1")
+    prompt["metadata"]["annotations"]["gpupool.io/decision"] = repr(time.time() - 1.0)
+    t.sample(Srv([late, prompt]))
+    assert [x.split()[0] for x in t.late_binds] == ["j-0-ux"]
+
+
 def test_a_short_chaos_run_counts_zero_everywhere() -> None:
     r = run_chaos(30.0, nodes=4, seed=3)
     out = format_chaos(r)

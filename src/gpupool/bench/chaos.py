@@ -15,6 +15,8 @@ What it counts, from what the cluster shows (never from gpupool's own view):
 * ``fake_violations``: what the fake kubelet's device ledger refused (HAMi's own check);
 * ``lost``: Jobs created and still present that gpupool, once it has settled, neither runs,
   queues nor finished (no pod bound, not suspended waiting in a queue, no final condition);
+* ``late_binds``: pods first seen bound more than the backend's bind deadline after their
+  admission (the decision written on the pod);
 * ``unexplained_restarts``: Jobs whose pods ran more times than gpupool decided to start
   them, by its audit log (an admission for each run), so a restart without a decision shows.
 
@@ -23,6 +25,7 @@ All must be 0.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import random
@@ -35,8 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.bench.kube import LABELS, _compile, _kill, _serve, _wait_ready, config_dir
+from gpupool.kube.backend import KubernetesBackend
 
 CLASSES = ("experiment", "training", "inference-critical")
+#: the backend's bind deadline (a gang not bound by then is given up and requeued)
+BIND_DEADLINE_S = float(inspect.signature(KubernetesBackend).parameters["bind_deadline_s"].default)
+SAMPLE_S = 0.2  # how often the cluster is read
 
 
 @dataclass
@@ -48,6 +55,9 @@ class Tally:
     running_uids: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     samples: int = 0
     faults: dict[str, int] = field(default_factory=dict)
+    #: pods first seen bound later than the bind deadline after their admission (decision)
+    late_binds: set[str] = field(default_factory=set)
+    _seen_bound: set[str] = field(default_factory=set)
 
     def sample(self, srv: Any) -> None:
         from gpupool.kube.exclusive import overbooked
@@ -56,13 +66,28 @@ class Tally:
         self.samples += 1
         for o in overbooked(pods):
             self.double_booked.add(o.message())
+        now = time.time()
         for p in pods:
+            self._bound_on_time(p, now)
             owner = (p["metadata"].get("labels") or {}).get("job-name")
             if owner and (p.get("status") or {}).get("phase") == "Running":
                 index = (p["metadata"].get("annotations") or {}).get(
                     "batch.kubernetes.io/job-completion-index", ""
                 )
                 self.running_uids.setdefault(owner, {}).setdefault(index, set()).add(p["metadata"]["uid"])
+
+    def _bound_on_time(self, p: dict[str, Any], now: float) -> None:
+        uid = p["metadata"]["uid"]
+        if not p["spec"].get("nodeName") or uid in self._seen_bound:
+            return
+        self._seen_bound.add(uid)
+        decision = (p["metadata"].get("annotations") or {}).get("gpupool.io/decision", "")
+        try:
+            admitted = float(decision)
+        except ValueError:
+            return
+        if admitted and now - admitted > BIND_DEADLINE_S + SAMPLE_S:
+            self.late_binds.add(f"{p['metadata']['name']} bound {now - admitted:.0f} s after its admission")
 
     def fault(self, what: str) -> None:
         self.faults[what] = self.faults.get(what, 0) + 1
@@ -245,7 +270,7 @@ def run_chaos(
             while time.monotonic() < end:
                 if time.monotonic() >= next_sample:
                     ch.tally.sample(ch.srv)
-                    next_sample = time.monotonic() + 0.2
+                    next_sample = time.monotonic() + SAMPLE_S
                 time.sleep(0.05)
         settle_end = time.monotonic() + max(10.0, duration_s / 3)
         while time.monotonic() < settle_end:  # quiet: the last faults' requeues go through
@@ -272,6 +297,8 @@ def run_chaos(
         "fake_violation_examples": violations[:5],
         "lost": len(lost),
         "lost_examples": lost[:5],
+        "late_binds": len(ch.tally.late_binds),
+        "late_bind_examples": sorted(ch.tally.late_binds)[:5],
         "unexplained_restarts": len(unexplained),
         "unexplained_examples": unexplained[:5],
         "work": str(work),
@@ -282,6 +309,7 @@ COUNTS = {
     "double_booked": "double_booked_examples",
     "fake_violations": "fake_violation_examples",
     "lost": "lost_examples",
+    "late_binds": "late_bind_examples",
     "unexplained_restarts": "unexplained_examples",
 }
 
