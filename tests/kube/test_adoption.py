@@ -15,7 +15,9 @@ from gpupool.service.controller import Controller
 from gpupool.service.convert import workload_model
 from gpupool.store import Store
 from tests.kube.test_backend import job, pods_of
-from tests.kube.test_backend_controller import TRAINING, Setup
+from tests.kube.test_backend_controller import Setup, setup
+
+__all__ = ["setup"]  # the old leader (one 8-GPU HAMi node), imported for pytest
 
 
 def _uids(srv: FakeApiServer, name: str) -> dict[str, str]:
@@ -53,71 +55,57 @@ def _stopped_events(srv: FakeApiServer) -> list[Any]:
     return [e for e in srv.list("events", "default") if e["reason"] == "Stopped"]
 
 
-def test_a_new_leader_with_an_empty_store_adopts_running_work(
-    fake_server: FakeApiServer, tmp_path: Path
-) -> None:
-    fake_server.add_gpu_nodes(1, gpus=8, hami=True, labels=TRAINING)
-    old = Setup(fake_server, tmp_path)
-    try:
-        name = old.submit(job("keep", pods=2, run_s=10_000, gpus=2))
-        old.cycle_until(lambda: old.phase(name) == "Running", what="running on the old leader")
-        old.cycle_until(
-            lambda: (
-                sum(p["status"].get("phase") == "Running" for p in pods_of(fake_server, "job-name=keep")) == 2
-            ),
-            what="both pods running",
-        )
-        placement = old.store.get_workload(name).placement
-        before = _uids(fake_server, "keep")
-        old.ctl.stop()
-        old.be.close()  # the old leader is gone
+def test_a_new_leader_with_an_empty_store_adopts_running_work(setup: Setup, tmp_path: Path) -> None:
+    old, fake_server = setup, setup.srv
+    name = old.submit(job("keep", pods=2, run_s=10_000, gpus=2))
+    old.cycle_until(lambda: old.phase(name) == "Running", what="running on the old leader")
+    old.cycle_until(
+        lambda: (
+            sum(p["status"].get("phase") == "Running" for p in pods_of(fake_server, "job-name=keep")) == 2
+        ),
+        what="both pods running",
+    )
+    placement = old.store.get_workload(name).placement
+    before = _uids(fake_server, "keep")
+    old.ctl.stop()
+    old.be.close()  # the old leader is gone
 
-        settled = [False]
-        new = NewLeader(old, tmp_path, settled)
-        new.cycles(5)  # the source has not submitted the Job yet: nothing is stopped
-        assert _uids(fake_server, "keep") == before
-        assert fake_server.get("jobs.batch", "default", "keep")["spec"]["suspend"] is False
-        new.resubmit("keep")
-        new.cycles(3)
-        rec = new.store.get_workload(name)
-        assert rec.phase == "Running" and rec.placement == placement
-        settled[0] = True
-        new.cycles(5)
-        assert _uids(fake_server, "keep") == before, "a running pod was restarted"
-        assert not [
-            p for p in pods_of(fake_server, "job-name=keep") if p["metadata"].get("deletionTimestamp")
-        ]
-        assert _stopped_events(fake_server) == []
-        acts = [(a.action, a.name) for a in new.store.audit_records()]
-        assert ("workload.adopt", name) in acts
-        assert any(ADOPTED in e.message for e in new.store.list_events(name))
-        assert fake_server.stats.violations == []
-        new.ctl.stop()
-        new.store.close()
-    finally:
-        old.cluster.close()
-        old.store.close()
+    settled = [False]
+    new = NewLeader(old, tmp_path, settled)
+    new.cycles(5)  # the source has not submitted the Job yet: nothing is stopped
+    assert _uids(fake_server, "keep") == before
+    assert fake_server.get("jobs.batch", "default", "keep")["spec"]["suspend"] is False
+    new.resubmit("keep")
+    new.cycles(3)
+    rec = new.store.get_workload(name)
+    assert rec.phase == "Running" and rec.placement == placement
+    settled[0] = True
+    new.cycles(5)
+    assert _uids(fake_server, "keep") == before, "a running pod was restarted"
+    assert not [p for p in pods_of(fake_server, "job-name=keep") if p["metadata"].get("deletionTimestamp")]
+    assert _stopped_events(fake_server) == []
+    acts = [(a.action, a.name) for a in new.store.audit_records()]
+    assert ("workload.adopt", name) in acts
+    assert any(ADOPTED in e.message for e in new.store.list_events(name))
+    assert fake_server.stats.violations == []
+    new.ctl.stop()
+    new.store.close()
 
 
 def test_a_held_run_no_workload_claims_is_stopped_once_the_source_has_read_everything(
-    fake_server: FakeApiServer, tmp_path: Path
+    setup: Setup, tmp_path: Path
 ) -> None:
-    fake_server.add_gpu_nodes(1, gpus=8, hami=True, labels=TRAINING)
-    old = Setup(fake_server, tmp_path)
-    try:
-        name = old.submit(job("orphan", pods=1, run_s=10_000, gpus=1))
-        old.cycle_until(lambda: old.phase(name) == "Running", what="running")
-        old.ctl.stop()
-        old.be.close()
-        settled = [False]
-        new = NewLeader(old, tmp_path, settled)
-        new.cycles(3)
-        assert fake_server.get("jobs.batch", "default", "orphan")["spec"]["suspend"] is False
-        settled[0] = True  # read everything; no workload stands for it (say the policy refused it)
-        new.cycles(3)
-        assert fake_server.get("jobs.batch", "default", "orphan")["spec"]["suspend"] is True
-        new.ctl.stop()
-        new.store.close()
-    finally:
-        old.cluster.close()
-        old.store.close()
+    old, fake_server = setup, setup.srv
+    name = old.submit(job("orphan", pods=1, run_s=10_000, gpus=1))
+    old.cycle_until(lambda: old.phase(name) == "Running", what="running")
+    old.ctl.stop()
+    old.be.close()
+    settled = [False]
+    new = NewLeader(old, tmp_path, settled)
+    new.cycles(3)
+    assert fake_server.get("jobs.batch", "default", "orphan")["spec"]["suspend"] is False
+    settled[0] = True  # read everything; no workload stands for it (say the policy refused it)
+    new.cycles(3)
+    assert fake_server.get("jobs.batch", "default", "orphan")["spec"]["suspend"] is True
+    new.ctl.stop()
+    new.store.close()

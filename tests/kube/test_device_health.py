@@ -4,28 +4,17 @@ not given out, the work on it is requeued, and it is given back once healthy aga
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.inventory import HAMI_REGISTER
 from tests.kube.test_backend import bound, job, pods_of
-from tests.kube.test_backend_controller import TRAINING, Setup
+from tests.kube.test_backend_controller import Setup, setup
+
+__all__ = ["setup"]  # the fixture (one 8-GPU HAMi node), imported for pytest
 
 NODE = "gpu-node-0000"
-
-
-@pytest.fixture
-def setup(fake_server: FakeApiServer, tmp_path: Path) -> Iterator[Setup]:
-    fake_server.add_gpu_nodes(1, gpus=8, hami=True, labels=TRAINING)
-    s = Setup(fake_server, tmp_path)
-    yield s
-    s.cluster.close()
-    s.store.close()
 
 
 def _set_health(srv: FakeApiServer, indices: set[int], healthy: bool) -> None:

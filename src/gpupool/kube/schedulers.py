@@ -18,22 +18,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpupool.kube.translate_kinds import KINDS, Group, mapping
-from gpupool.manifests import KUEUE_QUEUE_LABEL
+from gpupool.kube.translate_kinds import Group, kind_of, mapping
+from gpupool.kube.workloads import QUEUE_LABELS
 
-QUEUE_LABELS = (KUEUE_QUEUE_LABEL, "gpupool.io/queue")
 DEFAULT = "default-scheduler"
-
-
-def _group(api_version: object) -> str:
-    s = str(api_version or "")
-    return s.split("/", 1)[0] if "/" in s else ""
 
 
 def foreign(obj: Mapping[str, Any], scheduler_name: str = "gpupool") -> str | None:
     """Why gpupool would never bind this owner's pods (naming the scheduler that would), or
     None when every pod template names ``scheduler_name`` or will get it from the webhook."""
-    kind = KINDS.get((_group(obj.get("apiVersion")), str(obj.get("kind") or "")))
+    kind = kind_of(obj)
     if kind is None:
         return None
     return _first_problem(kind.groups(kind.spec(obj)), bool(kind.suspend), scheduler_name)

@@ -181,3 +181,11 @@ KINDS: dict[tuple[str, str], Kind] = {
     ("apps", "Deployment"): Kind(_replica_groups, _deployment_gang, WorkloadType.INFERENCE, ()),
     ("apps", "StatefulSet"): Kind(_replica_groups, _all, WorkloadType.INFERENCE, ()),
 }
+
+
+def kind_of(obj: Mapping[str, Any]) -> Kind | None:
+    """The layout of an object's kind (by API group and kind), or None for a kind gpupool
+    does not manage."""
+    version = str(obj.get("apiVersion") or "")
+    group = version.split("/", 1)[0] if "/" in version else ""
+    return KINDS.get((group, str(obj.get("kind") or "")))

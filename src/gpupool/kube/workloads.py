@@ -15,7 +15,7 @@ from typing import Any
 
 from gpupool import quantity as qty
 from gpupool.kube.annotations import NODE as BOUND_NODE
-from gpupool.kube.translate_kinds import KINDS, MIN_REPLICAS, Group
+from gpupool.kube.translate_kinds import MIN_REPLICAS, Group, kind_of
 from gpupool.kube.translate_resources import (
     KubeWorkloadError,
     items,
@@ -141,7 +141,7 @@ def workload_from_object(
     None when gpupool does not manage it (no queue label and no namespace default), when the
     kind is none of these, or when it asks for no pods now (a Deployment scaled to zero).
     Raises KubeWorkloadError for a managed object it cannot read."""
-    kind = KINDS.get((_group(obj.get("apiVersion")), str(obj.get("kind") or "")))
+    kind = kind_of(obj)
     if kind is None:
         return None
     md = mapping(obj.get("metadata"))
@@ -158,11 +158,6 @@ def workload_from_object(
     manifest = _manifest(ref, md, queue, groups, gang, kind.type)
     parallelism = {g.name: g.parallelism for g in groups if g.parallelism != 1}
     return KubeWorkload(ref, manifest, bool(kind.suspend), total, parallelism, suspend_field=kind.suspend)
-
-
-def _group(api_version: object) -> str:
-    text = str(api_version or "")
-    return text.split("/", 1)[0] if "/" in text else ""
 
 
 def _ref(obj: Mapping[str, Any]) -> ObjectRef:
