@@ -14,7 +14,7 @@ from gpupool.engine import Engine, apply_decisions, decide
 from gpupool.engine.fgd import PodShape
 from gpupool.engine.fragscore import ClassIndex, FragAware, FragContext, add_shapes
 from gpupool.engine.placement import _free_devices, _mem_for
-from gpupool.engine.state import ClusterState
+from gpupool.engine.state.cluster import ClusterState
 from gpupool.model import EngineConfig, Node, PodGroup, PodRequest, ResourcePool, Snapshot, Workload
 from tests.strategies import snapshots
 

@@ -23,7 +23,7 @@ from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Decisions, PreemptRule
 from gpupool.engine.invariants import check_cycle
 from gpupool.engine.preemption import within_queue_victim
-from gpupool.engine.state import QuotaState
+from gpupool.engine.state.quota import QuotaState
 from gpupool.manifests import ManifestError, default_priority_classes, parse_documents
 from gpupool.manifests import build as build_bundle
 from gpupool.model import (

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from gpupool.model import ZERO, Vec, vadd, vle, vmax, vsub
 
 if TYPE_CHECKING:
-    from gpupool.engine.state import QuotaState
+    from gpupool.engine.state.quota import QuotaState
 
 
 def fit_depth(q: QuotaState, leaf: str, pool: str, vec: Vec) -> int | None:

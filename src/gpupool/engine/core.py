@@ -30,9 +30,10 @@ from gpupool.engine.placement import Placer
 from gpupool.engine.preemption import PreemptionSearch, WholeSlots
 from gpupool.engine.reasons import no_pool_reason, non_preemptible_reason, quota_reason
 from gpupool.engine.rounds import BorrowRounds
-from gpupool.engine.running import RunningSet, vec_of
-from gpupool.engine.state import ClusterState, QuotaState
-from gpupool.engine.statement import Statement
+from gpupool.engine.state.cluster import ClusterState
+from gpupool.engine.state.quota import QuotaState
+from gpupool.engine.state.running import RunningSet, vec_of
+from gpupool.engine.state.statement import Statement
 from gpupool.model import (
     Admission,
     EngineConfig,

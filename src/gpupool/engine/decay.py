@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from gpupool.model import UNLIMITED
 
 if TYPE_CHECKING:
-    from gpupool.engine.state import QuotaState
+    from gpupool.engine.state.quota import QuotaState
     from gpupool.model import EngineConfig, Running
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpupool.engine.state import QuotaState
+    from gpupool.engine.state.quota import QuotaState
     from gpupool.model import Vec, Workload
 
 

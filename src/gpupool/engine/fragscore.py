@@ -44,7 +44,7 @@ from gpupool.engine.fgd import (
     per_gpu_weights,
 )
 from gpupool.engine.scoring import BinPack, NodeFilter, pick_cpu_only
-from gpupool.engine.state import ClusterState, PoolIndex
+from gpupool.engine.state.cluster import ClusterState, PoolIndex
 from gpupool.model import Node, PodRequest, Workload
 
 Sig = tuple[int, tuple[int, ...], int]  # (model index, sorted free milli per device, free cpu)

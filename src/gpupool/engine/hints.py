@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from gpupool.engine.cycle_state import CycleState
     from gpupool.engine.decisions import Decisions
     from gpupool.engine.placement import Placer
-    from gpupool.engine.running import RunningSet
-    from gpupool.engine.state import ClusterState, QuotaState
+    from gpupool.engine.state.cluster import ClusterState
+    from gpupool.engine.state.quota import QuotaState
+    from gpupool.engine.state.running import RunningSet
     from gpupool.model import EngineConfig, ResourcePool
 
 

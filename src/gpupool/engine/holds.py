@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gpupool.engine.running import RunningSet
-from gpupool.engine.state import ClusterState
+from gpupool.engine.state.cluster import ClusterState
+from gpupool.engine.state.running import RunningSet
 from gpupool.model import TopologyMode, TopologyScope, Workload
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import heapq
 
-from gpupool.engine.state import QuotaState
+from gpupool.engine.state.quota import QuotaState
 from gpupool.model import Workload
 
 _TOP = ""  # a virtual parent of all cohort roots

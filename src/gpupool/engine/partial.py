@@ -23,7 +23,7 @@ from gpupool.model import PodGroup, PodPlacement, Vec, Workload
 
 if TYPE_CHECKING:
     from gpupool.engine.placement import Placer
-    from gpupool.engine.state import QuotaState
+    from gpupool.engine.state.quota import QuotaState
     from gpupool.model import EngineConfig
 
 

@@ -22,7 +22,7 @@ from gpupool.engine.scoring import (
     mem_for,
     pick_cpu_only,
 )
-from gpupool.engine.state import N_FRAC_BUCKETS, ClusterState, PoolIndex
+from gpupool.engine.state.cluster import N_FRAC_BUCKETS, ClusterState, PoolIndex
 from gpupool.model import (
     PlacementPolicy,
     PodPlacement,

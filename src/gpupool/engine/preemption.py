@@ -17,8 +17,8 @@ from gpupool.engine import fair_preemption as fair
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
 from gpupool.engine.reach import reachable
-from gpupool.engine.running import vec_of
 from gpupool.engine.slots import WholeSlots
+from gpupool.engine.state.running import vec_of
 from gpupool.engine.victim_cost import choose_victims, cost_key, should_wait
 from gpupool.model import (
     ZERO,
@@ -40,9 +40,10 @@ SEARCH_SHORTCUTS = True
 if TYPE_CHECKING:
     from gpupool.engine.cycle_state import CycleState
     from gpupool.engine.placement import Placer
-    from gpupool.engine.running import RunningSet
-    from gpupool.engine.state import ClusterState, QuotaState
-    from gpupool.engine.statement import Statement
+    from gpupool.engine.state.cluster import ClusterState
+    from gpupool.engine.state.quota import QuotaState
+    from gpupool.engine.state.running import RunningSet
+    from gpupool.engine.state.statement import Statement
     from gpupool.model import EngineConfig, ResourcePool
 
 

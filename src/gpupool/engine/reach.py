@@ -24,7 +24,7 @@ from gpupool.model import Running, Vec
 
 if TYPE_CHECKING:
     from gpupool.engine.preemption import Candidate
-    from gpupool.engine.state import QuotaState
+    from gpupool.engine.state.quota import QuotaState
 
 
 def reachable(q: QuotaState, pool: str, cands: list[Candidate]) -> list[Running] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Container
 
-from gpupool.engine.state import QuotaState
+from gpupool.engine.state.quota import QuotaState
 from gpupool.model import GPU, UNLIMITED, Vec, Workload, device_noun
 from gpupool.quantity import format_cpu, format_gpu, format_mbps, format_mib
 

@@ -15,7 +15,7 @@ from gpupool.engine.cohorts import fit_depth
 
 if TYPE_CHECKING:
     from gpupool.engine.decisions import Decisions
-    from gpupool.engine.state import QuotaState
+    from gpupool.engine.state.quota import QuotaState
     from gpupool.model import ResourcePool, Vec, Workload
 
 #: the last round of pass 2: borrowing from the whole cohort

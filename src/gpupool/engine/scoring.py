@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from gpupool.engine.state import FRAC_BUCKET, N_FRAC_BUCKETS, ClusterState, PoolIndex
+from gpupool.engine.state.cluster import FRAC_BUCKET, N_FRAC_BUCKETS, ClusterState, PoolIndex
 from gpupool.model import PodRequest
 
 NodeFilter = Callable[[int], bool]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from gpupool.engine.preemption import Candidate
-    from gpupool.engine.state import ClusterState
+    from gpupool.engine.state.cluster import ClusterState
     from gpupool.model import Running, Workload
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpupool.engine.placement import SCORERS, NodeFilter, register_scorer
 from gpupool.engine.scoring import fits_node
-from gpupool.engine.state import ClusterState, PoolIndex
+from gpupool.engine.state.cluster import ClusterState, PoolIndex
 from gpupool.model import EngineConfig, PodRequest
 
 

@@ -1,16 +1,14 @@
-"""Mutable working state for one scheduling cycle, with checkpoint and rollback.
+"""The quota tree's usage per pool, with checkpoint and rollback.
 
 The engine tries admissions and preemptions on this state and rolls back what it does not keep
-(KAI's "statement" idea), so a cycle never needs to copy the cluster. The quota tree lives here;
-the free capacity of nodes and devices (``ClusterState``, ``PoolIndex``) in
-``engine/cluster_state.py``, re-exported here for the modules that import it from this one.
+(KAI's "statement" idea), so a cycle never needs to copy it. The free capacity of nodes and
+devices is ``state/cluster.py``'s; the two are undone together by ``state/statement.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from gpupool.engine.cluster_state import FRAC_BUCKET, N_FRAC_BUCKETS, ClusterState, PoolIndex
 from gpupool.model import (
     NO_LIMIT,
     UNLIMITED,
@@ -321,4 +319,4 @@ class QuotaState:
         return None
 
 
-__all__ = ["FRAC_BUCKET", "N_FRAC_BUCKETS", "ClusterState", "PoolIndex", "QuotaState"]
+__all__ = ["QuotaState"]

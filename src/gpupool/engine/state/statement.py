@@ -9,8 +9,9 @@ idioms live; the control flow only ever names the statement, so the three can ne
 
 from __future__ import annotations
 
-from gpupool.engine.running import RunningSet
-from gpupool.engine.state import ClusterState, QuotaState
+from gpupool.engine.state.cluster import ClusterState
+from gpupool.engine.state.quota import QuotaState
+from gpupool.engine.state.running import RunningSet
 
 #: positions in the cluster, quota and running-set logs
 Checkpoint = tuple[int, int, int]

@@ -3,9 +3,8 @@
 The engine tries admissions and preemptions on this state and rolls back what it does not keep
 (KAI's "statement" idea), so a cycle never needs to copy the cluster. Nodes are kept in buckets
 by free whole devices and partially used devices in buckets by free milli-device (YuniKorn's
-idea of a sorted node structure), so placement never rescans the cluster. Split from
-``engine/state.py`` (which keeps the quota tree and re-exports these names) when nodes gained
-accelerator kinds, ephemeral storage and bandwidth.
+idea of a sorted node structure), so placement never rescans the cluster. The quota tree is
+``state/quota.py``'s.
 """
 
 from __future__ import annotations
