@@ -371,7 +371,13 @@ class ServiceSubmitter:
             try:
                 prep = prepare(self.svc, self.principal, m)
                 phase = "AwaitingApproval" if prep.approval else "Pending"
-                fut = self.svc.batcher.submit(prep.body, owner=SYSTEM_NAME, phase=phase, audit=prep.audit)
+                fut = self.svc.batcher.submit(
+                    prep.body,
+                    owner=SYSTEM_NAME,
+                    phase=phase,
+                    audit=prep.audit,
+                    resolved_class=prep.model.priority_class or None,
+                )
             except ApiError as exc:
                 out[i] = Outcome(
                     name, "refused", exc.message, tuple((e["field"], e["problem"]) for e in exc.errors)

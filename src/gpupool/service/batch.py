@@ -48,10 +48,17 @@ class SubmitBatcher:
         self._thread.join(10)
 
     def submit(
-        self, manifest: Mapping[str, Any], *, owner: str, phase: str, audit: AuditEntry
+        self,
+        manifest: Mapping[str, Any],
+        *,
+        owner: str,
+        phase: str,
+        audit: AuditEntry,
+        resolved_class: str | None = None,
     ) -> Future[Result]:
-        """Validate now (raises StoreError), commit with the next batch (the Future)."""
-        sub = check_submission(manifest, owner=owner, phase=phase, audit=audit)
+        """Validate now (raises StoreError), commit with the next batch (the Future);
+        ``resolved_class``: the class the task type gave (see ``check_submission``)."""
+        sub = check_submission(manifest, owner=owner, phase=phase, audit=audit, resolved_class=resolved_class)
         fut: Future[Result] = Future()
         with self._cv:
             if self._stop:

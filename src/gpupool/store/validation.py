@@ -91,12 +91,19 @@ def check_version(field_owner: str, current: int, expected: int | None) -> None:
 
 
 def check_submission(
-    manifest: Any, *, owner: str, phase: str = "Pending", audit: AuditEntry | None = None
+    manifest: Any,
+    *,
+    owner: str,
+    phase: str = "Pending",
+    audit: AuditEntry | None = None,
+    resolved_class: str | None = None,
 ) -> WorkloadSubmission:
     """Validate a Workload submission and detach it (one JSON round trip); raises ValidationFailed.
 
     Why separate from writing: the API validates on the request path and hands the result to
-    the group-commit writer, which then needs no check of its own.
+    the group-commit writer, which then needs no check of its own. ``resolved_class`` is the
+    priority class the workload's task type gave it when its spec names none: kept on the record
+    (not written into the manifest) so listings and reports show the class it runs with.
     """
     if not isinstance(manifest, Mapping):
         raise ValidationFailed("manifest", "must be a mapping")
@@ -115,4 +122,4 @@ def check_submission(
         raise ValidationFailed("owner", "required, must be a non-empty string (at most 253 chars)")
     if phase not in ("Pending", "AwaitingApproval"):
         raise ValidationFailed("phase", "initial phase must be Pending or AwaitingApproval")
-    return WorkloadSubmission(stored, name, queue, pc, owner, phase, audit)
+    return WorkloadSubmission(stored, name, queue, pc or resolved_class or None, owner, phase, audit)

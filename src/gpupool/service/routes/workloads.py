@@ -149,7 +149,13 @@ def after(svc: Service, prep: Prepared, rec: WorkloadRecord, created: bool) -> W
 def submit_prepared(svc: Service, p: Principal, prep: Prepared) -> dict[str, str]:
     phase = "AwaitingApproval" if prep.approval else "Pending"
     try:
-        rec, created = svc.batcher.submit(prep.body, owner=p.name, phase=phase, audit=prep.audit).result()
+        rec, created = svc.batcher.submit(
+            prep.body,
+            owner=p.name,
+            phase=phase,
+            audit=prep.audit,
+            resolved_class=prep.model.priority_class or None,
+        ).result()
     except StoreError as exc:
         return {"kind": "Workload", "name": prep.model.name, "result": "failed", "error": str(exc)}
     after(svc, prep, rec, created)
@@ -192,7 +198,13 @@ async def submit(request: Request) -> Response:
         await run_in_threadpool(svc.store.append_audit, d.entry)
         raise
     phase = "AwaitingApproval" if prep.approval else "Pending"
-    fut = svc.batcher.submit(prep.body, owner=p.name, phase=phase, audit=prep.audit)
+    fut = svc.batcher.submit(
+        prep.body,
+        owner=p.name,
+        phase=phase,
+        audit=prep.audit,
+        resolved_class=prep.model.priority_class or None,
+    )
     rec, created = await asyncio.wrap_future(fut)
     if created and prep.approval:
         rec = await run_in_threadpool(after, svc, prep, rec, created)
