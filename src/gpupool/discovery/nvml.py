@@ -67,6 +67,19 @@ class Discovery(Protocol):
     def close(self) -> None:
         """Release NVML."""
 
+    def utilisation(self) -> dict[int, Reading]:
+        """What each device computes now (index -> reading); a device NVML cannot read is left
+        out (unknown is not idle)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One device's SM utilisation (0-100 %, NVML's ``gpu`` rate over its last sample period)
+    and its memory in use (bytes)."""
+
+    sm_percent: float
+    memory_used_bytes: int
+
 
 # ---------------------------------------------------------------------- declared devices
 def parse_fake_gpus(spec: str) -> list[Device]:
@@ -114,6 +127,10 @@ class StaticDiscovery:
 
     def refresh(self) -> dict[int, str]:
         return dict(self.unhealthy)
+
+    def utilisation(self) -> dict[int, Reading]:
+        """Declared devices compute nothing anyone can read: no readings (never "idle")."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         source = "fake" if self.fake and self.listed else "none"
@@ -301,6 +318,18 @@ class NvmlDiscovery:
             pass
         return ""
 
+    def utilisation(self) -> dict[int, Reading]:
+        nv = self.nvml
+        out: dict[int, Reading] = {}
+        for d, h in zip(self._devices, self._handles, strict=True):
+            try:
+                rates = nv.nvmlDeviceGetUtilizationRates(h)
+                used = int(nv.nvmlDeviceGetMemoryInfo(h).used)
+            except nv.NVMLError:
+                continue  # fallen off the bus, or no rates on this board: no reading this time
+            out[d.index] = Reading(float(rates.gpu), used)
+        return out
+
     def describe(self) -> dict[str, Any]:
         return {"source": "nvml", "fake": False, "devices": [_device_view(d) for d in self._devices]}
 
@@ -337,6 +366,7 @@ __all__ = [
     "Device",
     "Discovery",
     "NvmlDiscovery",
+    "Reading",
     "StaticDiscovery",
     "discover",
     "islands_label",

@@ -41,6 +41,7 @@ from gpupool.store.phases import ALLOWED_TRANSITIONS, EVENT_TYPES, TERMINAL_PHAS
 from gpupool.store.revisions import RevisionMethods
 from gpupool.store.submissions import SubmitMethods
 from gpupool.store.tokens import TokenMethods
+from gpupool.store.utilisation import UtilisationRollups
 from gpupool.store.validation import NAME_RE, OBJECT_KINDS, check_submission
 from gpupool.store.workloads import WorkloadMethods
 
@@ -78,3 +79,8 @@ class Store(
     IncidentMethods,
 ):
     """Repository over the gpupool database. Thread-safe; one transaction per call."""
+
+    @property
+    def utilisation(self) -> UtilisationRollups:
+        """The hourly GPU utilisation rollups (a repository of its own over this store)."""
+        return UtilisationRollups(self)
