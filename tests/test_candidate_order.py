@@ -4,7 +4,7 @@ evicted first."""
 
 from __future__ import annotations
 
-from gpupool.engine.preemption import candidate_order
+from gpupool.engine.preemption.ordering import candidate_order
 from gpupool.model import Admission, PodGroup, PodRequest, Running, Workload
 
 

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupool.engine import Engine, apply_decisions, core, decide
+from gpupool.engine import Engine, apply_decisions, decide
 from gpupool.engine.invariants import check_cycle, check_state
+from gpupool.engine.preemption.slots import WholeSlots
 from gpupool.model import (
     UNLIMITED,
     Node,
@@ -245,7 +246,7 @@ def test_preemption_device_count_bound_changes_no_decision(snap: Snapshot, data:
     must fail; with the bound switched off, every decision is the same."""
     eng, pending = _second_round(snap, data, (1, 8))
     bounded = eng.cycle(pending, 1.0)
-    with mock.patch.object(core._WholeSlots, "of", staticmethod(lambda *a: None)):
+    with mock.patch.object(WholeSlots, "of", staticmethod(lambda *a: None)):
         plain = eng.cycle(pending, 1.0)
     assert bounded == plain
 
@@ -270,7 +271,7 @@ def test_preemption_device_count_bound_on_a_full_cluster(gang: int) -> None:
     assert len(d.admitted) == 6
     big = [job("big", 8, gang, 100, True, 10.0)]
     bounded = eng.cycle(big, 1.0)
-    with mock.patch.object(core._WholeSlots, "of", staticmethod(lambda *a: None)):
+    with mock.patch.object(WholeSlots, "of", staticmethod(lambda *a: None)):
         plain = eng.cycle(big, 1.0)
     assert bounded == plain
     assert bool(bounded.admitted) == (gang == 2)

@@ -2,7 +2,7 @@
 
 Shortcuts of the issue 11 follow-up (the Philly replay's CPU): the device bounds before the
 candidates are ordered, the bound on what the search could remove at most
-(``engine/reach.py``), the replay of a successful search after the wait check instead of a
+(``engine/preemption/reach.py``), the replay of a successful search after the wait check instead of a
 second search, and the blocked-at-start proof for a queue within its guarantee whose possible
 victims hold too little (``hints.BlockedHints._room_from_victims``).
 """
@@ -15,8 +15,9 @@ from unittest import mock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupool.engine import Engine, preemption
-from gpupool.engine.preemption import PreemptionSearch
+from gpupool.engine import Engine
+from gpupool.engine.preemption import bounds, ordering
+from gpupool.engine.preemption.search import Preemptor
 from gpupool.model import (
     Node,
     PodGroup,
@@ -36,13 +37,13 @@ SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[Heal
 
 def _searches_into(calls: list[str]) -> Any:
     """Patch the search so that each run appends its preemptor's name to ``calls``."""
-    real = PreemptionSearch._remove_until_fits
+    real = Preemptor._remove_until_fits
 
-    def spy(self: PreemptionSearch, w: Workload, *a: object) -> object:
+    def spy(self: Preemptor, w: Workload, *a: object) -> object:
         calls.append(w.name)
         return real(self, w, *a)  # type: ignore[arg-type]
 
-    return mock.patch.object(PreemptionSearch, "_remove_until_fits", spy)
+    return mock.patch.object(Preemptor, "_remove_until_fits", spy)
 
 
 def _job(name: str, queue: str, gpus: int, t: float) -> Workload:
@@ -81,7 +82,7 @@ def test_a_search_that_cannot_reach_enough_is_not_run() -> None:
     with _searches_into(calls):
         bounded = eng.cycle(big, 3.0)
         assert calls == []
-        with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
+        with mock.patch.object(bounds, "SEARCH_SHORTCUTS", False):
             plain = eng.cycle(big, 3.0)
         assert calls == ["big"]
     assert bounded == plain
@@ -96,16 +97,16 @@ def test_candidates_that_cannot_make_room_are_not_ordered() -> None:
     _run(eng, [_job(f"b{i}", "b", 1, 1.0) for i in range(4)], 1.0)
     big = [_job("big", "a", 8, 2.0)]
     keys: list[str] = []
-    real = preemption.candidate_order
+    real = ordering.candidate_order
 
     def spy(victim: Running, mine: str, now: float | None = None) -> tuple[object, ...]:
         keys.append(victim.name)
         return real(victim, mine, now)
 
-    with mock.patch.object(preemption, "candidate_order", spy):
+    with mock.patch.object(ordering, "candidate_order", spy):
         bounded = eng.cycle(big, 3.0)
         assert keys == []
-        with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
+        with mock.patch.object(bounds, "SEARCH_SHORTCUTS", False):
             plain = eng.cycle(big, 3.0)
         assert sorted(keys) == ["b0", "b1", "b2", "b3"]
     assert bounded == plain
@@ -137,7 +138,7 @@ def test_reach_bound_changes_no_decision(snap: Snapshot, data: st.DataObject) ->
     new = data.draw(workloads(leaves, len(snap.pending), data.draw(st.integers(1, 8))))
     pending = [w for w in snap.pending if w.name not in admitted] + list(new)
     bounded = eng.cycle(pending, 1.0)
-    with mock.patch.object(preemption, "SEARCH_SHORTCUTS", False):
+    with mock.patch.object(bounds, "SEARCH_SHORTCUTS", False):
         plain = eng.cycle(pending, 1.0)
     assert bounded == plain
 

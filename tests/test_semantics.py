@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupool.engine import apply_decisions, decide
-from gpupool.engine import fair_preemption as fair
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Decisions, PreemptRule
 from gpupool.engine.invariants import check_cycle
-from gpupool.engine.preemption import within_queue_victim
+from gpupool.engine.preemption import fair_sharing as fair
+from gpupool.engine.preemption.ordering import within_queue_victim
 from gpupool.engine.state.quota import QuotaState
 from gpupool.manifests import ManifestError, default_priority_classes, parse_documents
 from gpupool.manifests import build as build_bundle

@@ -1,4 +1,4 @@
-"""Cost-aware preemption (``engine/victim_cost.py``): victims by lost work, waiting for work
+"""Cost-aware preemption (``engine/preemption/victim_cost.py``): victims by lost work, waiting for work
 about to end instead of evicting it, the cooldown; a property (waiting never delays the
 preemptor beyond its horizon) and the Kueue baseline at small scale (no preemption storm)."""
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupool.engine import decide
-from gpupool.engine.preemption import candidate_order
-from gpupool.engine.victim_cost import TIE_S, duration_octave, wait_horizon
+from gpupool.engine.preemption.ordering import candidate_order
+from gpupool.engine.preemption.victim_cost import TIE_S, duration_octave, wait_horizon
 from gpupool.manifests import Bundle, ManifestError, build, parse_documents
 from gpupool.model import (
     Admission,

@@ -6,8 +6,8 @@ historical use counts too, fading by half every ``usageHalfLife``.
 
 The engine stays pure: the caller keeps the decayed GPU-seconds per queue (``DecayedUsage``,
 advanced with the GPUs each queue held since the last cycle) and passes them in the snapshot
-(``Snapshot.decayed_usage``) or with ``Engine.set_decayed_usage``. ``decay_shares`` turns them
-into a term added to each queue node's dominant share: decayed GPU-seconds divided by what the
+(``Snapshot.decayed_usage``) or with ``Engine.set_decayed_usage`` (``set_decayed_usage`` here).
+``decay_shares`` turns them into a term added to each queue node's dominant share: decayed GPU-seconds divided by what the
 node's GPU guarantee would accumulate if held forever (``guarantee * half_life / ln 2``), so a
 queue that has used exactly its guarantee for a long time adds 1.0, the same scale as today's
 share. No half-life, or no usage passed: no term, and decisions are exactly today's.
@@ -97,23 +97,17 @@ class DecayedUsage:
         return tuple(sorted(self.usage.items()))
 
 
-class UsageDecayOrder:
-    """The engine's side of usage decay (a mixin of ``core.Engine``): the caller's decayed
-    usage becomes a term of the fair-share key of every queue node."""
-
-    config: EngineConfig
-    quota: QuotaState
-
-    def set_decayed_usage(self, usage: Mapping[str, float] | Iterable[tuple[str, float]]) -> None:
-        """Decayed GPU-seconds per queue (``DecayedUsage``), weighed by the fair-share order
-        from the next cycle on; ignored while ``config.usage_half_life_s`` is unset."""
-        hl = self.config.usage_half_life_s
-        if hl is not None and not (hl > 0 and math.isfinite(hl)):
-            raise ValueError(
-                f"engine config usage_half_life_s: must be a positive number of seconds, got {hl!r}"
-            )
-        pairs = usage.items() if isinstance(usage, Mapping) else usage
-        self.quota.set_decay(decay_shares(self.quota, dict(pairs), hl))
+def set_decayed_usage(
+    quota: QuotaState, config: EngineConfig, usage: Mapping[str, float] | Iterable[tuple[str, float]]
+) -> None:
+    """Decayed GPU-seconds per queue (``DecayedUsage``) become a term of the fair-share key of
+    every queue node of ``quota`` (``QuotaState.set_decay``), weighed by the fair-share order
+    from the next cycle on; ignored while ``config.usage_half_life_s`` is unset."""
+    hl = config.usage_half_life_s
+    if hl is not None and not (hl > 0 and math.isfinite(hl)):
+        raise ValueError(f"engine config usage_half_life_s: must be a positive number of seconds, got {hl!r}")
+    pairs = usage.items() if isinstance(usage, Mapping) else usage
+    quota.set_decay(decay_shares(quota, dict(pairs), hl))
 
 
 def gpus_by_queue(running: Iterable[Running]) -> dict[str, float]:

@@ -11,43 +11,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from gpupool.engine import fair_preemption as fair
 from gpupool.engine.cohorts import borrowing_below, fit_depth
+from gpupool.engine.facts import WorkloadFacts
+from gpupool.engine.preemption import fair_sharing
 from gpupool.model import ReclaimPolicy, Vec, Workload
 
 if TYPE_CHECKING:
-    from gpupool.engine.cycle_state import CycleState
     from gpupool.engine.decisions import Decisions
-    from gpupool.engine.placement import Placer
-    from gpupool.engine.state.cluster import ClusterState
-    from gpupool.engine.state.quota import QuotaState
-    from gpupool.engine.state.running import RunningSet
-    from gpupool.model import EngineConfig, ResourcePool
+    from gpupool.engine.session import Session
 
 
 class BlockedHints:
-    """A mixin of ``core.Engine``: the hint's proof and its skips, over the engine's state
-    (the attributes declared here; the engine sets them)."""
+    """The hint's proof (``blocked_at_start``) and its skips in a cycle (``held_everywhere``,
+    ``skip_hinted``), over the session's state and the workloads' facts."""
 
-    config: EngineConfig
-    cluster: ClusterState
-    quota: QuotaState
-    runs: RunningSet
-    placer: Placer
-    pools: dict[str, ResourcePool]
-    _cs: CycleState
-    _leaves_of_root: dict[str, list[str]]
+    __slots__ = ("facts", "ssn")
 
-    if TYPE_CHECKING:
-
-        def _static(self, w: Workload) -> tuple[Vec, list[str], list[tuple[object, ...]]]: ...
+    def __init__(self, ssn: Session, facts: WorkloadFacts) -> None:
+        self.ssn = ssn
+        self.facts = facts
 
     def blocked_at_start(self, w: Workload, memo: dict[object, Any] | None = None) -> bool:
         """True when ``w`` can neither be placed nor preempt anything in the current (committed)
         state, whatever its quota: an incremental caller may then pass it as ``blocked`` to the
         next cycle. Placement trials are memoised in ``memo`` by pool and shape (valid for one
         state only); the check ignores holds, which only ever take capacity away."""
-        vec, pools, ckeys = self._static(w)
+        vec, pools, ckeys = self.facts.of(w)
         if not pools or (w.gang_min is not None and w.gang_min < w.pod_count):
             return False  # the cycle reports why / an elastic gang may start smaller: no proof
         for pool, key in zip(pools, ckeys, strict=True):
@@ -61,61 +50,65 @@ class BlockedHints:
                 return False
             fits = None if memo is None else memo.get(key)
             if fits is None:
-                st = self.cluster
-                if vec[0] > st.capacity[pool][0] - st.pool_used[pool]:
-                    fits = False  # not enough free GPU milli in the whole pool
-                else:
-                    saved, self.placer.reserved = self.placer.reserved, {}
-                    cp = st.checkpoint()
-                    try:
-                        fits = self.placer.place(w, pool, self.config.max_domain_tries).pods is not None
-                    finally:
-                        st.rollback(cp)
-                        self.placer.reserved = saved
+                fits = self._fits_unheld(w, pool, vec)
                 if memo is not None:
                     memo[key] = fits
             if fits:
                 return False
         return True
 
+    def _fits_unheld(self, w: Workload, pool: str, vec: Vec) -> bool:
+        """Could ``w`` be placed in ``pool`` now, ignoring holds? (The trial is undone.)"""
+        st, placer = self.ssn.cluster, self.ssn.placer
+        if vec[0] > st.capacity[pool][0] - st.pool_used[pool]:
+            return False  # not enough free GPU milli in the whole pool
+        saved, placer.reserved = placer.reserved, {}
+        cp = st.checkpoint()
+        try:
+            return placer.place(w, pool, self.ssn.config.max_domain_tries).pods is not None
+        finally:
+            st.rollback(cp)
+            placer.reserved = saved
+
     def _may_preempt_at_start(
         self, w: Workload, pool: str, vec: Vec, memo: dict[object, Any] | None = None
     ) -> bool:
         """Could any preemption rule give ``w`` a victim in ``pool`` now (a cheap superset)?"""
-        if self.config.preempt == "none" or not self.pools[pool].preemptible or not self.runs.by_pq:
+        ssn = self.ssn
+        if ssn.config.preempt == "none" or not ssn.pools[pool].preemptible or not ssn.runs.by_pq:
             return False
-        pol = self.quota.queues[w.queue].preemption
-        lowest = self.runs.lowest_priority(pool, w.queue)
+        pol = ssn.quota.queues[w.queue].preemption
+        lowest = ssn.runs.lowest_priority(pool, w.queue)
         if pol.within_queue is not ReclaimPolicy.NEVER and (
             lowest < w.priority
             or (lowest == w.priority and pol.within_queue is ReclaimPolicy.LOWER_OR_NEWER_EQUAL_PRIORITY)
         ):
             return self._room_from_victims(w, pool, vec)
-        if pol.borrow_within_cohort is not ReclaimPolicy.NEVER or fair.enabled(self.quota, w.queue):
+        if pol.borrow_within_cohort is not ReclaimPolicy.NEVER or fair_sharing.enabled(ssn.quota, w.queue):
             return self._room_from_victims(w, pool, vec)
         # reclaim needs a guarantee in reach: the leaf's, or an ancestor's below the root
         return (
             pol.reclaim_within_cohort is not ReclaimPolicy.NEVER
-            and fit_depth(self.quota, w.queue, pool, vec) is not None
+            and fit_depth(ssn.quota, w.queue, pool, vec) is not None
             and self._room_from_victims(w, pool, vec)
         )
 
     def _room_from_victims(self, w: Workload, pool: str, vec: Vec) -> bool:
         """Could evicting every workload any rule might take for ``w`` free its GPUs? Every
         victim runs in ``w``'s own queue or in another leaf of its cohort that borrows now
-        (``preemption._borrowing_since_start``), so the free GPU milli of the pool plus what
+        (``CandidateFinder.borrowing_since_start``), so the free GPU milli of the pool plus what
         those queues use bounds what any search in the coming cycle can free (capacity only
         shrinks, and victims only leave, until something is preempted). Why: on the Philly
         replay a queue within its guarantee could otherwise never be shown blocked, however
         little the borrowers hold."""
-        q, st = self.quota, self.cluster
+        q, st, runs = self.ssn.quota, self.ssn.cluster, self.ssn.runs
         room = st.capacity[pool][0] - st.pool_used[pool] + q.U[(w.queue, pool)][0]
         if room >= vec[0]:
             return True
-        for other in self._leaves_of_root.get(q.root[w.queue], ()):
+        for other in self.ssn.leaves_of_root.get(q.root[w.queue], ()):
             if (
                 other != w.queue
-                and (pool, other) in self.runs.by_pq
+                and (pool, other) in runs.by_pq
                 and borrowing_below(q, other, pool, q.common_ancestor(w.queue, other))
             ):
                 room += q.U[(other, pool)][0]
@@ -123,19 +116,20 @@ class BlockedHints:
                     return True
         return False
 
-    def _held_everywhere(self, w: Workload) -> bool:
-        pools = self._static(w)[1]
-        reserved = self.placer.reserved
+    def held_everywhere(self, w: Workload) -> bool:
+        """Does every pool ``w`` may use hold nodes in this cycle (so it can move no hold)?"""
+        pools = self.facts.of(w)[1]
+        reserved = self.ssn.placer.reserved
         if len(pools) == 1:  # the common case, without a generator
             return pools[0] in reserved
         return bool(pools) and all(p in reserved for p in pools)
 
-    def _skip_hinted(self, lst: list[Workload], p: int, out: Decisions) -> int:
+    def skip_hinted(self, lst: list[Workload], p: int, out: Decisions) -> int:
         """Skip the run of hinted workloads at the queue's head in one go: each would only be
         popped and skipped in its turn (this is what makes the hint cheap)."""
-        blocked, n = self._cs.blocked, len(lst)
+        blocked, n = self.ssn.cs.blocked, len(lst)
         start = p
-        while p < n and lst[p].name in blocked and self._held_everywhere(lst[p]):
+        while p < n and lst[p].name in blocked and self.held_everywhere(lst[p]):
             p += 1
         out.skipped += p - start
         return p

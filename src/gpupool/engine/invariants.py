@@ -10,7 +10,7 @@ from collections import defaultdict
 
 from gpupool.engine.cohorts import borrowing_below
 from gpupool.engine.decisions import Decisions, PreemptRule
-from gpupool.engine.preemption import within_queue_victim
+from gpupool.engine.preemption.ordering import within_queue_victim
 from gpupool.engine.state.quota import QuotaState
 from gpupool.model import (
     GPU,

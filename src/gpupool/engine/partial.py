@@ -3,8 +3,8 @@ fewer pods when quota would refuse the whole of it (Kueue's partial admission, V
 ``minMember``).
 
 Why a module of its own: the rule has two parts that must agree, which pods a reduced gang
-keeps (``reduced``) and the largest count quota allows (``largest_count``); ``core._try`` only
-calls them, after the full count failed on quota, and then places the reduced gang as usual.
+keeps (``reduced``) and the largest count quota allows (``largest_count``); ``Attempt.run``
+only calls them, after the full count failed on quota, and then places the reduced gang as usual.
 
 Which pods go: one at a time from the pod group with the most replicas (the later group on a
 tie), never the last pod of a group. A launcher plus N workers therefore loses workers, not its
@@ -19,12 +19,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpupool.engine.decisions import Decisions, PendingCode
-from gpupool.model import PodGroup, PodPlacement, Vec, Workload
+from gpupool.model import PodGroup, Workload
 
 if TYPE_CHECKING:
-    from gpupool.engine.placement import Placer
+    from gpupool.engine.preemption.search import Preemptor
+    from gpupool.engine.session import Session
     from gpupool.engine.state.quota import QuotaState
-    from gpupool.model import EngineConfig
 
 
 def is_partial(w: Workload) -> bool:
@@ -82,23 +82,18 @@ def largest_count(
     return best, borrowing
 
 
-class PartialAdmission:
-    """The engine's partial-admission steps (a mixin of ``core.Engine``, like the preemption
-    search): a reduced gang where quota refused the full one, and preemption for the minimum."""
+class PartialAdmitter:
+    """The engine's partial-admission steps: a reduced gang where quota refused the full one
+    (``try_reduced``, ``in_guarantee``), and preemption for the minimum (``preempt_for_minimum``,
+    through the ``Preemptor``)."""
 
-    config: EngineConfig
-    quota: QuotaState
-    placer: Placer
+    __slots__ = ("preemptor", "ssn")
 
-    if TYPE_CHECKING:
+    def __init__(self, ssn: Session, preemptor: Preemptor) -> None:
+        self.ssn = ssn
+        self.preemptor = preemptor
 
-        def _admit(
-            self, w: Workload, pool: str, pods: tuple[PodPlacement, ...], borrowing: bool, out: Decisions
-        ) -> None: ...
-
-        def _try_preempt(self, w: Workload, pool: str, vec: Vec, out: Decisions, sid: object) -> bool: ...
-
-    def _try_partial(
+    def try_reduced(
         self,
         w: Workload,
         reasons: Sequence[tuple[str, PendingCode, object]],
@@ -109,52 +104,54 @@ class PartialAdmission:
         or above the gang minimum that quota allows (in pass 1: without borrowing), placed with
         that minimum. True: admitted; None: this is pass 1 and a borrowing count would fit
         (pass 2 tries the full count first again); False: no reduced gang fits."""
+        ssn = self.ssn
         wants_borrow = False
         for pool in [p for p, code, _ in reasons if code is PendingCode.QUOTA]:
-            got = largest_count(self.quota, w, pool)
+            got = largest_count(ssn.quota, w, pool)
             if got is None:
                 continue
             k, borrowing = got
-            may_borrow = w.preemptible and self.placer.st.pools[pool].preemptible
+            may_borrow = w.preemptible and ssn.pools[pool].preemptible
             if borrowing and (not may_borrow or not allow_borrow):
                 # non-preemptible work never borrows (issue 11, item 5), and pass 1 admits
                 # without borrowing: what the guarantee holds (pass 2 tries a borrowing count)
                 wants_borrow = wants_borrow or may_borrow
-                got = largest_count(self.quota, w, pool, within_guarantee=True)
+                got = largest_count(ssn.quota, w, pool, within_guarantee=True)
                 if got is None:
                     continue
                 k, borrowing = got
-            res = self.placer.place(reduced(w, k), pool, self.config.max_domain_tries)
+            res = ssn.placer.place(reduced(w, k), pool, ssn.config.max_domain_tries)
             if res.pods is not None:
-                self._admit(w, pool, tuple(res.pods), borrowing, out)
+                ssn.admit(w, pool, tuple(res.pods), borrowing, out)
                 return True
         return None if wants_borrow else False
 
-    def _partial_in_guarantee(self, w: Workload, pools: list[str], out: Decisions) -> bool:
+    def in_guarantee(self, w: Workload, pools: list[str], out: Decisions) -> bool:
         """Pass 1, where the full gang would borrow in each of ``pools``: the largest count its
         leaf queue's guarantee holds (at or above the gang minimum), placed with that minimum,
         in pool order. Why: otherwise the gang waits for pass 2 on its full count, and work of
         other queues that borrows is admitted there first (issue 11 follow-up)."""
+        ssn = self.ssn
         for pool in pools:
-            got = largest_count(self.quota, w, pool, within_guarantee=True)
+            got = largest_count(ssn.quota, w, pool, within_guarantee=True)
             if got is None:
                 continue
-            res = self.placer.place(reduced(w, got[0]), pool, self.config.max_domain_tries)
+            res = ssn.placer.place(reduced(w, got[0]), pool, ssn.config.max_domain_tries)
             if res.pods is not None:
-                self._admit(w, pool, tuple(res.pods), False, out)
+                ssn.admit(w, pool, tuple(res.pods), False, out)
                 return True
         return False
 
-    def _preempt_for_minimum(
+    def preempt_for_minimum(
         self, w: Workload, pools: list[str], ckeys: list[tuple[object, ...]], out: Decisions
     ) -> bool:
         """After preemption for the full gang failed: preempt for its minimum only (the
         simple rule of docs/engine.md, "Partial admission"; a larger count is not searched)."""
-        if self.config.preempt == "none":
+        if self.ssn.config.preempt == "none":
             return False
         least = reduced(w, w.min_pods)
         vec = least.quota_vec()
         for pool, ckey in zip(pools, ckeys, strict=True):
-            if self._try_preempt(least, pool, vec, out, (ckey[1], "min")):
+            if self.preemptor.try_preempt(least, pool, vec, out, (ckey[1], "min")):
                 return True
         return False

@@ -27,10 +27,10 @@ class MixEngine(Engine):
     hidden: Counter[object] | None = None
 
     def cycle(self, pending: Iterable[Workload], now: float | None = None, **kw: Any) -> Decisions:
-        shapes = getattr(self, "_running_shapes", None)
         hidden = self.hidden
-        if not hidden or shapes is None or not getattr(self, "_frag", False):
+        if not hidden or not self.mix.on:
             return super().cycle(pending, now, **kw)
+        shapes = self.mix.running
         shapes.update(hidden)
         try:
             return super().cycle(pending, now, **kw)

@@ -251,7 +251,7 @@ class Waiting:
 def waiting_reasons(ctl: Any, names: Iterable[str]) -> dict[str, Waiting]:
     """``controller.explain``'s code, reason and position for many pending workloads at once
     (one sort per queue instead of one per workload)."""
-    from gpupool.engine.core import workload_order_key
+    from gpupool.engine.ordering import workload_order_key
 
     wanted = set(names)
     out: dict[str, Waiting] = {}

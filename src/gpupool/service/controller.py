@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any
 
-from gpupool.engine.core import workload_order_key
+from gpupool.engine.ordering import workload_order_key
 from gpupool.manifests import ManifestError
 from gpupool.model import Node, Running
 from gpupool.quantity import QuantityError

@@ -27,7 +27,7 @@ from dataclasses import dataclass, fields
 from operator import attrgetter
 
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
-from gpupool.engine.core import workload_order_key
+from gpupool.engine.ordering import workload_order_key
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import QueueingStrategy, Workload
 

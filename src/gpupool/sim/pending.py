@@ -12,9 +12,9 @@ import math
 from bisect import bisect_left, insort
 from collections import Counter
 
-from gpupool.engine.core import workload_order_key
 from gpupool.engine.fragscore import add_shapes
-from gpupool.engine.victim_cost import duration_octave
+from gpupool.engine.ordering import workload_order_key
+from gpupool.engine.preemption.victim_cost import duration_octave
 from gpupool.model import Workload
 
 #: a class member as its class keeps it: the engine's order key, then the name

@@ -1,6 +1,6 @@
 """What a preemption search could remove at most: its removal sequence, run on quota alone.
 
-Why: ``PreemptionSearch._remove_until_fits`` evicts candidates one by one (each a release on
+Why: ``Preemptor._remove_until_fits`` evicts candidates one by one (each a release on
 the cluster, the quota tree and the running set) and skips a candidate of another queue once
 that queue no longer borrows. On the Philly replay most failing searches evict every candidate
 they may and still fall short, because the borrowing queues stop borrowing long before their
@@ -23,7 +23,7 @@ from gpupool.engine.decisions import PreemptRule
 from gpupool.model import Running, Vec
 
 if TYPE_CHECKING:
-    from gpupool.engine.preemption import Candidate
+    from gpupool.engine.preemption.candidates import Candidate
     from gpupool.engine.state.quota import QuotaState
 
 

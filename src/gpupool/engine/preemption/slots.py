@@ -1,7 +1,7 @@
 """Whole-device counting: a necessary condition for placing a one-shape whole-GPU workload.
 
-Why its own module: the preemption search (``engine/preemption.py``) and the cost model's
-wait check (``engine/victim_cost.py``) both bound their placement trials with it, and the
+Why its own module: the preemption search (``preemption/search.py``, ``bounds.py``) and the
+cost model's wait check (``preemption/victim_cost.py``) both bound their placement trials with it, and the
 cost model is imported by the search.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpupool.engine.preemption import Candidate
+    from gpupool.engine.preemption.candidates import Candidate
     from gpupool.engine.state.cluster import ClusterState
     from gpupool.model import Running, Workload
 

@@ -6,7 +6,7 @@ storm: Kueue's scheduler performance baseline lost 13% of its capacity that way)
 make preemption weigh what it destroys, each a knob of ``EngineConfig`` (``docs/engine.md``,
 "Preemption cost"):
 
-* **Lost work.** Among victims of equal tier and priority (``preemption.candidate_order``), the
+* **Lost work.** Among victims of equal tier and priority (``ordering.candidate_order``), the
   one that loses the least per unit it frees goes first: elapsed run time, times one more for
   every time it was evicted before (a workload that already lost runs is dearer to evict again).
 * **Wait for work about to finish.** When the running work expected to end within a horizon
@@ -25,15 +25,20 @@ workload's ``expected_duration_s``, eviction counts from ``Workload.evictions`` 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from itertools import groupby
 from typing import TYPE_CHECKING
 
-from gpupool.engine.slots import WholeSlots
+from gpupool.engine.preemption.slots import WholeSlots
 from gpupool.model import Running
 
 if TYPE_CHECKING:
-    from gpupool.engine.preemption import Candidate, PreemptionSearch
+    from gpupool.engine.preemption.candidates import Candidate
+    from gpupool.engine.session import Session
     from gpupool.model import EngineConfig, Vec, Workload
+
+#: the preemptor's trial: would ``w`` fit in ``pool`` (quota, the search's rules, placement) now
+FitsNow = Callable[["Workload", str, "Vec"], bool]
 
 _INF = float("inf")
 #: expected ends this close past the horizon count as within it: sums of float times (admitted
@@ -58,12 +63,11 @@ def cost_key(r: Running, now: float) -> tuple[float, float]:
     return (elapsed * (1 + r.workload.evictions), -expected_end(r))
 
 
-def choose_victims(search: PreemptionSearch, cands: list[Candidate]) -> list[Candidate]:
+def choose_victims(cfg: EngineConfig, now: float, cands: list[Candidate]) -> list[Candidate]:
     """The candidates the cost model allows, in its order: cooled-down ones only; within each
     run of candidates of one tier and priority (as the search ordered them) the least lost work
     first. The sort is stable, so where costs tie the search's own order stands (a
     fair-sharing or name order the candidate search chose is kept)."""
-    cfg, now = search.config, search.now
     if not cfg.preemption_cost or not cands:
         return cands
     cool = cfg.preemption_cooldown_s
@@ -104,57 +108,59 @@ def wait_horizon(cfg: EngineConfig, w: Workload) -> float:
     return max(0.0, min(cfg.preemption_wait_s, cfg.preemption_wait_fraction * 2.0**k))
 
 
-def should_wait(search: PreemptionSearch, w: Workload, pool: str, vec: Vec, memo: tuple[object, ...]) -> bool:
+def should_wait(
+    ssn: Session, fits_now: FitsNow, w: Workload, pool: str, vec: Vec, memo: tuple[object, ...]
+) -> bool:
     """Whether ``w`` should wait for running work about to end instead of evicting anyone:
     the work of ``pool`` expected to end within the horizon, released on the engine's state,
-    makes room for it (quota and a real placement trial; undone after). A yes is remembered
+    makes room for it (quota and a real placement trial, ``fits_now``; undone after). A yes is remembered
     for the cycle under ``memo`` and the horizon (the preemption search's memo: capacity only
     shrinks until a preemption, which clears it), so each later workload alike waits too."""
-    horizon = wait_horizon(search.config, w)
+    horizon = wait_horizon(ssn.config, w)
     if horizon <= 0:
         return False
     key = (*memo, "wait", horizon)
-    failed = search._cs.preempt_failed
+    failed = ssn.cs.preempt_failed
     if key in failed:
         return True
-    if _room_after_ending(search, w, pool, vec, horizon):
+    if _room_after_ending(ssn, fits_now, w, pool, vec, horizon):
         failed.add(key)
         return True
     return False
 
 
-def _room_after_ending(search: PreemptionSearch, w: Workload, pool: str, vec: Vec, horizon: float) -> bool:
+def _room_after_ending(
+    ssn: Session, fits_now: FitsNow, w: Workload, pool: str, vec: Vec, horizon: float
+) -> bool:
     """Would ``w`` fit once the work of ``pool`` expected to end within ``horizon`` has ended?"""
-    now = search.now
+    now = ssn.now
     limit = now + horizon + TIE_S
     ending = [
         r
-        for (p, _), rs in search.runs.by_pq.items()
+        for (p, _), rs in ssn.runs.by_pq.items()
         if p == pool
         for r in rs.values()
         if now <= expected_end(r) <= limit  # overdue work: nobody knows when it ends
-        and r.workload.evictions >= search.config.preemption_wait_after_evictions
+        and r.workload.evictions >= ssn.config.preemption_wait_after_evictions
     ]
-    if not ending or not _could_fit_after(search, w, pool, vec, ending):
+    if not ending or not _could_fit_after(ssn, w, pool, vec, ending):
         return False
-    stmt = search._stmt
+    stmt = ssn.stmt
     cp = stmt.checkpoint()
     try:
         for r in ending:
-            search._discharge(r)
-        return search._fits_now(w, pool, vec)
+            ssn.discharge(r)
+        return fits_now(w, pool, vec)
     finally:
         stmt.rollback(cp)
 
 
-def _could_fit_after(
-    search: PreemptionSearch, w: Workload, pool: str, vec: Vec, ending: list[Running]
-) -> bool:
+def _could_fit_after(ssn: Session, w: Workload, pool: str, vec: Vec, ending: list[Running]) -> bool:
     """The cheap necessary conditions before the trial (the preemption search's own bounds):
     enough GPU milli free once ``ending`` is gone, and for a one-shape whole-GPU workload enough
     whole devices by count. Why: on the Philly replay most waits are refused, and the trial
     (release every ending workload, place, roll back) was a third of the replay's CPU."""
-    cl = search.cluster
+    cl = ssn.cluster
     free_gpu = cl.capacity[pool][0] - cl.pool_used[pool]
     if free_gpu + sum(r.admission.quota_vec()[0] for r in ending) < vec[0]:
         return False

@@ -1,7 +1,7 @@
 """What one cycle knows and remembers while it runs, in one object (the Kubernetes scheduler
-framework's ``CycleState``): made afresh by ``Engine.cycle``, read by the passes, the tries and
-the preemption search, and dropped with the cycle. Nothing in it outlives the cycle; facts that
-do (per-workload statics, pool orders) stay on the engine.
+framework's ``CycleState``): made afresh by ``Session.begin`` for every cycle, read by the
+passes, the attempts and the preemption search, and dropped with the cycle. Nothing in it
+outlives the cycle; facts that do (per-workload facts, pool orders) are ``facts.WorkloadFacts``'s.
 """
 
 from __future__ import annotations

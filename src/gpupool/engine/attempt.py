@@ -1,0 +1,189 @@
+"""One workload's turn in a cycle: quota, placement, partial admission, preemption, and the
+reason it stays pending (the Kubernetes scheduler's "schedule one", over the whole gang).
+
+``Attempt.run`` tries each pool the workload may use in order: the quota check (``QuotaState``),
+the borrowing rules (``rounds.BorrowRounds``), a placement (``placement.Placer``), and where
+nothing fits as things are, a reduced gang (``partial.PartialAdmitter``) or room made by
+preemption (``preemption.search.Preemptor``); a workload left pending may have nodes held for it
+(``holds.plan_hold``) and gets its reason (``reasons``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gpupool.engine.decisions import Decisions, Pending, PendingCode
+from gpupool.engine.facts import WorkloadFacts
+from gpupool.engine.holds import plan_hold
+from gpupool.engine.partial import PartialAdmitter, is_partial, reduced
+from gpupool.engine.preemption.search import Preemptor
+from gpupool.engine.reasons import no_pool_reason, non_preemptible_reason, quota_reason
+from gpupool.engine.rounds import BorrowRounds
+from gpupool.engine.session import Session
+from gpupool.model import Vec, Workload
+
+#: why a workload failed in each pool: a formatted reason, or (dimension, blocking queue) of a
+#: quota failure, formatted only if the workload ends up pending
+PoolReasons = list[tuple[str, PendingCode, tuple[object, ...] | str]]
+
+
+class Attempt:
+    """Tries one workload (``run``) with the parts it is given; state is the session's."""
+
+    __slots__ = ("facts", "partial", "preemptor", "rounds", "ssn")
+
+    def __init__(
+        self,
+        ssn: Session,
+        facts: WorkloadFacts,
+        rounds: BorrowRounds,
+        preemptor: Preemptor,
+        partial: PartialAdmitter,
+    ) -> None:
+        self.ssn = ssn
+        self.facts = facts
+        self.rounds = rounds
+        self.preemptor = preemptor
+        self.partial = partial
+
+    def must_borrow(self, w: Workload) -> bool:
+        """True when ``w`` needs GPUs and would take its leaf queue past its GPU guarantee in every
+        pool it may use (a partial gang: even at its minimum): it can only be admitted by
+        borrowing, so pass 1 leaves it to pass 2 (which also reports it, if it cannot borrow
+        either)."""
+        vec, pools, _ = self.facts.of(w)
+        g = vec[0]
+        if g <= 0 or not pools:
+            return False
+        if is_partial(w):  # it may start at its minimum, which may fit the guarantee
+            g = reduced(w, w.min_pods).quota_vec()[0]
+        quota = self.ssn.quota
+        E, G, q = quota.E, quota.G, w.queue
+        for p in pools:  # hot (every workload in pass 1): a plain loop, no generator
+            k = (q, p)
+            if E[k][0] + g <= G[k][0]:
+                return False
+        return True
+
+    def run(self, w: Workload, out: Decisions, allow_borrow: bool = True) -> bool | None:
+        """Admit ``w`` (True), leave it pending with a reason (False), or defer it to the borrowing pass (None)."""
+        vec, pools, ckeys = self.facts.of(w)
+        ssn = self.ssn
+        if not vec[0] and not vec[1] and not vec[2] and w.pod_count == 0:
+            out.pending.append(Pending(w.name, w.queue, PendingCode.INVALID, "workload has no pods"))
+            return False
+        if not pools:
+            out.pending.append(Pending(w.name, w.queue, PendingCode.NO_POOL, no_pool_reason(w, ssn.pools)))
+            return False
+        # reasons are formatted only if the workload ends up pending (most attempts never need them)
+        reasons: PoolReasons = []
+        wants_borrow: list[str] = []  # pools where it fits quota only by borrowing
+        if self._fit_as_is(w, vec, pools, ckeys, out, allow_borrow, reasons, wants_borrow):
+            return True
+        # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
+        partial = self.partial
+        if wants_borrow:  # pass 1: a partial gang may start within its guarantee, fewer pods
+            if not allow_borrow and is_partial(w) and partial.in_guarantee(w, wants_borrow, out):
+                return True
+            return None
+        if is_partial(w) and any(code is PendingCode.QUOTA for _, code, _ in reasons):
+            got = partial.try_reduced(w, reasons, out, allow_borrow)
+            if got is not False:
+                return got
+        for pool, ckey in zip(pools, ckeys, strict=True) if ssn.config.preempt != "none" else ():
+            if self.preemptor.try_preempt(w, pool, vec, out, ckey[1]):
+                return True
+        if is_partial(w) and partial.preempt_for_minimum(w, pools, ckeys, out):
+            return True
+        return self._leave_pending(w, vec, reasons, out)
+
+    def _fit_as_is(
+        self,
+        w: Workload,
+        vec: Vec,
+        pools: list[str],
+        ckeys: list[tuple[object, ...]],
+        out: Decisions,
+        allow_borrow: bool,
+        reasons: PoolReasons,
+        wants_borrow: list[str],
+    ) -> bool:
+        """Admit ``w`` in the first pool where it passes quota and is placed as things are; else
+        collect why in each pool (``reasons``) and where it would have to borrow (``wants_borrow``)."""
+        ssn = self.ssn
+        quota, placer, rounds = ssn.quota, ssn.placer, self.rounds
+        fail_cache = ssn.cs.fail_cache
+        for pool, ckey in zip(pools, ckeys, strict=True):
+            # a shape that did not fit earlier in this cycle cannot fit now: capacity only shrinks
+            if pool in placer.reserved and placer.may_backfill(w, pool):
+                ckey = (*ckey, "backfill")
+            cached = fail_cache.get(ckey)
+            if cached is not None:
+                reasons.append((pool, cached[0], cached[1]))
+                continue
+            fits, borrowing, blk, dim = quota.check(w.queue, pool, vec)
+            if not fits:
+                assert blk is not None and dim is not None
+                reasons.append((pool, PendingCode.QUOTA, (dim[1], blk)))
+                continue
+            if borrowing and not rounds.may_borrow(w, pool):
+                reasons.append((pool, PendingCode.QUOTA, non_preemptible_reason(quota, w, pool, vec)))
+                continue
+            if borrowing and (not allow_borrow or rounds.beyond_round(w, pool, vec)):
+                wants_borrow.append(pool)
+                continue
+            res = placer.place(w, pool, ssn.config.max_domain_tries)
+            if res.pods is not None:
+                ssn.admit(w, pool, tuple(res.pods), borrowing, out)
+                return True
+            code = PendingCode.TOPOLOGY if res.topology else PendingCode.CAPACITY
+            reason = res.reason
+            held = placer.reserved.get(pool)
+            if held is not None and held[2] != w.name and not placer.may_backfill(w, pool):
+                reason += f"; {len(held[0])} node(s) are held for {held[2]}"
+            fail_cache[ckey] = (code, reason)
+            reasons.append((pool, code, reason))
+        return False
+
+    def _leave_pending(self, w: Workload, vec: Vec, reasons: PoolReasons, out: Decisions) -> Literal[False]:
+        """``w`` stays pending: hold nodes for it where it is blocked by capacity (one hold per
+        pool per cycle), then say why, per pool where it had several."""
+        if self.ssn.config.reserve:
+            for pool, code, _ in reasons:
+                if code is not PendingCode.QUOTA and pool not in self.ssn.placer.reserved:
+                    note = self._reserve(w, pool)
+                    if note:
+                        reasons = [
+                            (p, c, (t + "; " + note) if p == pool and isinstance(t, str) else t)
+                            for p, c, t in reasons
+                        ]
+                    break
+        texts = [
+            (pool, code, r if isinstance(r, str) else self._quota_reason(w, pool, vec, r[0], r[1]))  # type: ignore[arg-type]
+            for pool, code, r in reasons
+        ]
+        code = texts[0][1]
+        msg = texts[0][2] if len(texts) == 1 else "; ".join(f"[{p}] {t}" for p, _, t in texts)
+        out.pending.append(Pending(w.name, w.queue, code, msg))
+        return False
+
+    def _reserve(self, w: Workload, pool: str) -> str:
+        """Hold nodes in ``pool`` for ``w`` (``holds.plan_hold``) and say so in its reason.
+        One hold per pool per cycle, for the best-ranked blocked workload."""
+        ssn = self.ssn
+        plan = plan_hold(w, pool, ssn.cluster, ssn.placer.node_filter, ssn.runs, ssn.now)
+        if plan is None:
+            return ""
+        held, start, note = plan
+        ssn.placer.reserved[pool] = (held, start, w.name)
+        ssn.cs.fail_cache.clear()  # held nodes are capacity taken away: cached fits may not hold
+        return note
+
+    def _quota_reason(self, w: Workload, pool: str, vec: Vec, d: int, blk: str) -> str:
+        q = self.ssn.quota
+        memo_key = (None if blk == q.root[w.queue] else w.queue, pool, blk, d, vec[d], q.E[(blk, pool)][d])
+        memo = self.ssn.cs.reason_memo
+        got = memo.get(memo_key)
+        if got is None:
+            got = memo[memo_key] = quota_reason(q, w, pool, vec, d, blk)
+        return got
