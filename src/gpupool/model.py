@@ -204,6 +204,12 @@ class ResourcePool:
     #: the accelerator kinds (resource names) whose nodes it takes; empty: any kind
     accelerators: tuple[str, ...] = ()
 
+    def answers_to(self, preferred: str) -> bool:
+        """A task type's ``preferredPools`` entry names this pool: by its name, or by its
+        ``environment`` (so the packaged ``[inference]`` finds a pool named ``a100-inference``
+        whose environment is ``inference``)."""
+        return preferred == self.name or (bool(self.environment) and preferred == self.environment)
+
     def selects(self, node: Node) -> bool:
         labels = node.label_map
         if any(labels.get(k) != v for k, v in self.node_selector):

@@ -16,6 +16,7 @@ from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
 from gpupool.cli.client_jsonpath import JsonPathError, sort_key
 from gpupool.cli.client_listing import labels_of, list_all, parse_selector, watch_list
 from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail, show, table
+from gpupool.cli.client_pools import describe_pool, with_catalog
 from gpupool.cli.client_rows import rows_for
 
 RESOURCES = {
@@ -116,7 +117,8 @@ def get(
     def fetch() -> dict[str, Any]:
         data = list_all(api, res, params)
         items = [i for i in data["items"] if match is None or match(labels_of(i))]
-        return {**data, "items": sorted(items, key=key) if key else items}
+        data = {**data, "items": sorted(items, key=key) if key else items}
+        return with_catalog(api, data) if res == "pools" and output is Out.wide else data
 
     if watch:
         watch_list(fetch, res, output)
@@ -149,12 +151,16 @@ def describe(
         data["events"] = api.call("GET", f"/v1/workloads/{name}/events")["items"]
     if res == "queues":
         data["quota"] = api.call("GET", "/v1/quota", params={"queue": name})["items"]
+    if res == "pools":
+        data["catalog"] = api.call("GET", f"/v1/catalog/{name}")
     if output not in (Out.table, Out.wide):
         emit(data, output)
     elif res == "workloads":
         describe_workload(data)
     elif res == "nodes":
         describe_node(data["object"])
+    elif res == "pools":
+        describe_pool(data["catalog"])
     else:
         emit(data, Out.yaml)
 

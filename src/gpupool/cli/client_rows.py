@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpupool.cli.client_output import Rows, table
+from gpupool.cli.client_pools import pool_wide_rows
 
 Items = list[dict[str, Any]]
 
@@ -250,6 +251,7 @@ ROW_BUILDERS: dict[str, Callable[[Items], Rows]] = {
 
 #: the ``-o wide`` builders; a kind without one prints its usual table
 WIDE_BUILDERS: dict[str, Callable[[Items], Rows]] = {
+    "pools": pool_wide_rows,
     "workloads": workload_wide_rows,
     "nodes": node_wide_rows,
 }

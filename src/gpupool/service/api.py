@@ -32,7 +32,7 @@ from gpupool.service.guard import RequestGuard
 from gpupool.service.leader import install_standby_guard, start_leader
 from gpupool.service.metrics import Metrics
 from gpupool.service.routes import alerts as alerts_area
-from gpupool.service.routes import approvals, audit, cluster, health, tokens, webhooks, workloads
+from gpupool.service.routes import approvals, audit, catalog, cluster, health, tokens, webhooks, workloads
 from gpupool.service.routes import config as config_area
 from gpupool.service.routes import cost as cost_area
 from gpupool.service.routes import history as history_area
@@ -51,6 +51,7 @@ AREAS = (
     workloads,
     approvals,
     cluster,
+    catalog,
     audit,
     webhooks,
     logs_area,

@@ -215,6 +215,7 @@ function page() {
   const h = location.hash;
   if (h.startsWith("#/workload/")) return ["workload-page", () => showWorkloadPage(decodeURIComponent(h.slice(11))), true];
   if (h === "#/config") return ["config-page", showConfigPage, false];
+  if (h === "#/catalog") return ["catalog-page", showCatalogPage, true];
   const obj = h.match(/^#\/object\/([a-z]+)\/(.+)$/);
   if (obj) return ["object-page", () => showObjectPage(obj[1], decodeURIComponent(obj[2])), false];
   // incidents and history are not reloaded under the user's hands (a note being typed, a diff chosen)
