@@ -15,29 +15,37 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from gpupool.cost.history import History, WorkloadInfo
+from gpupool.cost.history import History, NodeSpan, WorkloadInfo
 from gpupool.cost.metering import GPU_HOUR, Metered, Window, ancestors, us_between
-from gpupool.cost.policy import CostPolicySpec
+from gpupool.cost.policy import CostPolicySpec, IdleRule
 from gpupool.manifests import Bundle
 
 IDLE = "(idle)"
 
 
+#: when a node's GPUs existed: (joined or None for "before history", left or None, GPUs)
+Span = tuple[datetime | None, datetime | None, int]
+
+
 @dataclass(frozen=True, slots=True)
 class PoolCost:
-    """A pool's price, capacity and who holds guarantees in it (milli-GPU)."""
+    """A pool's price, capacity and who holds guarantees in it (milli-GPU). ``spans``: when its
+    nodes' GPUs existed (None: no node history, the GPUs in force count over the whole window)."""
 
     name: str
     price: Decimal  # per GPU-hour
     gpus: int
     guarantees: Mapping[str, int] = field(default_factory=dict)
+    spans: tuple[Span, ...] | None = None
 
 
-def pools_of(bundle: Bundle) -> dict[str, PoolCost]:
+def pools_of(bundle: Bundle, nodes: Sequence[NodeSpan] | None = None) -> dict[str, PoolCost]:
     """Prices and capacities from the configuration in force (capacity: GPUs on the nodes each
-    pool selects; guarantees: the most specific queues with a GPU guarantee in the pool)."""
+    pool selects, over the time each node existed when ``nodes`` says; guarantees: the most
+    specific queues with a GPU guarantee in the pool)."""
     holders = _guarantee_holders(bundle)
     return {
         p.name: PoolCost(
@@ -45,9 +53,42 @@ def pools_of(bundle: Bundle) -> dict[str, PoolCost]:
             Decimal(str(p.price_per_gpu_hour)),
             sum(n.gpu_count for n in bundle.nodes if p.selects(n)),
             holders.get(p.name, {}),
+            None
+            if nodes is None
+            else tuple((s.start, s.end, s.node.gpu_count) for s in nodes if p.selects(s.node)),
         )
         for p in bundle.pools
     }
+
+
+def _clip(span: Span, window: Window) -> tuple[datetime, datetime]:
+    start, end, _ = span
+    return max(start or window.start, window.start), min(end or window.end, window.end)
+
+
+def pool_capacity(pool: PoolCost, window: Window) -> int:
+    """milli-GPU-us of the pool's GPUs inside the window: each node from when it joined to when
+    it left, clipped to the window (a young cluster is not priced for time before it existed)."""
+    if pool.spans is None:
+        return pool.gpus * 1000 * window.us
+    total = 0
+    for span in pool.spans:
+        a, b = _clip(span, window)
+        if b > a:
+            total += span[2] * 1000 * us_between(a, b)
+    return total
+
+
+def covered(nodes: Sequence[NodeSpan] | None, window: Window) -> tuple[datetime, datetime] | None:
+    """The part of the window some node existed in (the whole window without node history);
+    None when no node did."""
+    if nodes is None:
+        return window.start, window.end
+    parts = [_clip((s.start, s.end, 0), window) for s in nodes]
+    parts = [(a, b) for a, b in parts if b > a]
+    if not parts:
+        return None
+    return min(a for a, _ in parts), max(b for _, b in parts)
 
 
 def _guarantee_holders(bundle: Bundle) -> dict[str, dict[str, int]]:
@@ -99,18 +140,34 @@ class PoolCharge:
     total_cents: int
     idle_cents: int
     charges: dict[tuple[str, str], int]  # (queue, priority class) -> list cents
-    idle_shares: dict[str, int]  # queue -> idle cents spread to it (empty unless the policy asks)
+    idle_shares: dict[str, int]  # queue -> idle cents shared to it by the idle rule
     overcommitted: bool
 
 
-def charge_pool(pool: PoolCost, items: Sequence[Metered], window: Window, spread: bool) -> PoolCharge:
+def share_idle(
+    idle_cents: int, pool: PoolCost, by_key: Mapping[tuple[str, str], int], rule: IdleRule
+) -> dict[str, int]:
+    """The pool's idle cents over its queues by the policy's rule, to the cent (largest
+    remainder); empty when the rule is "none" or nobody qualifies (idle stays the pool's)."""
+    if rule == "guarantee":
+        weights = dict(pool.guarantees)
+    elif rule == "allocated":
+        weights = defaultdict(int)
+        for (q, _), a in by_key.items():
+            weights[q] += a
+    else:
+        return {}
+    return split_cents(idle_cents, weights) if sum(weights.values()) > 0 else {}
+
+
+def charge_pool(pool: PoolCost, items: Sequence[Metered], window: Window, rule: IdleRule) -> PoolCharge:
     """Price one pool's capacity and share it over its users and its idle time."""
     by_key: dict[tuple[str, str], int] = defaultdict(int)
     for m in items:
         by_key[(m.queue, m.priority_class)] += m.gpu
     allocated = sum(by_key.values())
-    capacity = pool.gpus * 1000 * window.us
-    over = allocated > capacity  # capacity shrank within the window, or the config is not the one used
+    capacity = pool_capacity(pool, window)
+    over = allocated > capacity  # nodes left unrecorded, or the config is not the one used
     capacity = max(capacity, allocated)
     total = to_cents(cents(capacity, pool.price))
     weights = {f"{q}\x00{c}": a for (q, c), a in by_key.items()}
@@ -118,7 +175,7 @@ def charge_pool(pool: PoolCost, items: Sequence[Metered], window: Window, spread
     shares = split_cents(total, weights)
     idle_cents = shares.pop(IDLE)
     charges = {_pair(k): v for k, v in shares.items()}
-    spread_to = split_cents(idle_cents, dict(pool.guarantees)) if spread and pool.guarantees else {}
+    spread_to = share_idle(idle_cents, pool, by_key, rule)
     return PoolCharge(
         pool.name,
         pool.price,
@@ -170,8 +227,7 @@ def chargeback(
     for name in unknown:  # a pool deleted since: charged at no price, never dropped
         cost_pools[name] = PoolCost(name, Decimal(0), 0)
     charged = [
-        charge_pool(cost_pools[n], by_pool.get(n, []), window, policy.spreadIdleByGuarantee)
-        for n in sorted(cost_pools)
+        charge_pool(cost_pools[n], by_pool.get(n, []), window, policy.idle_rule()) for n in sorted(cost_pools)
     ]
     surcharges: dict[str, int] = defaultdict(int)
     for pc in charged:

@@ -17,6 +17,7 @@ from typing import Any
 
 from gpupool.audit import AuditRecord
 from gpupool.manifests import Bundle
+from gpupool.model import Node
 from gpupool.store import EventRecord, WorkloadRecord
 
 #: phases that end a run (a Running -> Pending change is a requeue after a failed attempt)
@@ -81,14 +82,28 @@ class WorkloadInfo:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class NodeSpan:
+    """One node as it was from ``start`` to ``end``: ``start`` None when it was there before the
+    configuration history began (a store older than its history), ``end`` None while it stays."""
+
+    node: Node
+    start: datetime | None
+    end: datetime | None
+
+
 @dataclass
 class History:
-    """Everything metering needs, read once from the store (or built by a test)."""
+    """Everything metering needs, read once from the store (or built by a test).
+
+    ``nodes`` None: no node history is known (a simulator replay, a test), so capacity is the
+    configuration in force over the whole window."""
 
     workloads: dict[str, WorkloadInfo]
     runs: list[Run]
     waits: list[Wait]
     failures: list[tuple[str, datetime, str]]  # (workload, at, reason code)
+    nodes: list[NodeSpan] | None = None
 
 
 def node_models(bundle: Bundle) -> dict[str, str]:
@@ -228,5 +243,46 @@ def build_history(
 
 
 def load_history(store: Any, bundle: Bundle) -> History:
-    """The history of every stored workload, through the store's public reads only."""
-    return build_history(store.list_workloads(), store.list_events(), store.audit_records(), bundle)
+    """The history of every stored workload and node, through the store's public reads only."""
+    h = build_history(store.list_workloads(), store.list_events(), store.audit_records(), bundle)
+    revisions = getattr(store, "kind_revisions", None)  # a store without configuration history
+    h.nodes = None if revisions is None else node_spans(revisions("Cluster"))
+    return h
+
+
+#: the author of the revision 1 that migration 0003 gave objects older than the history
+BACKFILL_AUTHOR = "migration"
+
+
+def _revision_nodes(rev: Any) -> dict[str, Node]:
+    """The nodes one Cluster revision declares (none for a deletion or an invalid state)."""
+    from gpupool.service.convert import bundle_from_manifests
+
+    if rev.action == "delete":
+        return {}
+    return {n.name: n for n in bundle_from_manifests([rev.manifest()], skip_invalid=True).nodes}
+
+
+def _shape(n: Node) -> tuple[Any, ...]:
+    """What capacity depends on: GPUs, their model and the labels pools select by."""
+    return (n.gpu_count, n.gpu_model, n.accelerator, n.labels)
+
+
+def node_spans(revisions: Iterable[Any]) -> list[NodeSpan]:
+    """When each node existed, from the Cluster objects' revisions (in the order written): a
+    node joins at the first revision that declares it and leaves at the first that no longer
+    does (or changes its GPUs or labels: a new span begins). A node in a backfilled revision 1
+    was there before history began."""
+    open_: dict[tuple[str, str], tuple[Node, datetime | None]] = {}
+    out: list[NodeSpan] = []
+    for rev in revisions:
+        now = _revision_nodes(rev)
+        for (cluster, name), (node, start) in list(open_.items()):
+            if cluster == rev.name and (name not in now or _shape(now[name]) != _shape(node)):
+                out.append(NodeSpan(node, start, rev.at))
+                del open_[(cluster, name)]
+        before = rev.revision == 1 and rev.author == BACKFILL_AUTHOR
+        for name, node in now.items():
+            open_.setdefault((rev.name, name), (node, None if before else rev.at))
+    out += [NodeSpan(node, start, None) for node, start in open_.values()]
+    return out

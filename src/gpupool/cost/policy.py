@@ -15,7 +15,7 @@ Example::
     spec:
       currency: USD
       priorityMultipliers: {high: 1.5, low: 0.5}
-      spreadIdleByGuarantee: true
+      idle: guarantee          # or allocated, or none
       retentionDays: 400
       pricePerGpuHour: {training: 2.9}
       utilization: {training: 0.9}
@@ -32,6 +32,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 API_VERSION: Final = "gpupool.io/v1alpha1"
+IdleRule = Literal["guarantee", "allocated", "none"]
 
 
 class CostPolicySpec(BaseModel):
@@ -43,8 +44,12 @@ class CostPolicySpec(BaseModel):
     #: charge multiplier per priority class (1 when absent); a surcharge on top of the list
     #: charge, reported apart so that the list charges still reconcile with capacity
     priorityMultipliers: dict[str, Decimal] = Field(default_factory=dict)
-    #: spread each pool's idle cost over the queues that hold guarantees in it ("reserved but unused")
-    spreadIdleByGuarantee: bool = False
+    #: how each pool's idle cost is shared over its queues: "guarantee" (the default: by the GPU
+    #: guarantees held in the pool, "reserved but unused"), "allocated" (by GPU time used in the
+    #: pool) or "none" (idle stays the pool's, charged to nobody)
+    idle: IdleRule | None = None
+    #: the older switch: true is ``idle: guarantee``, false is ``idle: none``
+    spreadIdleByGuarantee: bool | None = None
     #: history older than this many days before the report's end is not reported
     retentionDays: int | None = Field(default=None, ge=1, le=36_500)
     #: price per GPU-hour per pool, over the pool's own pricePerGPUHour (e.g. for a simulated
@@ -52,6 +57,20 @@ class CostPolicySpec(BaseModel):
     pricePerGpuHour: dict[str, Decimal] = Field(default_factory=dict)
     #: simulated utilization per task type on the virtual backend (overrides the default table)
     utilization: dict[str, float] = Field(default_factory=dict)
+
+    def idle_rule(self) -> IdleRule:
+        """The idle rule in force: ``idle``, else the older switch, else by guarantee."""
+        if self.idle is not None:
+            return self.idle
+        return "none" if self.spreadIdleByGuarantee is False else "guarantee"
+
+
+#: the sentence printed with every chargeback, per rule
+IDLE_RULES: Final[dict[str, str]] = {
+    "guarantee": "idle shared by guarantee share; costPolicy.idle can change it",
+    "allocated": "idle shared by allocated GPU time (costPolicy.idle: allocated)",
+    "none": "idle not shared, charged to nobody (costPolicy.idle: none)",
+}
 
 
 class CostPolicy(BaseModel):
@@ -84,6 +103,9 @@ def parse_policy(doc: Mapping[str, Any] | None, where: str = "CostPolicy") -> Co
     for pool, price in spec.pricePerGpuHour.items():
         if not Decimal(0) <= price <= Decimal(10**6):
             raise PolicyError(f"{where}: spec.pricePerGpuHour.{pool}: must be between 0 and 1e6")
+    spread, rule = spec.spreadIdleByGuarantee, spec.idle
+    if rule is not None and spread is not None and (rule == "guarantee") != spread:
+        raise PolicyError(f"{where}: spec.spreadIdleByGuarantee: contradicts spec.idle {rule!r}; keep one")
     for typ, u in spec.utilization.items():
         if not 0.0 <= u <= 1.0:
             raise PolicyError(f"{where}: spec.utilization.{typ}: must be between 0 and 1")

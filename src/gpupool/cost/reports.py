@@ -17,7 +17,15 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from gpupool.cost.chargeback import Chargeback, PoolCost, chargeback, multiplier, pools_of, reconciles
+from gpupool.cost.chargeback import (
+    Chargeback,
+    PoolCost,
+    chargeback,
+    covered,
+    multiplier,
+    pools_of,
+    reconciles,
+)
 from gpupool.cost.history import History, load_history
 from gpupool.cost.metering import (
     GPU_HOUR,
@@ -34,7 +42,7 @@ from gpupool.cost.metering import (
     rollup,
     rollup_subtrees,
 )
-from gpupool.cost.policy import CostPolicySpec
+from gpupool.cost.policy import IDLE_RULES, CostPolicySpec
 from gpupool.manifests import Bundle
 
 Visible = Callable[[str], bool]
@@ -79,7 +87,7 @@ def load(
     """Meter the history over the window (cut to the policy's retention)."""
     win = retained(window, policy.retentionDays)
     src = usage or SimulatedUsage({**SimulatedUsage().table, **policy.utilization})
-    pools = pools_of(bundle)
+    pools = pools_of(bundle, history.nodes)
     for name, price in policy.pricePerGpuHour.items():
         if name in pools:
             pools[name] = replace(pools[name], price=price)
@@ -195,14 +203,36 @@ def chargeback_report(data: CostData) -> dict[str, Any]:
         "listCost": money(sum(v for pc in cb.pools for (q, _), v in pc.charges.items() if data.sees(q))),
         "surcharge": money(sum(v for q, v in cb.surcharges.items() if data.sees(q))),
     }
+    summary["idleRule"] = IDLE_RULES[data.policy.idle_rule()]
     if data.visible is None:
         summary |= {
+            "covers": coverage(data),
             "capacityCost": money(sum(pc.total_cents for pc in cb.pools)),
             "idleCost": money(sum(pc.idle_cents for pc in cb.pools)),
             "reconciles": ok,
             "rule": "sum(list charges) + idle = capacity x price x hours, per pool, to the cent",
         }
     return report("chargeback", data, tables, summary)
+
+
+def _minute(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def coverage(data: CostData) -> str:
+    """The period capacity and idle are counted over, in words: the window, or the part of it
+    after the first node joined (before it there was nothing to price)."""
+    part = covered(data.history.nodes, data.window)
+    if part is None:
+        return "no node existed in this period: no capacity"
+    a, b = part
+    why = "since the first node joined" if a > data.window.start else "the whole period"
+    if b < data.window.end:
+        why += ", until the last node left"
+    end = _minute(b)
+    if end[:10] == _minute(a)[:10]:  # the same day: the time says it
+        end = end[11:]
+    return f"covers {_minute(a)} → {end} UTC, {why}"
 
 
 def _pool_table(cb: Chargeback) -> dict[str, Any]:
@@ -261,12 +291,18 @@ def _team_table(data: CostData, cb: Chargeback) -> dict[str, Any]:
             acc = subtree.setdefault(a, [0, 0, 0])
             acc[0], acc[1], acc[2] = acc[0] + lst, acc[1] + extra, acc[2] + idle
     rows = [
-        [q, len(ancestors(q, data.parents)) - 1, money(v[0]), money(v[1]), money(v[2]), money(sum(v))]
+        [q, len(ancestors(q, data.parents)) - 1, *map(money, v), money(sum(v)), *_own(data, own, q)]
         for q, v in sorted(subtree.items())
         if data.sees(q)
     ]
-    cols = ["queue", "depth", "listCost", "surcharge", "idleShare", "total"]
-    return table("teams", "Cost per team (queue with everything below it)", cols, rows)
+    cols = ["queue", "depth", "listCost", "surcharge", "idleShare", "total", "parent", "ownTotal"]
+    return table("teams", "Cost per team (queue with everything below it; ownTotal: its own)", cols, rows)
+
+
+def _own(data: CostData, own: Mapping[str, list[int]], q: str) -> tuple[str | None, str]:
+    """The parent and the queue's own total (its subtree's less its children's), so a chart can
+    stack children under their parent instead of counting them twice."""
+    return data.parents.get(q), money(sum(own.get(q, [0])))
 
 
 def _waiting_table(data: CostData, cb: Chargeback) -> dict[str, Any]:

@@ -261,10 +261,7 @@ def figures(rep: Mapping[str, Any]) -> list[tuple[str, go.Figure]]:
         figs.append(
             (title, go.Figure([go.Bar(y=[r[0] for r in rows], x=[r[1] for r in rows], orientation="h")]))
         )
-    teams = _rows(rep, "teams")
-    figs.append(
-        ("Cost per team", go.Figure([go.Bar(x=[r[0] for r in teams], y=[float(r[5]) for r in teams])]))
-    )
+    figs.append(("Cost per team (each queue's own cost, stacked under its top team)", team_figure(rep)))
     wow = go.Figure()
     for name in ("wow_pool", "wow_teams"):
         rows = _rows(rep, name)
@@ -274,6 +271,34 @@ def figures(rep: Mapping[str, Any]) -> list[tuple[str, go.Figure]]:
     wow.update_layout(yaxis={"title": "change against the previous period", "tickformat": ".0%"})
     figs.append(("Week-over-week change", wow))
     return figs
+
+
+def team_figure(rep: Mapping[str, Any]) -> go.Figure:
+    """One bar per top team shown, stacked from each queue's own cost (its ownTotal), so the
+    bars add up to the real spend: a parent's subtree total beside its children's counted the
+    children twice."""
+    t = next((t for t in rep["tables"] if t["name"] == "teams"), None)
+    if t is None:
+        return go.Figure()
+    cols = t["columns"]
+    by = {r[0]: dict(zip(cols, r, strict=True)) for r in t["rows"]}
+
+    def top(q: str) -> str:
+        seen = {q}
+        p = by[q].get("parent")
+        while isinstance(p, str) and p in by and p not in seen:
+            q = p
+            seen.add(q)
+            p = by[q].get("parent")
+        return q
+
+    fig = go.Figure()
+    for q, r in sorted(by.items()):
+        own = float(r.get("ownTotal") or 0)
+        if own:
+            fig.add_trace(go.Bar(x=[top(q)], y=[own], name=q))
+    fig.update_layout(barmode="stack", yaxis={"title": rep.get("currency", "")})
+    return fig
 
 
 def render_weekly_html(rep: Mapping[str, Any]) -> str:
@@ -293,4 +318,12 @@ def render_weekly_html(rep: Mapping[str, Any]) -> str:
     return page("gpupool weekly report", "".join(parts))
 
 
-__all__ = ["hours", "incident_review", "operations_review", "render_weekly_html", "series", "weekly_report"]
+__all__ = [
+    "hours",
+    "incident_review",
+    "operations_review",
+    "render_weekly_html",
+    "series",
+    "team_figure",
+    "weekly_report",
+]

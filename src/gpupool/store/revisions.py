@@ -149,6 +149,14 @@ class RevisionMethods(StoreBase):
             raise NotFound(kind, name)
         return out
 
+    def kind_revisions(self, kind: str) -> list[RevisionRecord]:
+        """Every revision of every object of one kind, deleted ones included, in the order they
+        were written. Why: what existed when (the Cluster objects' nodes, for the capacity a
+        cost report prices) is the sequence of states, not the state in force."""
+        q = sa.select(RevisionRow).where(RevisionRow.kind == kind).order_by(RevisionRow.id)
+        with self._read() as s:
+            return [_record(r) for r in s.execute(q).scalars()]
+
     def get_revision(self, kind: str, name: str, revision: int | None = None) -> RevisionRecord:
         """One revision (None: the latest); NotFound naming the revision if there is none."""
         q = sa.select(RevisionRow).where(RevisionRow.kind == kind, RevisionRow.name == name)
