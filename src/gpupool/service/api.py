@@ -23,7 +23,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from gpupool.service import openapi as oa
-from gpupool.service.alerts import AlertLoop
+from gpupool.service.alerts import RULES, AlertLoop
 from gpupool.service.backends import Backend, make_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
@@ -41,6 +41,8 @@ from gpupool.service.routes import onboard as onboard_area
 from gpupool.service.routes import revisions as revisions_area
 from gpupool.service.routes.base import ApiError, Service, install_errors
 from gpupool.service.routes.workloads import workload_view
+from gpupool.service.utilisation_loop import RULE as HELD_IDLE
+from gpupool.service.utilisation_loop import UtilisationLoop
 from gpupool.store import TERMINAL_PHASES, Store
 
 #: the areas in the order their routes are matched (and listed in the OpenAPI document)
@@ -82,13 +84,18 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         st, ctl, batcher = _start_service(app, cfg, store, backend, start_controller)
+        # GPU utilisation sampled in the background, leader only (gpupool.service.utilisation_loop)
+        util = app.state.utilisation = UtilisationLoop(app.state.svc, cfg.utilisation)
+        util.start()
         # alerts evaluated in the background, leader only (gpupool.service.alerts)
-        app.state.alerts = AlertLoop(app.state.svc, interval_s=cfg.alerts_interval_s)
+        rules = {**RULES, HELD_IDLE: util.rule}
+        app.state.alerts = AlertLoop(app.state.svc, interval_s=cfg.alerts_interval_s, rules=rules)
         app.state.alerts.start()
         try:
             yield
         finally:
             app.state.alerts.stop()
+            util.stop()
             batcher.close()
             if app.state.svc.leader is not None:
                 app.state.svc.leader.stop()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpupool.audit import AuditEntry
 from gpupool.manifests import ManifestError, load_files
+from gpupool.service.utilisation import UtilisationSettings
 from gpupool.store import OBJECT_KINDS, Store
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -81,6 +82,9 @@ class ServiceConfig:
     alerts_interval_s: float | None = None
     #: how many replicas of this service run (the chart's replicaCount): 2+ need a shared database
     replicas: int = 1
+    #: measured GPU utilisation: idle threshold, default idleFor, sampling, retention, Prometheus
+    #: (None: from $GPUPOOL_UTILISATION_*, gpupool.service.utilisation)
+    utilisation: UtilisationSettings | None = None
 
     def __post_init__(self) -> None:
         problem = shared_store_problem(self.database_url, self.replicas)
