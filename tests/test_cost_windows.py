@@ -24,6 +24,7 @@ from gpupool.cost.history import History, NodeSpan, Resources, Run, WorkloadInfo
 from gpupool.cost.metering import US_PER_S, Window, meter, us_between
 from gpupool.cost.policy import CostPolicySpec, PolicyError, parse_policy
 from gpupool.cost.reports import chargeback_report, load_store
+from gpupool.cost.sacct import SacctError, parse_sacct
 from gpupool.model import Node
 from gpupool.store import PhaseChange, Store
 from gpupool.store.revisions import RevisionRecord
@@ -205,3 +206,30 @@ def test_clipped_capacity_reconciles_and_shares_all_idle(
     assert reconciles(pc) and pc.capacity == max(expected, pc.allocated)
     assert sum(pc.charges.values()) + pc.idle_cents == pc.total_cents
     assert sum(pc.idle_shares.values()) == pc.idle_cents
+
+
+# ---------------------------------------------------------------------- sacct: unfinished jobs kept
+SACCT_HEAD = "JobID|User|Account|Partition|Submit|Start|End|AllocTRES|ReqTRES|State"
+
+
+def test_sacct_keeps_failed_cancelled_and_timeout_jobs_with_their_state() -> None:
+    """A FAILED job whose AllocTRES Slurm left empty was skipped as "no GPU": now it is sized
+    from ReqTRES and replayed, its state kept; a skip still names an unfinished job's state."""
+    lines = [
+        SACCT_HEAD,
+        "1|u|a|gpu|2026-03-02T08:00:00|2026-03-02T08:01:00|2026-03-02T08:05:00||cpu=8,gres/gpu=4,node=1|FAILED",
+        "2|u|a|gpu|2026-03-02T08:00:00|2026-03-02T08:01:00|2026-03-02T09:01:00|gres/gpu=2|gres/gpu=2|TIMEOUT",
+        "3|u|a|gpu|2026-03-02T08:00:00|2026-03-02T08:02:00|2026-03-02T08:03:00||gres/gpu=1|CANCELLED by 7",
+        "4|u|a|gpu|2026-03-02T08:00:00|None|2026-03-02T08:03:00||gres/gpu=1|CANCELLED by 7",
+        "5|u|a|gpu|2026-03-02T08:00:00|2026-03-02T08:01:00|2026-03-02T08:05:00|||FAILED",
+    ]
+    tr = parse_sacct(lines, "s")
+    assert [(j.name, j.gpus, j.duration) for j in tr.jobs] == [
+        ("slurm-1", 4, 240.0),
+        ("slurm-2", 2, 3600.0),
+        ("slurm-3", 1, 60.0),
+    ]
+    assert [o[4] for o in tr.observed] == ["FAILED", "TIMEOUT", "CANCELLED"]
+    assert tr.skipped == {"never started, CANCELLED": 1, "no GPU, FAILED": 1}
+    with pytest.raises(SacctError, match="s:2: field ReqTRES: gres/gpu='x' is not a whole number"):
+        parse_sacct([SACCT_HEAD, lines[1].replace("gres/gpu=4", "gres/gpu=x")], "s")

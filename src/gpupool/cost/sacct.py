@@ -10,8 +10,11 @@ The first line names the fields (any order, more fields allowed). One row per al
 kept; job steps (``123.batch``, ``123.0``, ``123.extern``) repeat their allocation and are
 skipped. GPUs come from ``gres/gpu=N`` in AllocTRES (or the typed ``gres/gpu:MODEL=N`` entries,
 summed; their model is reported, not required: Slurm's GPU type names are not gpupool's
-models); ``node=N`` splits them into N pods when they divide evenly. Rows that
-never started, have not ended, or hold no GPU are counted, not replayed. A malformed row is an
+models); ``node=N`` splits them into N pods when they divide evenly. A job whose AllocTRES is
+empty (some Slurm versions, for a job that failed or was cancelled) is sized from ReqTRES when
+the export has it. FAILED, CANCELLED and TIMEOUT jobs are replayed like the rest, their state
+kept in ``observed``. Rows that never started, have not ended, or hold no GPU are counted, not
+replayed (with the state of an unfinished job in the count's name). A malformed row is an
 error naming the file, the line and the field.
 """
 
@@ -70,14 +73,14 @@ def parse_time(value: str, where: str, name: str) -> datetime | None:
         raise SacctError(f"{where}: field {name}: {value!r} is not a time (YYYY-MM-DDTHH:MM:SS)") from None
 
 
-def _memory_mib(value: str, where: str) -> int:
+def _memory_mib(value: str, where: str, name: str = "AllocTRES") -> int:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)", value.strip())
     if m is None:
-        raise SacctError(f"{where}: field AllocTRES: mem={value!r} is not a size (e.g. 64G)")
+        raise SacctError(f"{where}: field {name}: mem={value!r} is not a size (e.g. 64G)")
     return round(float(m[1]) * _MEM_UNITS[m[2] or "M"])
 
 
-def parse_tres(value: str, where: str) -> _Tres:
+def parse_tres(value: str, where: str, name: str = "AllocTRES") -> _Tres:
     """``cpu=16,mem=64G,node=2,billing=16,gres/gpu=8`` (entries in any order)."""
     total: int | None = None
     typed, models = 0, []
@@ -85,15 +88,15 @@ def parse_tres(value: str, where: str) -> _Tres:
     for part in filter(None, (p.strip() for p in value.split(","))):
         key, sep, v = part.partition("=")
         if not sep:
-            raise SacctError(f"{where}: field AllocTRES: {part!r} is not KEY=VALUE")
+            raise SacctError(f"{where}: field {name}: {part!r} is not KEY=VALUE")
         if key == "mem":
-            mem = _memory_mib(v, where)
+            mem = _memory_mib(v, where, name)
             continue
         g = _TRES_GPU.match(key)
         if key not in {"cpu", "node"} and g is None:
             continue  # billing, energy, license/...: not resources a pool holds
         if not v.isdigit():
-            raise SacctError(f"{where}: field AllocTRES: {key}={v!r} is not a whole number")
+            raise SacctError(f"{where}: field {name}: {key}={v!r} is not a whole number")
         if key == "cpu":
             cpu = int(v) * 1000
         elif key == "node":
@@ -194,22 +197,41 @@ def _row(row: dict[str, str], where: str, queue_field: str, skipped: Counter[str
     submit = parse_time(row["Submit"], where, "Submit")
     start = parse_time(row["Start"], where, "Start")
     end = parse_time(row["End"], where, "End")
-    tres = parse_tres(row["AllocTRES"], where)
     state = row["State"].strip().split(" ")[0] or "UNKNOWN"  # "CANCELLED by 1234"
+    tres = _tres(row, where)
     if submit is None:
         raise SacctError(f"{where}: field Submit: missing")
     if start is None or end is None:
-        skipped["never started" if start is None else "still running"] += 1
+        skipped[_why("never started" if start is None else "still running", state)] += 1
         return None
     if end < start or start < submit:
         raise SacctError(
             f"{where}: field End: times out of order (Submit {submit}, Start {start}, End {end})"
         )
     if tres.gpus <= 0:
-        skipped["no GPU"] += 1
+        skipped[_why("no GPU", state)] += 1
         return None
     queue = (row.get(queue_field) or "").strip() or (row.get("User") or "").strip() or "default"
     return _Row(job, queue, _task_type(row.get("Partition", "")), submit, start, end, tres, state)
+
+
+#: states of work that ended without completing: kept and replayed, their state reported
+UNFINISHED = frozenset({"FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
+
+
+def _why(reason: str, state: str) -> str:
+    """A skip reason that names an unfinished job's state, so none disappears unsaid."""
+    return f"{reason}, {state}" if state in UNFINISHED else reason
+
+
+def _tres(row: dict[str, str], where: str) -> _Tres:
+    """What the job held (AllocTRES), else what it asked for (ReqTRES, where exported): some
+    Slurm versions leave AllocTRES empty for a job that failed or was cancelled while running,
+    which read as "no GPU" and dropped it."""
+    tres = parse_tres(row["AllocTRES"], where)
+    if tres.gpus <= 0 and (row.get("ReqTRES") or "").strip():
+        tres = parse_tres(row["ReqTRES"], where, "ReqTRES")
+    return tres
 
 
 def _as_jobs(rows: list[_Row], out: SacctTrace) -> None:
