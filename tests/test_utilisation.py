@@ -10,6 +10,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -372,3 +373,46 @@ def test_the_local_backend_with_nvml_reporting_zero_raises_gpu_held_idle(tmp_pat
     finally:
         be.close()
         store.close()
+
+
+# ---------------------------------------------------------------------- the weekly report
+def test_the_weekly_report_shows_allocated_vs_used_per_team_and_the_idle_allocations(tmp_path: Path) -> None:
+    """Six hours replayed on the store's and the controller's clock: a training job computes,
+    a notebook holds two GPUs at 0 % (idleFor 1h); the report's two tables say so, to the cent."""
+    from gpupool.cost.metering import Window
+    from gpupool.cost.policy import CostPolicySpec
+    from gpupool.cost.reports import load_store
+    from gpupool.cost.weekly import render_weekly_html, weekly_report
+
+    store, ctl, be = in_process_controller(f"sqlite:///{tmp_path}/w.db", tmp_path)
+    t0 = 3600.0 * 500_000  # on an hour boundary
+    clock = SimpleNamespace(t=t0)
+    ctl.clock = lambda: clock.t
+    store.clock = lambda: datetime.fromtimestamp(clock.t, UTC)
+    try:
+        ctl.recover()
+        idle = {synthetic.ANNOTATION: "0", "gpupool.io/idle-for": "1h"}
+        submit(store, ctl, "notebook", idle, gpus=2, duration="1000h", type="batch")
+        submit(store, ctl, "trainer", {}, queue="vision-team", gpus=8, duration="1000h", type="training")
+        ctl.cycle()
+        pools = {n: r.admission.pool for n, r in ctl.running_view().items()}
+        loop = UtilisationLoop(service(store, ctl, be), UtilisationSettings())
+        for minute in range(0, 6 * 60 + 1, 15):
+            clock.t = t0 + minute * 60
+            loop.sample_now()
+        start = datetime.fromtimestamp(t0, UTC)
+        rep = weekly_report(
+            load_store(store, Window(start, start + timedelta(days=7)), CostPolicySpec()), store
+        )
+    finally:
+        store.close()
+    tables = {t["name"]: t for t in rep["tables"]}
+    teams = {r[0]: r[1:] for r in tables["utilisation_teams"]["rows"]}
+    assert (
+        teams["llm-research"][:2] == [12.0, 0.0] and teams["llm-research"][3] == 12.0
+    )  # 2 GPUs x 6 h, all idle
+    assert teams["vision-team"][0] == 48.0 and teams["vision-team"][2] > 80  # 8 GPUs x 6 h, busy
+    price = {"h100-training": "2.9", "l40s-experiment": "0.9", "a100-inference": "1.8"}[pools["notebook"]]
+    cost = f"{Decimal(price) * 12:.2f}"
+    assert tables["idle_allocations"]["rows"] == [["notebook", "llm-research", 2.0, 6.0, cost]]
+    assert "Idle allocations" in render_weekly_html(rep)

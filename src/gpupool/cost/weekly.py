@@ -19,6 +19,7 @@ import plotly.graph_objects as go
 from gpupool.cost.metering import US_PER_S, Window, us_between
 from gpupool.cost.render import cell, html_table, page
 from gpupool.cost.reports import CostData, chargeback_report, hours, load, report, table, usage_report
+from gpupool.cost.utilisation import utilisation_tables
 
 SYSTEM_ACTORS = frozenset({"scheduler", "system", "system:kubernetes"})
 CONFIG_SUFFIXES = (".apply", ".delete")
@@ -153,6 +154,9 @@ def weekly_report(data: CostData, store: Any | None = None) -> dict[str, Any]:
     if store is not None and data.visible is None:
         tables += operations_review(store, data)
         tables.append(incident_review(store, data.window))
+    # -- measured utilisation (gpupool.cost.utilisation): allocated vs used, idle allocations
+    if store is not None:
+        tables += utilisation_tables(store, data)
     summary = {**usage["summary"], **cb["summary"]}
     rep = report("weekly", data, tables, summary)
     rep["series"] = series(data)
