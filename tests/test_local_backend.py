@@ -540,13 +540,14 @@ def test_make_backend_builds_the_local_backend_from_the_service_options(tmp_path
     assert be.health().detail["backend"] == "local"
 
 
-def test_the_virtual_backend_answers_logs_with_a_clear_501(tmp_path: Path) -> None:
+def test_the_virtual_backend_answers_logs_with_its_synthetic_line(tmp_path: Path) -> None:
     from tests.test_service_support import running_app, wl
 
     with running_app(tmp_path) as api:
-        assert api.req("POST", "/v1/workloads", json=wl("v", duration="1h")).status_code in (200, 201)
+        assert api.req("POST", "/v1/workloads", json=wl("v", duration="100h")).status_code in (200, 201)
+        api.wait_phase("v", "Running")
         r = api.req("GET", "/v1/workloads/v/logs")
-        assert r.status_code == 501 and "keeps no logs" in r.json()["error"]["message"]
+        assert r.status_code == 200 and r.text.startswith("[virtual cluster] v attempt 1: started")
         assert api.req("GET", "/v1/workloads/nobody/logs").status_code == 404
 
 

@@ -35,6 +35,7 @@ from gpupool.service.backends import BackendError, BackendHealth, PodCommand, Ru
 from gpupool.service.backends import local_host as host
 from gpupool.service.backends import local_process as proc
 from gpupool.service.backends.local_mps import MpsControl, fraction_refusal
+from gpupool.service.backends.run_logs import FileLogs
 
 if TYPE_CHECKING:
     import subprocess
@@ -77,6 +78,8 @@ class LocalBackend:
             state_dir = Path(state_file).parent if state_file is not None else Path(".gpupool")
         self.state_dir = Path(state_dir)
         self.path = self.state_dir / STATE_FILE
+        #: each attempt's output, where ``_launch`` writes it (the logs API reads it from here)
+        self.run_logs = FileLogs(self.state_dir / "runs")
         if devices is None:
             self.discovery: Discovery = discover(fake_gpus)
         elif isinstance(devices, Sequence):
@@ -246,22 +249,15 @@ class LocalBackend:
     # -- logs ---------------------------------------------------------------------------------
     def log_path(self, name: str, pod: int = 0) -> Path | None:
         """The log of pod ``pod`` (its rank) of the workload's latest run, None if there is none."""
-        base = self.state_dir / "runs" / name
-        attempts = sorted((int(d.name) for d in base.glob("*") if d.name.isdigit()), reverse=True)
-        for a in attempts:
-            p = base / str(a) / f"pod-{pod}.log"
-            if p.exists():
-                return p
+        for a in reversed(self.run_logs.attempts(name)):
+            if pod in a.pods:
+                return self.run_logs.path(name, a.attempt, pod)
         return None
 
     def log_pods(self, name: str) -> list[int]:
         """The ranks that have a log in the workload's latest run."""
-        base = self.state_dir / "runs" / name
-        attempts = sorted((int(d.name) for d in base.glob("*") if d.name.isdigit()), reverse=True)
-        if not attempts:
-            return []
-        logs = (base / str(attempts[0])).glob("pod-*.log")
-        return sorted(int(p.stem.split("-")[1]) for p in logs)
+        attempts = self.run_logs.attempts(name)
+        return list(attempts[-1].pods) if attempts else []
 
     # -- starting -----------------------------------------------------------------------------
     def _refusal(self, spec: RunSpec) -> str:
@@ -317,7 +313,7 @@ class LocalBackend:
     def _launch(self, spec: RunSpec) -> str:
         """Write the run down, then start its pods; '' when all started, else why not."""
         attempt = self.starts.get(spec.name, 0) + 1
-        run_dir = self.state_dir / "runs" / spec.name / str(attempt)
+        run_dir = self.run_logs.root / spec.name / str(attempt)
         pods = list(spec.placement.get("pods", ()))
         rec: dict[str, Any] = {
             "attempt": attempt,

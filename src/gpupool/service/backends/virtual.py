@@ -25,12 +25,14 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpupool.model import Node
 from gpupool.quantity import QuantityError, parse_duration
 from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
+from gpupool.service.backends.run_logs import SyntheticLogs
 
 
 class VirtualBackend:
@@ -77,6 +79,8 @@ class VirtualBackend:
         #: next injected failure of each node (epoch), and how many it had
         self._node_next: dict[str, float] = {}
         self._node_failures: dict[str, int] = {}
+        #: a synthetic line per attempt, so the logs API and dashboard can be tried without GPUs
+        self.run_logs = SyntheticLogs(lambda n: self.starts.get(n, 0), self._log_line)
         self._load()
 
     # -- persistence --------------------------------------------------------------------------
@@ -111,6 +115,19 @@ class VirtualBackend:
         }
         tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
         os.replace(tmp, self.path)
+
+    def _log_line(self, name: str, attempt: int) -> str:
+        """The stand-in output of one attempt: where and when the latest ran and how it ended."""
+        head = f"[virtual cluster] {name} attempt {attempt}:"
+        with self._lock:
+            r = self._runs.get(name) if attempt == self.starts.get(name, 0) else None
+            r = dict(r) if r is not None else None
+        if r is None:
+            return f"{head} ran on the virtual cluster, which runs no process and keeps no past output"
+        nodes = sorted({str(p["node"]) for p in r["placement"].get("pods", ())})
+        at = datetime.fromtimestamp(float(r["started_at"]), UTC).isoformat(timespec="seconds")
+        line = f"{head} started {at} on {', '.join(nodes) or 'no node'}; no process runs here"
+        return f"{line}; {r['outcome']}: {r['message']}" if r.get("finished") else line
 
     # -- the Backend protocol -----------------------------------------------------------------
     def set_nodes(self, nodes: Sequence[Node]) -> None:

@@ -1,4 +1,5 @@
-// The workload page: its explanation as sentences, its attempts, its events; loaded by app.js.
+// The workload page: its explanation as sentences, its attempts, its events, each attempt's logs;
+// loaded by app.js.
 "use strict";
 
 // what would let a waiting workload in, by the engine's reason code
@@ -43,4 +44,46 @@ async function showWorkloadPage(name) {
   const btn = document.getElementById("wl-cancel");
   btn.hidden = !ACTIVE.includes(w.phase);
   btn.onclick = () => cancel(w.name);
+  await showLogs(w.name);
+}
+
+// the logs panel: the attempt and pod chosen stay chosen across the page's 5 s reloads
+const LOG_TAIL = 500;
+const logChoice = { name: "", attempt: "", pod: "0", listed: "" };
+
+function logOptions(select, values, label, chosen) {
+  select.replaceChildren(...values.map((v) => el("option", { value: String(v) }, label(v))));
+  select.value = values.map(String).includes(chosen) ? chosen : String(values[values.length - 1] ?? "");
+}
+
+async function showLogs(name) {
+  const out = document.getElementById("wl-log");
+  const attemptSel = document.getElementById("wl-log-attempt");
+  const podSel = document.getElementById("wl-log-pod");
+  if (logChoice.name !== name) Object.assign(logChoice, { name, attempt: "", pod: "0", listed: "" });
+  let list;
+  try { list = await api(`/v1/workloads/${encodeURIComponent(name)}/logs/attempts`); }
+  catch (err) { attemptSel.replaceChildren(); podSel.replaceChildren(); out.textContent = err.message; return; }
+  const listed = JSON.stringify(list.items);
+  if (listed !== logChoice.listed) {  // rebuild only on change: an open drop-down stays open
+    const latest = list.latest === null ? "" : String(list.latest);
+    const chosen = logChoice.attempt || latest;
+    logOptions(attemptSel, list.items.map((a) => a.attempt),
+      (a) => `${a}${String(a) === latest ? " (latest)" : ""}`, chosen);
+    logChoice.listed = listed;
+  }
+  const item = list.items.find((a) => String(a.attempt) === attemptSel.value);
+  logOptions(podSel, item ? item.pods : [], (k) => `pod ${k}`, logChoice.pod);
+  attemptSel.onchange = () => { logChoice.attempt = attemptSel.value; showLogs(name); };
+  podSel.onchange = () => { logChoice.pod = podSel.value; showLogs(name); };
+  if (!item) { out.textContent = "no logs yet: it has not started"; return; }
+  out.textContent = await logText(name, item.attempt, podSel.value);
+}
+
+async function logText(name, attempt, pod) {
+  const q = new URLSearchParams({ attempt, pod, tailLines: LOG_TAIL });
+  const r = await fetch(`/v1/workloads/${encodeURIComponent(name)}/logs?${q}`, { headers: { "Authorization": `Bearer ${state.token}` } });
+  if (r.ok) return (await r.text()) || "(no output)";
+  const e = (await r.json().catch(() => ({}))).error || {};
+  return `${r.status}: ${e.message || r.statusText}`;
 }
