@@ -157,12 +157,16 @@ def test_window_rule_exact_when_preemptors_wait_long(tmp_path: Path) -> None:
 
 def test_a_class_wait_is_part_of_the_scheduling_shape() -> None:
     """Workloads alike but for their class's preemptionWait wait differently, so the window
-    rule must not treat them as one class (``sim.pending.scheduling_shape``)."""
+    rule must not treat them as one class (``engine.signature.scheduling_signature``)."""
     from dataclasses import replace
 
+    from gpupool.engine.signature import scheduling_signature
     from gpupool.model import PodGroup, PodRequest, Workload
-    from gpupool.sim.pending import scheduling_shape
 
     w = Workload("w", "q", (PodGroup("main", 1, PodRequest(cpu_milli=1000)),), expected_duration_s=1.0)
-    assert scheduling_shape(w) != scheduling_shape(replace(w, preemption_wait_s=0.0))
-    assert scheduling_shape(w) == scheduling_shape(replace(w, name="other", arrival=5.0))
+
+    def shape(x: Workload) -> tuple[object, ...]:
+        return scheduling_signature(x, by_octave=True)
+
+    assert shape(w) != shape(replace(w, preemption_wait_s=0.0))
+    assert shape(w) == shape(replace(w, name="other", arrival=5.0))

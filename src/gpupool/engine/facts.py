@@ -1,5 +1,5 @@
 """Facts about a pending workload that no change of state alters: its quota vector, the pools
-it may use, and the fail-cache keys of its placement shape in each.
+it may use, and the fail-cache keys of its placement shape in each (``signature.placement_signature``).
 
 Why a part of its own: every attempt and every hint reads them, many times per workload over
 a long backlog; they are computed once per workload object and kept across cycles (checked by
@@ -8,6 +8,7 @@ object identity, so a new workload under an old name is looked at afresh).
 
 from __future__ import annotations
 
+from gpupool.engine.signature import placement_signature
 from gpupool.engine.state.cluster import ClusterState
 from gpupool.engine.state.quota import QuotaState
 from gpupool.model import ResourcePool, Vec, Workload
@@ -39,7 +40,7 @@ class WorkloadFacts:
         if got is not None and got[0] is w:
             return got[1]
         pools = self.candidate_pools(w)
-        shape = (w.pod_groups, w.gpu_models, w.topology, w.tolerations, w.node_selector, w.gang_min)
+        shape = placement_signature(w)
         sid = self._shape_ids.setdefault(shape, len(self._shape_ids))
         ckeys: list[tuple[object, ...]] = [(p, sid) for p in pools]
         st = (w.quota_vec(), pools, ckeys)

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
-from operator import attrgetter
+from dataclasses import dataclass
 
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.engine.ordering import workload_order_key
+from gpupool.engine.signature import Signature, scheduling_signature
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import QueueingStrategy, Workload
 
@@ -39,15 +39,9 @@ except ImportError:  # pragma: no cover
 FAILED = frozenset({PendingCode.QUOTA, PendingCode.CAPACITY, PendingCode.TOPOLOGY, PendingCode.NO_POOL})
 
 
-#: every field of a workload but its name and arrival: derived from the model, so a field added
-#: later is part of the class without anyone remembering to add it here
-_SHAPE = attrgetter(*(f.name for f in fields(Workload) if f.name not in ("name", "arrival")))
-Shape = tuple[object, ...]
-
-
-def shape_of(w: Workload) -> Shape:
-    """A workload's class: every field the engine reads but its name and its arrival."""
-    return _SHAPE(w)
+#: a workload's class: its scheduling signature (``engine.signature``: every field but its name
+#: and arrival, derived from the model, so a field added later is part of the class)
+Shape = Signature
 
 
 @dataclass(slots=True)
@@ -77,7 +71,7 @@ def _classes(
         if q is None or q.strategy is QueueingStrategy.STRICT_FIFO:
             whole.append(w)
         else:
-            classes.setdefault(shape_of(w), []).append(w)
+            classes.setdefault(scheduling_signature(w), []).append(w)
     for members in classes.values():
         members.sort(key=workload_order_key)
     return whole, classes
@@ -127,7 +121,7 @@ def windowed_cycle(
         _hide(engine, classes, plan)
 
         def more(w: Workload, plan: _Plan = plan) -> Workload | None:
-            c = shape_of(w)
+            c = scheduling_signature(w)
             names = plan.windows.get(c)
             if names is None or names[-1] != w.name or len(names) >= len(classes[c]):
                 return None
@@ -173,4 +167,4 @@ def _hidden_reasons(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workloa
     return out
 
 
-__all__ = ["WindowStats", "shape_of", "windowed_cycle"]
+__all__ = ["WindowStats", "windowed_cycle"]

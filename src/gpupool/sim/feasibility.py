@@ -6,8 +6,8 @@ up), which would read as an endless wait in the metrics instead of as a trace/cl
 
 from __future__ import annotations
 
+from gpupool.engine.signature import scheduling_signature
 from gpupool.model import Node, Queue, Workload
-from gpupool.sim.pending import scheduling_shape
 from gpupool.sim.sources import JobSpec
 
 
@@ -22,7 +22,7 @@ class Feasibility:
     def reject_reason(self, w: Workload, j: JobSpec) -> str:
         # the answer depends on the trace's queue and the workload's shape only (under the single
         # FIFO queue ``w.queue`` is not the trace's queue)
-        key = (j.queue, scheduling_shape(w))
+        key = (j.queue, scheduling_signature(w, by_octave=True))
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = self._reason(j)

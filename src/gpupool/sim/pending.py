@@ -3,7 +3,8 @@
 Why classes: the window planner (``gpupool.sim.windows``) gives the engine only the first few
 members of each class, and proves afterwards that the rest would have fared the same. That
 proof needs members of one class to be interchangeable to the engine but for their order,
-which is what ``scheduling_shape`` captures; it is the simulator's one definition of a shape.
+which is what the engine's ``scheduling_signature`` captures (with the declared duration by its
+power of two: the window rule handles backfill by exact durations itself, ``by_dur``).
 """
 
 from __future__ import annotations
@@ -14,29 +15,11 @@ from collections import Counter
 
 from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.ordering import workload_order_key
-from gpupool.engine.preemption.victim_cost import duration_octave
+from gpupool.engine.signature import scheduling_signature
 from gpupool.model import Workload
 
 #: a class member as its class keeps it: the engine's order key, then the name
 Member = tuple[tuple[int, float, str], str]
-
-
-def scheduling_shape(w: Workload) -> tuple[object, ...]:
-    """Everything the engine looks at when it places or orders ``w``, except its order key."""
-    return (
-        w.queue,
-        w.priority,
-        w.preemptible,
-        w.pod_groups,
-        w.gpu_models,
-        w.topology,
-        w.tolerations,
-        w.node_selector,
-        w.gang_min,
-        w.pool,
-        duration_octave(w.expected_duration_s),  # the preemption wait horizon depends on it,
-        w.preemption_wait_s,  # ... or on its class's preemptionWait
-    )
 
 
 def declared_duration(w: Workload) -> float:
@@ -69,7 +52,7 @@ class PendingSet:
         return len(self.w)
 
     def add(self, w: Workload) -> None:
-        ck = self.class_ids.setdefault(scheduling_shape(w), len(self.class_ids))
+        ck = self.class_ids.setdefault(scheduling_signature(w, by_octave=True), len(self.class_ids))
         self.w[w.name] = w
         self.cls_of[w.name] = ck
         self.new.add(w.name)

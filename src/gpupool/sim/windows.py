@@ -4,7 +4,7 @@ The window rule
 ---------------
 The engine's cost grows with the pending list, and most of a long backlog cannot move. Pending
 workloads are grouped per queue into *classes* of identical scheduling shape
-(``gpupool.sim.pending.scheduling_shape``), each class ordered by the engine's own order key. A
+(``gpupool.engine.signature.scheduling_signature``), each class ordered by the engine's own order key. A
 cycle is given:
 
 * for a StrictFIFO queue, or any queue when ``one_head_per_queue`` is on: the first ``K`` pending
