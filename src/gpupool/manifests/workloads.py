@@ -26,6 +26,7 @@ from gpupool.manifests.base import (
     TaskTypeTable,
 )
 from gpupool.manifests.task_types import resolve_workload
+from gpupool.manifests.utilisation import check_annotations
 from gpupool.model import (
     ACCELERATORS,
     CPU,
@@ -200,6 +201,7 @@ def build_workload(
         err.add(f"{doc.source}: spec.queue", f"required (or set the label {KUEUE_QUEUE_LABEL})")
         queue = ""
     groups = _pod_groups(doc, err)
+    check_annotations(doc.metadata.annotations, doc.source, err)  # idle-for, synthetic level
     tt = resolve_workload(doc, queue, types, err)
     cls = tt.values.get("priorityClass") or ""
     if tt.sources.get("priorityClass") not in (None, "workload") and cls not in classes:

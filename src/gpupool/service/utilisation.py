@@ -30,13 +30,11 @@ from datetime import UTC, datetime
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from gpupool import quantity as qty
 from gpupool.discovery.nvml import Reading
+from gpupool.manifests.utilisation import IDLE_FOR_ANNOTATION, idle_for_of, positive_duration
 from gpupool.model import Running
 from gpupool.store.utilisation import Rollup
 
-#: the workload annotation that declares how long its GPUs may stay idle ("off": never alert)
-IDLE_FOR_ANNOTATION = "gpupool.io/idle-for"
 HOUR_S = 3600.0
 
 #: a device by node name and index
@@ -93,28 +91,6 @@ def _percent(raw: str, where: str) -> float:
     if not 0.0 <= v <= 100.0:
         raise ValueError(f"{where}: must be a percentage 0-100, got {raw!r}")
     return v
-
-
-def positive_duration(raw: object, where: str) -> float:
-    """Seconds from ``30m``, ``2h``, ``90`` (seconds); ValueError naming ``where`` otherwise."""
-    try:
-        v = qty.parse_duration(raw)
-    except (qty.QuantityError, ValueError, TypeError) as exc:
-        raise ValueError(f"{where}: {exc}") from None
-    if not v > 0 or not math.isfinite(v):
-        raise ValueError(f"{where}: must be a duration > 0 (e.g. 30m), got {raw!r}")
-    return v
-
-
-def idle_for_of(annotations: Mapping[str, str], default_s: float) -> float | None:
-    """A workload's declared ``idleFor`` in seconds (None: ``off``); raises ValueError naming
-    the annotation for a value that is not a duration."""
-    raw = annotations.get(IDLE_FOR_ANNOTATION)
-    if raw is None:
-        return default_s
-    if str(raw).strip().lower() == "off":
-        return None
-    return positive_duration(raw, f"metadata.annotations[{IDLE_FOR_ANNOTATION}]")
 
 
 @dataclass(frozen=True, slots=True)
