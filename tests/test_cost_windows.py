@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -23,8 +24,10 @@ from gpupool.cost.chargeback import PoolCost, chargeback, pool_capacity, reconci
 from gpupool.cost.history import History, NodeSpan, Resources, Run, WorkloadInfo, node_spans
 from gpupool.cost.metering import US_PER_S, Window, meter, us_between
 from gpupool.cost.policy import CostPolicySpec, PolicyError, parse_policy
+from gpupool.cost.render import render
 from gpupool.cost.reports import chargeback_report, load_store
 from gpupool.cost.sacct import SacctError, parse_sacct
+from gpupool.cost.weekly import team_figure, weekly_report
 from gpupool.model import Node
 from gpupool.store import PhaseChange, Store
 from gpupool.store.revisions import RevisionRecord
@@ -233,3 +236,70 @@ def test_sacct_keeps_failed_cancelled_and_timeout_jobs_with_their_state() -> Non
     assert tr.skipped == {"never started, CANCELLED": 1, "no GPU, FAILED": 1}
     with pytest.raises(SacctError, match="s:2: field ReqTRES: gres/gpu='x' is not a whole number"):
         parse_sacct([SACCT_HEAD, lines[1].replace("gres/gpu=4", "gres/gpu=x")], "s")
+
+
+# ---------------------------------------------------------------------- charts that add up
+def test_cost_per_team_chart_adds_up_to_the_spend(young: Store) -> None:
+    """The bars stack each queue's own cost under its top team: they add up to what the teams
+    were charged (list + surcharge + idle shared), never a parent's total beside its children's."""
+    rep = chargeback_report(load_store(young, WEEK, CostPolicySpec()))
+    fig = team_figure(rep)
+    tops = {r["queue"]: Decimal(r["total"]) for r in rows(rep, "teams") if r["parent"] is None}
+    assert {x for bar in fig.data for x in bar.x} == set(tops) == {"ai-org"}
+    drawn = sum(Decimal(str(y)) for bar in fig.data for y in bar.y)
+    assert drawn == sum(tops.values())
+    assert drawn == Decimal(rep["summary"]["listCost"]) + Decimal(rep["summary"]["idleCost"])
+    page = render(rep, "html")
+    assert 'id="teams-chart"' in page and "llm-pretrain" in page
+
+
+# ---------------------------------------------------------------------- every wait has its reason
+def admitted_after_wait(store: Store, name: str, detail_extra: dict[str, Any], pending_msg: str = "") -> None:
+    store.submit_workload(job(name, "llm-research", 1), owner="u", at=NOW - timedelta(minutes=10))
+    if pending_msg:
+        store.apply_transitions([PhaseChange(name, "Pending", pending_msg)], at=NOW - timedelta(minutes=9))
+    pod = {"group": "w", "index": 0, "node": "h100-0", "devices": [0], "gpuMilli": 1000}
+    detail = {"pool": "h100-training", "nodes": ["h100-0"], "gpuMilli": 1000, **detail_extra}
+    store.apply_transitions(
+        [PhaseChange(name, "Admitted", "fits", {"pool": "h100-training", "pods": [pod]})],
+        audit=[AuditEntry("scheduler", "workload.admit", "Workload", name, detail)],
+        at=NOW - timedelta(minutes=2),
+    )
+
+
+def test_every_wait_carries_what_it_waited_for(young: Store) -> None:
+    """A finished wait's reason comes from the admission record's waitedFor (the row's reason
+    is replaced on admission), else from the wait's own events; none reads "(none given)"."""
+    admitted_after_wait(young, "quota", {"waitedFor": "QuotaExceeded: llm-research is at its limit"})
+    admitted_after_wait(young, "first", {"waitedFor": ""})
+    admitted_after_wait(young, "requeued", {}, "requeued: node h100-3 went away")
+    admitted_after_wait(young, "old", {})
+    data = load_store(young, WEEK, CostPolicySpec())
+    why = {w.workload: w.reason for w in data.history.waits}
+    assert why["quota"] == "QuotaExceeded: llm-research is at its limit"
+    assert why["first"] == "admitted when first considered"
+    assert why["requeued"] == "requeued: node h100-3 went away"
+    assert why["old"] == "(not recorded)"  # an admission written before waitedFor existed
+    reasons = dict(next(t for t in weekly_report(data)["tables"] if t["name"] == "waitReasons")["rows"])
+    assert "(none given)" not in reasons and reasons["QuotaExceeded"] == 1
+
+
+def test_the_admission_record_names_the_last_pending_reason() -> None:
+    """The controller puts the workload's latest pending reason into its admission record."""
+    from gpupool.engine.decisions import Admit, Decisions, Pending, PendingCode
+    from gpupool.service.controller_commit import Commit
+
+    ctl = SimpleNamespace(
+        reasons={"a": Pending("a", "q", PendingCode.QUOTA, "q is at its limit")},
+        _stored_reasons={"b": "InsufficientCapacity: no node has 8 free GPUs"},
+    )
+    d = Decisions()
+    d.admitted = [Admit(n, "q", "p", (), False, "fits") for n in ("a", "b", "c")]
+    waited = Commit._waited_for(ctl, d)  # type: ignore[arg-type]
+    assert waited == {
+        "a": "QuotaExceeded: q is at its limit",
+        "b": "InsufficientCapacity: no node has 8 free GPUs",
+    }
+    audits: list[AuditEntry] = []
+    Commit._admission_records(d, 0.0, [], audits, waited)
+    assert [a.detail["waitedFor"] for a in audits] == [waited["a"], waited["b"], ""]

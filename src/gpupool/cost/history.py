@@ -163,18 +163,21 @@ def workload_runs(
     open_wait: tuple[datetime, str] | None = None
     for e in (e for e in events if e.reason in PHASE_EVENTS):
         if e.reason == "Admitted" and open_run is None:
-            if open_wait is not None:
-                waits.append(Wait(info.name, open_wait[0], e.at, True, open_wait[1]))
-                open_wait = None
             open_run = (e.at, _admit_detail(unused, e.at))
+            if open_wait is not None:
+                why = waited_for(open_run[1], open_wait[1])
+                waits.append(Wait(info.name, open_wait[0], e.at, True, why))
+                open_wait = None
         elif e.reason in RUN_ENDS and open_run is not None:
             res = _admit_resources(open_run[1], info, models, None)
             runs.append(Run(info.name, len(runs) + 1, open_run[0], e.at, e.reason, res))
             open_run = None
         if e.reason in WAITING and open_wait is None:
-            open_wait = (e.at, "" if e.reason == "Submitted" else e.message)
+            open_wait = (e.at, _wait_reason(e))
+        elif e.reason in WAITING and open_wait is not None and _wait_reason(e):
+            open_wait = (open_wait[0], _wait_reason(e))  # a later reason within the same wait
         elif e.reason not in WAITING and e.reason != "Admitted" and open_wait is not None:
-            waits.append(Wait(info.name, open_wait[0], e.at, False, open_wait[1]))
+            waits.append(Wait(info.name, open_wait[0], e.at, False, open_wait[1] or UNRECORDED))
             open_wait = None
     if open_run is not None:  # still holding its GPUs: the stored placement is this run's
         res = _admit_resources(open_run[1], info, models, placement)
@@ -183,8 +186,33 @@ def workload_runs(
         last = runs[-1]
         runs[-1] = replace(last, res=_admit_resources(_detail_of(last, admits), info, models, placement))
     if open_wait is not None:
-        waits.append(Wait(info.name, open_wait[0], None, False, info.reason or open_wait[1]))
+        waits.append(Wait(info.name, open_wait[0], None, False, info.reason or open_wait[1] or UNRECORDED))
     return runs, waits
+
+
+#: a wait the scheduler admitted at the first cycle that considered it gave no reason
+FIRST_CYCLE = "admitted when first considered"
+#: a wait whose admission record predates the recorded reason (older stores)
+UNRECORDED = "(not recorded)"
+
+
+def _wait_reason(e: EventRecord) -> str:
+    """What a waiting-phase event says about why (a submission or a bare phase change says nothing)."""
+    if e.reason == "Submitted" or not e.message or e.message.endswith(f"-> {e.reason}"):
+        return ""
+    return e.message
+
+
+def waited_for(detail: Mapping[str, Any], seen: str) -> str:
+    """Why an admitted wait waited: the scheduler's last pending reason, which the controller
+    writes into the admission record (``waitedFor``; the row's reason is replaced on admission),
+    else what the wait's events said."""
+    recorded = detail.get("waitedFor")
+    if recorded:
+        return str(recorded)
+    if seen:
+        return seen
+    return FIRST_CYCLE if recorded == "" else UNRECORDED
 
 
 def _detail_of(run: Run, admits: Sequence[AuditRecord]) -> Mapping[str, Any]:

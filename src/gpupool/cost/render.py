@@ -84,8 +84,21 @@ def render_html(rep: Mapping[str, Any]) -> str:
         f"{html.escape(k)}: {html.escape(cell(v))}" for k, v in rep.get("summary", {}).items()
     )
     body = f"<h1>{html.escape(title)}</h1><p>{html.escape(rep['from'])} to {html.escape(rep['to'])}</p>"
-    body += f'<p class="summary">{summary}</p>' + "".join(html_table(t) for t in rep.get("tables", ()))
+    body += f'<p class="summary">{summary}</p>' + _team_chart(rep)
+    body += "".join(html_table(t) for t in rep.get("tables", ()))
     return page(title, body)
+
+
+def _team_chart(rep: Mapping[str, Any]) -> str:
+    """A chargeback's cost per team as the weekly page draws it (each queue's own cost stacked
+    under its top team, plotly inline so the page stays offline); nothing for other reports."""
+    if rep.get("kind") != "chargeback" or not any(t["name"] == "teams" for t in rep.get("tables", ())):
+        return ""
+    from gpupool.cost.weekly import team_figure
+
+    fig = team_figure(rep)
+    fig.update_layout(template="plotly_white", height=380, title="Cost per team (own cost, stacked)")
+    return str(fig.to_html(full_html=False, include_plotlyjs=True, div_id="teams-chart"))
 
 
 def render(rep: Mapping[str, Any], fmt: str) -> str:

@@ -204,6 +204,9 @@ def chargeback_report(data: CostData) -> dict[str, Any]:
         "surcharge": money(sum(v for q, v in cb.surcharges.items() if data.sees(q))),
     }
     summary["idleRule"] = IDLE_RULES[data.policy.idle_rule()]
+    unpriced = sorted(pc.pool for pc in cb.pools if pc.price == 0 and pc.capacity)
+    if unpriced:  # every cost of theirs is 0: say why rather than show $0 as a figure
+        summary["unpriced"] = f"no pricePerGPUHour (or CostPolicy pricePerGpuHour): {', '.join(unpriced)}"
     if data.visible is None:
         summary |= {
             "covers": coverage(data),

@@ -37,7 +37,7 @@ class Commit(ControllerState):
         if not d.admitted and not d.preempted:
             return
         changes, audits, victims = self._preemption_records(d)
-        placements = self._admission_records(d, now, changes, audits)
+        placements = self._admission_records(d, now, changes, audits, self._waited_for(d))
         self.store.apply_transitions(changes, audit=audits, at=_dt(now))
         self.engine.apply(d, by_name.values(), now)
         if victims:
@@ -72,9 +72,25 @@ class Commit(ControllerState):
                 audits.append(AuditEntry(SCHEDULER, "workload.preempt", "Workload", v.workload, detail))
         return changes, audits, victims
 
+    def _waited_for(self, d: Decisions) -> dict[str, str]:
+        """Why each admitted workload waited until now (its latest pending reason, as stored:
+        ``code: reason``), for the admission record: the row's reason is overwritten on admission,
+        so without it a report could not say what a finished wait was for."""
+        out: dict[str, str] = {}
+        for a in d.admitted:
+            p = self.reasons.get(a.workload)
+            text = f"{p.code}: {p.reason}" if p is not None else self._stored_reasons.get(a.workload, "")
+            if text:
+                out[a.workload] = text
+        return out
+
     @staticmethod
     def _admission_records(
-        d: Decisions, now: float, changes: list[PhaseChange], audits: list[AuditEntry]
+        d: Decisions,
+        now: float,
+        changes: list[PhaseChange],
+        audits: list[AuditEntry],
+        waited_for: Mapping[str, str],
     ) -> dict[str, dict[str, Any]]:
         placements: dict[str, dict[str, Any]] = {}
         for a in d.admitted:
@@ -89,6 +105,7 @@ class Commit(ControllerState):
                 "nodes": sorted({p.node for p in a.pods}),
                 "gpuMilli": sum(p.gpu_milli * len(p.devices) for p in a.pods),
             }
+            detail["waitedFor"] = waited_for.get(a.workload, "")  # "": admitted when first considered
             audits.append(AuditEntry(SCHEDULER, "workload.admit", "Workload", a.workload, detail))
         return placements
 
