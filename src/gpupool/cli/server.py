@@ -25,6 +25,7 @@ from gpupool.service.config import (
     shared_store_problem,
     write_token_file,
 )
+from gpupool.service.utilisation import UtilisationSettings
 
 # a log file or journald gets each banner line whole, never wrapped at 80 columns
 console = Console(soft_wrap=not sys.stdout.isatty())
@@ -381,7 +382,12 @@ def serve(
     cfg_dir = _config_dir(config, local)
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
         _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
+    try:  # measured utilisation (docs/metrics.md): $GPUPOOL_UTILISATION_*, named when wrong
+        utilisation = UtilisationSettings.from_env()
+    except ValueError as exc:
+        _fail(str(exc))
     cfg = ServiceConfig(
+        utilisation=utilisation,
         metrics_public=metrics_public,
         max_body_bytes=max_body_bytes,
         advertise_url=advertise_url,

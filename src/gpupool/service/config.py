@@ -83,13 +83,18 @@ class ServiceConfig:
     #: how many replicas of this service run (the chart's replicaCount): 2+ need a shared database
     replicas: int = 1
     #: measured GPU utilisation: idle threshold, default idleFor, sampling, retention, Prometheus
-    #: (None: from $GPUPOOL_UTILISATION_*, gpupool.service.utilisation)
+    #: (None: read from $GPUPOOL_UTILISATION_* when the config is made, gpupool.service.utilisation)
     utilisation: UtilisationSettings | None = None
 
     def __post_init__(self) -> None:
         problem = shared_store_problem(self.database_url, self.replicas)
         if problem is not None:
             raise ServiceConfigError(problem)
+        if self.utilisation is None:
+            try:
+                self.utilisation = UtilisationSettings.from_env()
+            except ValueError as exc:  # the message names the variable
+                raise ServiceConfigError(str(exc)) from None
 
     @property
     def url(self) -> str:

@@ -7,8 +7,9 @@ most once per ``refresh_s`` (fragmentation at most once per ``frag_refresh_s``),
 only renders what is there and a burst of cycles does not repeat the same reads.
 
 Labels are the low-cardinality ones only: queue, pool, task type, reason code and phase. A
-workload's name never becomes a label (each name would be a new series that lives forever in
-Prometheus).
+workload's name never becomes a label here (each name would be a new series that lives forever in
+Prometheus); the measured-utilisation gauges (gpupool.service.utilisation) carry it only while
+the workload runs and remove its series when it ends.
 """
 
 from __future__ import annotations
