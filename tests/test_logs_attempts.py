@@ -256,3 +256,15 @@ def test_last_lines_are_the_lines_splitlines_ends_with(lines: list[bytes], endin
         run_logs._BLOCK = old
     want = b"".join(data.splitlines(keepends=True)[-n:]) if n else b""
     assert got == want
+
+
+def test_a_plain_read_keeps_the_last_bytes_and_says_what_it_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpupool.service.routes import logs as route
+
+    monkeypatch.setattr(route, "MAX_READ", 10)
+    data = b"".join(b"line %d\n" % i for i in range(5))  # 35 bytes
+    assert route._read(io.BytesIO(data), None) == b"[gpupool: the first 25 bytes are left out]\n" + data[-10:]
+    assert route._read(io.BytesIO(data), 1) == b"line 4\n"
+    assert (
+        route._read(io.BytesIO(data), 3) == b"[gpupool: the start of these lines is left out]\n" + data[-10:]
+    )
