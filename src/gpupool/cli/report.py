@@ -45,6 +45,9 @@ PolicyOpt = typer.Option(
 SimOpt = typer.Option(None, "--sim", help="report a simulator replay of this Scenario file instead")
 SimPolicyOpt = typer.Option("gpupool", "--sim-policy", help="with --sim: the scheduling policy replayed")
 VariantOpt = typer.Option(None, "--variant", help="with --sim: the cluster variant (default: the baseline)")
+ForceOpt = typer.Option(
+    False, "--force", help="answer even when the history is shorter than the method needs (with a warning)"
+)
 
 
 def _build(kind: str, data: Any, store: Any | None) -> dict[str, Any]:
@@ -156,10 +159,12 @@ def tco_cmd(
     end: str | None = ToOpt,
     target_wait: float = typer.Option(0.5, "--target-wait", help="longest acceptable wait, hours"),
     horizon_days: int = typer.Option(14, "--horizon-days", min=1, max=366),
+    force: bool = ForceOpt,
     output: Fmt = FmtOpt,
     out: Path | None = FileOpt,
 ) -> None:
-    """GPUs needed to hold waits under a target (demand forecast per pool) and own-vs-rent cost."""
+    """GPUs needed to hold waits under a target (demand forecast per pool, a range from its
+    prediction interval) and own-vs-rent cost; refuses less than two days of history."""
     import yaml
 
     from gpupool.cost.forecast import parse_tco, tco_report
@@ -181,13 +186,20 @@ def tco_cmd(
         to = parse_time(end, "--to", datetime.now(UTC))
         window = Window(parse_time(start, "--from", to - timedelta(days=28)), to)
         with Store.open(db) as store:
-            text = render(
-                tco_report(load_store(store, window, CostPolicySpec()), p, target_wait, horizon_days),
-                output.value,
-            )
+            rep = tco_report(load_store(store, window, CostPolicySpec()), p, target_wait, horizon_days, force)
+        text = render(rep, output.value)
     except (ValueError, yaml.YAMLError) as exc:
         fail(str(exc), 2)
+    _warn(rep)
     _write(text, out)
+
+
+def _warn(rep: dict[str, Any]) -> None:
+    """A planning answer's warnings (short history, a design no better than today's) on stderr
+    too, so they are seen whatever the output format."""
+    for key in ("warning", "verdict"):
+        if rep.get("summary", {}).get(key):
+            typer.echo(str(rep["summary"][key]), err=True)
 
 
 def _write(text: str, out: Path | None) -> None:

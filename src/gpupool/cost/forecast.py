@@ -2,10 +2,17 @@
 
 Why these models: demand on a GPU platform has a trend (teams grow) and a weekly rhythm (work is
 submitted on weekdays); Holt-Winters exponential smoothing (statsmodels) models both and needs
-no hand-written fitting. A history too short for a season falls back to Holt's trend, then to
-the mean, and the report says which was used. Every forecast is checked on data it was not
-fitted on: the last quarter of the history is held out, the error there is reported next to a
-naive same-time-last-season forecast, so a reader can judge whether the model earns its keep.
+no hand-written fitting. Every forecast is checked on data it was not fitted on: the last
+quarter of the history is held out, the error there is reported next to a naive
+same-time-last-season forecast, so a reader can judge whether the model earns its keep.
+
+Why limits and intervals: a seasonal model learns nothing from less than two of its seasons, and
+a history that starts before the cluster existed is zeros the model takes for a quiet past (a
+15-minute-old install fitted over 28 days forecast a 500-GPU peak from 6.8 GPUs of demand).
+So the series starts when the first node joined, the season is chosen from that length, a
+history shorter than two daily seasons is refused (``--force`` answers with the fallback and a
+warning), and the forecast comes with a prediction interval simulated from the fitted model,
+sized into a range of GPU counts rather than one number.
 
 Demand here is *wanted concurrency*: GPUs held plus GPUs requested by waiting work, per bucket.
 """
@@ -16,22 +23,55 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 
+from gpupool.cost.chargeback import covered, pool_capacity
+from gpupool.cost.limits import DAY_S, WEEK_S, Limit
 from gpupool.cost.metering import US_PER_S, us_between
 from gpupool.cost.reports import CostData
 
 HOLDOUT = 0.25
+#: the prediction interval's coverage: the 5th to the 95th percentile of simulated paths
+LEVEL = 0.9
+PATHS = 500  # simulated paths per interval (seeded: the same history gives the same interval)
 
 
-def demand_series(data: CostData, bucket_s: int = 3600) -> dict[str, list[float]]:
-    """Per pool, mean GPUs held plus GPUs waited for in each bucket of the window."""
-    n = max(1, -(-data.window.us // (bucket_s * US_PER_S)))
+def observed_since(data: CostData) -> datetime:
+    """Where the history a forecast may learn from begins: when the first node of the window
+    joined (the window's start without node history, or before any node existed: the end)."""
+    part = covered(data.history.nodes, data.window)
+    return data.window.end if part is None else part[0]
+
+
+def demand_series(
+    data: CostData, bucket_s: int = 3600, since: datetime | None = None
+) -> dict[str, list[float]]:
+    """Per pool, mean GPUs held plus GPUs waited for in each bucket from ``since`` (default the
+    window's start) to the window's end. Buckets end at the window's end; the first one, cut by
+    ``since``, is the mean over its part after ``since`` (time before it is not a quiet past)."""
+    since = max(since or data.window.start, data.window.start)
     step = bucket_s * US_PER_S
+    have = us_between(since, data.window.end)
+    n = -(-have // step) if have > 0 else 0
+    origin = data.window.end - timedelta(microseconds=n * step)  # the first bucket's start
     out: dict[str, list[float]] = {p: [0.0] * n for p in data.pools}
+    for pool, start, end, milli in _spans(data):
+        a, b = us_between(origin, max(start, since)), us_between(origin, end)
+        row = out.setdefault(pool, [0.0] * n)
+        while a < b:
+            i = a // step
+            stop = min(b, (i + 1) * step)
+            row[i] += milli * (stop - a) / 1000
+            a = stop
+    first = step - (n * step - have)  # the part of the first bucket after ``since``
+    return {p: [v / (first if i == 0 else step) for i, v in enumerate(row)] for p, row in out.items()}
+
+
+def _spans(data: CostData) -> list[tuple[str, Any, Any, int]]:
+    """(pool, start, end, milli-GPUs) of every run metered and every wait seen in the window."""
     spans: list[tuple[str, Any, Any, int]] = [
         (m.pool, m.start, m.end, m.gpu // us_between(m.start, m.end)) for m in data.mine()
     ]
@@ -42,15 +82,7 @@ def demand_series(data: CostData, bucket_s: int = 3600) -> dict[str, list[float]
         start, end = max(w.start, data.window.start), min(w.end or data.window.end, data.window.end)
         if pool and end > start and data.sees(info.queue):
             spans.append((pool, start, end, info.requested_gpu_milli))
-    for pool, start, end, milli in spans:
-        a, b = us_between(data.window.start, start), us_between(data.window.start, end)
-        row = out.setdefault(pool, [0.0] * n)
-        while a < b:
-            i = a // step
-            stop = min(b, (i + 1) * step)
-            row[i] += milli * (stop - a) / (1000 * step)
-            a = stop
-    return out
+    return spans
 
 
 @dataclass(frozen=True)
@@ -59,28 +91,50 @@ class Forecast:
     values: list[float]  # the forecast, one per bucket of the horizon
     holdout_mae: float | None  # the method's error on the held-out tail (GPUs)
     naive_mae: float | None  # a same-time-last-season forecast's error there
+    lower: list[float] | None = None  # the prediction interval (LEVEL), one per bucket
+    upper: list[float] | None = None
 
 
-def _fit(history: Sequence[float], horizon: int, season: int) -> tuple[str, list[float]]:
-    """Holt-Winters when two seasons are known, Holt's trend with four points, else the mean."""
+#: a method's forecast and its interval bounds
+Fitted = tuple[str, list[float], list[float], list[float]]
+
+
+def _interval(res: Any, horizon: int) -> tuple[list[float], list[float]]:
+    """The LEVEL prediction interval from paths simulated by the fitted model (statsmodels)."""
+    paths = np.asarray(res.simulate(horizon, repetitions=PATHS, error="add", anchor="end", random_state=0))
+    paths = paths.reshape(horizon, -1)
+    tail = (1 - LEVEL) / 2 * 100
+    lo, hi = np.percentile(paths, [tail, 100 - tail], axis=1)
+    return [max(0.0, float(v)) for v in lo], [max(0.0, float(v)) for v in hi]
+
+
+def _fit(history: Sequence[float], horizon: int, season: int) -> Fitted:
+    """Holt-Winters when two seasons are known, Holt's trend with four points, else the mean
+    (its interval: the history's range)."""
     from statsmodels.tsa.holtwinters import ExponentialSmoothing
 
     y = np.asarray(history, dtype=float)
     if len(y) == 0:
-        return "none", [0.0] * horizon
+        return "none", [0.0] * horizon, [0.0] * horizon, [0.0] * horizon
     if np.ptp(y) == 0:
-        return "constant", [float(y[0])] * horizon
+        flat = [float(y[0])] * horizon
+        return "constant", flat, flat, flat
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # convergence chatter on short, flat series
         if season > 1 and len(y) >= 2 * season:
             model = ExponentialSmoothing(
                 y, trend="add", seasonal="add", seasonal_periods=season, damped_trend=True
             )
-            return "holt-winters", [max(0.0, float(v)) for v in model.fit().forecast(horizon)]
-        if len(y) >= 4:
+            method = "holt-winters"
+        elif len(y) >= 4:
             model = ExponentialSmoothing(y, trend="add", damped_trend=True)
-            return "holt", [max(0.0, float(v)) for v in model.fit().forecast(horizon)]
-    return "mean", [float(y.mean())] * horizon
+            method = "holt"
+        else:
+            mean = [float(y.mean())] * horizon
+            return "mean", mean, [float(y.min())] * horizon, [float(y.max())] * horizon
+        res = model.fit()
+        lo, hi = _interval(res, horizon)
+    return method, [max(0.0, float(v)) for v in res.forecast(horizon)], lo, hi
 
 
 def _naive(history: Sequence[float], horizon: int, season: int) -> list[float]:
@@ -103,11 +157,11 @@ def forecast(history: Sequence[float], horizon: int, season: int) -> Forecast:
     test = list(history[cut:])
     mae = naive = None
     if cut >= 4 and test:
-        _, pred = _fit(history[:cut], len(test), season)
+        pred = _fit(history[:cut], len(test), season)[1]
         mae = _mae(pred, test)
         naive = _mae(_naive(history[:cut], len(test), season), test)
-    method, values = _fit(history, horizon, season)
-    return Forecast(method, values, mae, naive)
+    method, values, lower, upper = _fit(history, horizon, season)
+    return Forecast(method, values, mae, naive, lower, upper)
 
 
 def gpus_for_wait(demand: Sequence[float], target_wait_h: float, bucket_h: float = 1.0) -> int:
@@ -138,36 +192,66 @@ def gpus_for_wait(demand: Sequence[float], target_wait_h: float, bucket_h: float
     return lo
 
 
+def forecast_limit(command: str, bucket_s: int) -> Limit:
+    """Two daily seasons: the least history the seasonal model learns a daily rhythm from."""
+    return Limit(command, 2 * DAY_S, f"two daily seasons of {DAY_S // bucket_s} buckets for Holt-Winters")
+
+
+def season_of(have_s: float, bucket_s: int) -> int:
+    """The season, in buckets: a week once two weeks are known, else a day (from the history
+    the model is fitted on, not the window asked for)."""
+    return (WEEK_S if have_s >= 2 * WEEK_S else DAY_S) // bucket_s
+
+
+def history_note(data: CostData, command: str, bucket_s: int, force: bool) -> tuple[datetime, str | None]:
+    """Where the forecast's history starts, and the warning when it is short (raises when short
+    and not forced)."""
+    since = observed_since(data)
+    have = us_between(since, data.window.end) / US_PER_S
+    if covered(data.history.nodes, data.window) is None:
+        words = "no node existed in the window"
+    elif since > data.window.start:
+        words = f"since the first node joined at {since:%Y-%m-%d %H:%M} UTC"
+    else:
+        words = f"the whole window, from {since:%Y-%m-%d %H:%M} UTC"
+    return since, forecast_limit(command, bucket_s).check(have, words, force)
+
+
 def capacity_plan(
-    data: CostData, horizon_days: int = 14, target_wait_h: float = 0.5, bucket_s: int = 3600
+    data: CostData,
+    horizon_days: int = 14,
+    target_wait_h: float = 0.5,
+    bucket_s: int = 3600,
+    since: datetime | None = None,
 ) -> dict[str, Any]:
-    """Per pool: forecast of demand, its held-out error, and GPUs needed for the wait target."""
-    season = (7 * 86400) // bucket_s if data.window.us >= 14 * 86400 * US_PER_S else 86400 // bucket_s
-    horizon = max(1, horizon_days * 86400 // bucket_s)
+    """Per pool: forecast of demand with its interval, its held-out error, and the GPUs the wait
+    target needs (for the forecast, and for the interval's low and high ends). The history
+    starts at ``since``, by default when the first node joined (``observed_since``)."""
+    since = since or observed_since(data)
+    season = season_of(us_between(since, data.window.end) / US_PER_S, bucket_s)
+    horizon = max(1, horizon_days * DAY_S // bucket_s)
+    bucket_h = bucket_s / 3600
     rows = []
-    for pool, series in sorted(demand_series(data, bucket_s).items()):
+    for pool, series in sorted(demand_series(data, bucket_s, since).items()):
         f = forecast(series, horizon, season)
-        need = gpus_for_wait(f.values, target_wait_h, bucket_s / 3600)
+        need = gpus_for_wait(f.values, target_wait_h, bucket_h)
+        low = gpus_for_wait(f.lower or f.values, target_wait_h, bucket_h)
+        high = gpus_for_wait(f.upper or f.values, target_wait_h, bucket_h)
         today = data.pools[pool].gpus if pool in data.pools else 0
         rows.append(
-            [
-                pool,
-                today,
-                round(max(series, default=0.0), 2),
-                round(max(f.values), 2),
-                need,
-                need - today,
-                f.method,
-                None if f.holdout_mae is None else round(f.holdout_mae, 3),
-                None if f.naive_mae is None else round(f.naive_mae, 3),
-            ]
-        )
-    cols = ["pool", "gpusToday", "peakDemand", "forecastPeak", "gpusNeeded", "change", "method"]
-    cols += ["holdoutMAE", "naiveMAE"]
+            [pool, today, round(max(series, default=0.0), 2), round(max(f.values), 2),
+             round(max(f.lower or f.values), 2), round(max(f.upper or f.values), 2),
+             need, low, high, need - today, f.method,
+             None if f.holdout_mae is None else round(f.holdout_mae, 3),
+             None if f.naive_mae is None else round(f.naive_mae, 3)]
+        )  # fmt: skip
+    cols = ["pool", "gpusToday", "peakDemand", "forecastPeak", "forecastPeakLow", "forecastPeakHigh"]
+    cols += ["gpusNeeded", "gpusNeededLow", "gpusNeededHigh", "change", "method", "holdoutMAE", "naiveMAE"]
     end = data.window.end + timedelta(days=horizon_days)
     return {
         "name": "capacity",
-        "title": f"Capacity for waits under {target_wait_h:g} h until {end.date().isoformat()}",
+        "title": f"Capacity for waits under {target_wait_h:g} h until {end.date().isoformat()}"
+        f" ({LEVEL:.0%} interval: low-high)",
         "columns": cols,
         "rows": rows,
     }
@@ -256,36 +340,44 @@ def tco(gpus: int, utilization: float, p: TcoParams) -> dict[str, float]:
 
 
 def tco_report(
-    data: CostData, params: TcoParams, target_wait_h: float = 0.5, horizon_days: int = 14
+    data: CostData,
+    params: TcoParams,
+    target_wait_h: float = 0.5,
+    horizon_days: int = 14,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """GPUs needed for the wait target per pool, and owning them against renting, today and planned."""
+    """GPUs needed for the wait target per pool (a range: the forecast interval's low and high
+    ends around the forecast), and owning them against renting, today and planned. Refuses a
+    history shorter than two daily seasons unless ``force`` (then the summary warns)."""
     from gpupool.cost.reports import report
 
-    plan = capacity_plan(data, horizon_days, target_wait_h)
-    demand = demand_series(data)
+    since, warning = history_note(data, "report tco", 3600, force)
+    plan = capacity_plan(data, horizon_days, target_wait_h, since=since)
+    demand = demand_series(data, since=since)
     allocated: dict[str, int] = {}
     for m in data.mine():
         allocated[m.pool] = allocated.get(m.pool, 0) + m.gpu
-    rows = []
-    cols = plan["columns"]
+    rows, advice = [], []
+    col = {c: i for i, c in enumerate(plan["columns"])}
     for r in plan["rows"]:
-        pool, today, need = r[0], r[1], r[cols.index("gpusNeeded")]
-        cap = today * 1000 * data.window.us
+        pool, today = r[0], r[1]
+        low, need, high = r[col["gpusNeededLow"]], r[col["gpusNeeded"]], r[col["gpusNeededHigh"]]
+        cap = pool_capacity(data.pools[pool], data.window) if pool in data.pools else 0
         measured = allocated.get(pool, 0) / cap if cap else 0.0
-        mean_demand = float(np.mean(demand.get(pool, [0.0])))
-        for label, gpus, util in (
-            ("today", today, measured),
-            ("planned", need, min(1.0, mean_demand / need) if need else 0.0),
-        ):
-            t = tco(gpus, util, params)
-            rows.append([pool, label, *t.values()])
+        mean_demand = float(np.mean(demand.get(pool) or [0.0]))
+        rows.append([pool, "today", *tco(today, measured, params).values()])
+        for label, gpus in (("planned-low", low), ("planned", need), ("planned-high", high)):
+            util = min(1.0, mean_demand / gpus) if gpus else 0.0
+            rows.append([pool, label, *tco(gpus, util, params).values()])
+        advice.append(f"{pool} {low}-{high} (forecast {need}, today {today})")
     tco_cols = ["pool", "design", "gpus", "utilization", "ownPerMonth", "rentPerMonth"]
     tco_cols += ["ownPerDeliveredGpuHour", "rentPerDeliveredGpuHour", "breakEvenUtilization"]
     tables = [
         plan,
         {"name": "tco", "title": "Own against rent, per month", "columns": tco_cols, "rows": rows},
     ]
-    assumptions = {k: getattr(params, v) for k, v in TCO_KEYS.items()}
-    return report(
-        "tco", data, tables, {"targetWaitHours": target_wait_h, "horizonDays": horizon_days, **assumptions}
-    )
+    summary: dict[str, Any] = {"warning": warning} if warning else {}
+    summary |= {"gpusNeeded": "; ".join(advice), "historyFrom": since.isoformat()}
+    summary |= {"targetWaitHours": target_wait_h, "horizonDays": horizon_days}
+    summary |= {k: getattr(params, v) for k, v in TCO_KEYS.items()}
+    return report("tco", data, tables, summary)

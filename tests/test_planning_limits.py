@@ -1,0 +1,127 @@
+"""Planning that knows its limits: short histories refused or flagged, forecasts with an
+interval, no design recommended that its own replay shows worse, clock-based profiles.
+
+The young store is the one a new install has: its nodes joined 15 minutes ago and a little work
+ran since. ``report tco`` over its default 28-day window recommended 419 A100s for 6.8 GPUs of
+peak demand: the forecast was fitted on 28 days of zeros (before the cluster existed) ending in
+one busy hour, with a weekly season chosen from the window's length.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from gpupool.audit import AuditEntry
+from gpupool.cli.main import app
+from gpupool.cost.forecast import TcoParams, capacity_plan, forecast, tco_report
+from gpupool.cost.limits import HistoryTooShort
+from gpupool.cost.metering import Window
+from gpupool.cost.policy import CostPolicySpec
+from gpupool.cost.reports import CostData, load_store
+from gpupool.store import PhaseChange, Store
+from tests.test_cost_forecast import weekly_series
+from tests.test_cost_windows import JOINED, NOW, manifests
+
+runner = CliRunner()
+
+
+def rows(rep: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    t = next(t for t in rep["tables"] if t["name"] == name)
+    return [dict(zip(t["columns"], r, strict=True)) for r in t["rows"]]
+
+
+def serve(store: Store, name: str, gpus: int, node: str, start: datetime, end: datetime | None) -> None:
+    """An inference job on ``node`` of a100-inference from ``start`` (to ``end``, or still running)."""
+    group = {"name": "w", "replicas": 1, "resources": {"nvidia.com/gpu": gpus, "cpu": 8, "memory": "64Gi"}}
+    spec = {"queue": "serving", "type": "inference", "podGroups": [group], "duration": "2h"}
+    store.submit_workload(
+        {"apiVersion": "gpupool.io/v1alpha1", "kind": "Workload", "metadata": {"name": name}, "spec": spec},
+        owner="u",
+        at=start,
+    )
+    pod = {"group": "w", "index": 0, "node": node, "devices": list(range(gpus)), "gpuMilli": 1000}
+    detail = {"pool": "a100-inference", "nodes": [node], "gpuMilli": gpus * 1000}
+    store.apply_transitions(
+        [PhaseChange(name, "Admitted", "fits", {"pool": "a100-inference", "pods": [pod]})],
+        audit=[AuditEntry("scheduler", "workload.admit", "Workload", name, detail)],
+        at=start,
+    )
+    if end is not None:
+        store.apply_transitions([PhaseChange(name, "Succeeded", "done")], at=end)
+
+
+@pytest.fixture
+def young(tmp_path: Path) -> str:
+    return young_store(tmp_path)
+
+
+def young_store(tmp_path: Path) -> str:
+    """Installed 15 minutes before NOW; about 7 A100s busy at the peak."""
+    url = f"sqlite:///{tmp_path}/young.db"
+    with Store.open(url, clock=lambda: NOW) as store:
+        for m in manifests():
+            store.apply_object(m, at=JOINED)
+        serve(store, "chat", 4, "a100-0", JOINED + timedelta(minutes=1), None)
+        serve(store, "embed", 3, "a100-1", JOINED + timedelta(minutes=3), None)
+        serve(store, "rerank", 1, "a100-2", JOINED + timedelta(minutes=4), NOW - timedelta(minutes=2))
+    return url
+
+
+def test_tco_on_a_young_store_refuses_and_names_the_minimum(young: str) -> None:
+    res = runner.invoke(app, ["report", "tco", "--db", young, "--to", NOW.isoformat()])
+    assert res.exit_code == 2
+    assert "15 min" in res.output and "48 h" in res.output and "--force" in res.output
+    with pytest.raises(HistoryTooShort, match="two daily seasons"):
+        tco_report(young_data(young), TcoParams())
+
+
+def young_data(url: str) -> CostData:
+    with Store.open(url) as s:
+        return load_store(s, Window(NOW - timedelta(days=28), NOW), CostPolicySpec())
+
+
+def test_capacity_on_a_young_store_is_sized_from_what_it_saw(young: str) -> None:
+    """The 419-A100 answer: sized from a forecast of 28 days of zeros and one busy hour (the
+    weekly Holt-Winters fit's trend ran away); the history now starts when the nodes joined."""
+    plan = capacity_plan(young_data(young), horizon_days=14, target_wait_h=0.5)
+    a100 = dict(zip(plan["columns"], next(r for r in plan["rows"] if r[0] == "a100-inference"), strict=True))
+    assert a100["gpusNeeded"] <= 8  # 4 + 3 + 1 GPUs ran, for part of the quarter hour
+    assert 5 < a100["peakDemand"] <= 8 and a100["method"] in ("constant", "mean")
+    assert a100["gpusNeeded"] <= math.ceil(a100["peakDemand"])
+
+
+def test_tco_forced_on_a_young_store_answers_with_a_range_and_a_warning(young: str) -> None:
+    res = runner.invoke(
+        app, ["report", "tco", "--db", young, "--to", NOW.isoformat(), "--force", "-o", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert rep["summary"]["warning"].startswith("WARNING: report tco: the history covers 15 min")
+    assert "WARNING" in res.stderr
+    a100 = next(r for r in rows(rep, "capacity") if r["pool"] == "a100-inference")
+    peak = float(a100["peakDemand"])
+    assert 5 < peak <= 8  # 4 + 3 + 1 GPUs for part of the quarter hour
+    assert a100["gpusNeededLow"] <= a100["gpusNeeded"] <= a100["gpusNeededHigh"] <= math.ceil(peak)
+    designs = [r["design"] for r in rows(rep, "tco") if r["pool"] == "a100-inference"]
+    assert designs == ["today", "planned-low", "planned", "planned-high"]
+    assert "a100-inference" in rep["summary"]["gpusNeeded"]
+
+
+def test_forecast_interval_brackets_the_forecast_and_covers_held_out_data() -> None:
+    """The interval is the model's (paths simulated from the fit): on a noisy weekly rhythm it
+    contains most of a week it was not fitted on, and it widens with the horizon."""
+    series = weekly_series(5)
+    fitted, held = series[: 4 * 168], series[4 * 168 :]
+    f = forecast(fitted, 168, 168)
+    assert f.lower is not None and f.upper is not None
+    assert all(lo <= v <= hi for lo, v, hi in zip(f.lower, f.values, f.upper, strict=True))
+    inside = sum(lo <= y <= hi for lo, y, hi in zip(f.lower, held, f.upper, strict=True)) / len(held)
+    assert inside >= 0.75
+    assert f.upper[-1] - f.lower[-1] > f.upper[0] - f.lower[0]
