@@ -437,3 +437,20 @@ def test_a_bad_idle_for_or_synthetic_level_is_refused_at_submit_naming_the_annot
         ok["metadata"]["annotations"] = {"gpupool.io/idle-for": "off"}
         assert api.req("POST", "/v1/workloads", json=ok).status_code in (200, 201)
         assert api.get("/v1/workloads/fine")["name"] == "fine"  # accepted and kept
+
+
+def test_the_simulator_reports_the_synthetic_sm_utilisation_of_the_time_jobs_ran() -> None:
+    """Two completed jobs of 2 GPUs x 100 s, one training and one inference: the held GPU time
+    computed at each type's synthetic level, weighted by the time each held."""
+    from gpupool.model import WorkloadType
+    from gpupool.sim.metrics import synthetic_sm
+    from gpupool.sim.results import JobRecord
+    from gpupool.sim.sources import JobSpec
+
+    train = JobSpec("t", "q", 0.0, 100.0, gpus=2, type=WorkloadType.TRAINING)
+    serve = JobSpec("s", "q", 0.0, 100.0, gpus=2, type=WorkloadType.INFERENCE)
+    jobs = [JobRecord(train, 0, status="completed"), JobRecord(serve, 1, status="completed")]
+    want = (synthetic.level("training", "t").sm_percent + synthetic.level("inference", "s").sm_percent) / 200
+    assert synthetic_sm(jobs) == pytest.approx(want)
+    waiting = JobRecord(JobSpec("w", "q", 0.0, 100.0, type=WorkloadType.TRAINING), 2)
+    assert synthetic_sm([waiting]) == 0.0  # never ran: no GPU time

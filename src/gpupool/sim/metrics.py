@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from gpupool.discovery import synthetic
 from gpupool.sim.results import JobRecord, RunResult
 from gpupool.sim.sources import JobSpec
 
@@ -26,6 +27,7 @@ SUMMARY_ROWS: tuple[tuple[str, str, bool], ...] = (
     ("makespan_over_limit", "makespan / physical limit", False),
     ("allocation_ratio", "GPU allocation ratio", True),
     ("utilization", "GPU utilisation (useful work)", True),
+    ("sm_utilization", "GPU SM utilisation (synthetic, by task type)", True),
     ("fragmentation", "fragmentation (free GPUs off whole nodes)", False),
     ("preemptions", "preemptions", False),
     ("preempted_gpu_hours_lost", "GPU-hours lost to preemption", False),
@@ -89,6 +91,19 @@ def job_units(spec: JobSpec, resource: str) -> float:
     if resource == "cpu":
         return spec.cpu_milli * spec.replicas / 1000.0
     return spec.gpu_total_milli / 1000.0
+
+
+def synthetic_sm(jobs: list[JobRecord]) -> float:
+    """The mean SM utilisation of the GPU time the jobs ran (completed work and work lost to
+    preemption and faults), each at its task type's synthetic level (gpupool.discovery.synthetic,
+    as the virtual backend shows it): allocation says the GPUs were held, this what they computed."""
+    held = used = 0.0
+    for j in jobs:
+        done = job_units(j.spec, "gpu") * j.spec.duration if j.status == "completed" else 0.0
+        run = done + j.lost_gpu_s + j.lost_fault_gpu_s
+        held += run
+        used += run * synthetic.level(str(j.spec.type), j.spec.name).sm_percent / 100
+    return used / held if held else 0.0
 
 
 def job_class(spec: JobSpec) -> str:
@@ -203,6 +218,7 @@ def compute(r: RunResult) -> dict[str, Any]:
         "preemption_lost_share": rnd(lost / cap_int) if cap_int else 0.0,
         "allocation_ratio": rnd(alloc_int / cap_int) if cap_int else 0.0,
         "utilization": rnd(useful / cap_int) if cap_int else 0.0,
+        "sm_utilization": rnd(synthetic_sm(jobs)),
         "fragmentation": rnd(float(np.mean(r.frag))) if r.frag else 0.0,
         "preemptions": r.preemptions,
         "preempted_gpu_hours_lost": rnd(lost / 3600.0, 3),
