@@ -256,7 +256,7 @@ class Queue:
     requires_approval: bool = False
     description: str = ""
     #: a cohort root only: preempt borrowers for fair sharing (``spec.fairSharing.preemption``,
-    #: engine/fair_preemption.py)
+    #: engine/preemption/fair_sharing.py)
     fair_sharing_preemption: bool = False
 
     def quota(self, pool: str) -> PoolQuota | None:
@@ -274,7 +274,7 @@ class PriorityClass:
     description: str = ""
     #: the longest a workload of this class waits for running work about to end before it
     #: evicts (``spec.preemptionWait``; 0: evict at once; None: the engine's default horizon,
-    #: ``engine/victim_cost.wait_horizon``)
+    #: ``engine/preemption/victim_cost.wait_horizon``)
     preemption_wait_s: float | None = None
 
 
@@ -347,7 +347,7 @@ class Workload:
     #: how long it may wait before an alert fires (its task type's default; None: no limit)
     max_wait_s: float | None = None
     #: how often this workload was preempted before (the caller counts; the preemption cost
-    #: model protects work that already lost runs: ``engine/victim_cost.py``)
+    #: model protects work that already lost runs: ``engine/preemption/victim_cost.py``)
     evictions: int = 0
     #: its priority class's ``preemption_wait_s`` (None: the engine's default wait horizon)
     preemption_wait_s: float | None = None
@@ -445,7 +445,7 @@ class EngineConfig:
     #: fair share with usage decay (``engine/decay.py``): the half-life of the decayed usage the
     #: caller passes in ``Snapshot.decayed_usage``; None (the default): off, usage is ignored
     usage_half_life_s: float | None = None
-    #: cost-aware preemption (``engine/victim_cost.py``, docs/engine.md "Preemption cost"):
+    #: cost-aware preemption (``engine/preemption/victim_cost.py``, docs/engine.md "Preemption cost"):
     #: off, victims go by priority and age only and nobody waits
     preemption_cost: bool = True
     #: a preemptor waits instead of evicting when running work expected to end within this share

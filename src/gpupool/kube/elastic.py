@@ -9,7 +9,7 @@ becomes N + (R - N) workloads:
 * one **extra** per replica above N (``<base>-extra-<i>``, i = N..R-1), a one-replica workload in
   a preemptible low class (``gpupool.io/extra-priority-class``, else ``evaluation``): an extra
   borrows idle quota and, being a borrower of the lowest priority, is the first victim when a
-  training queue reclaims its guarantee (``engine.preemption.candidate_order``).
+  training queue reclaims its guarantee (``engine.preemption.ordering.candidate_order``).
 
 Why one workload per extra and not one elastic workload whose count changes: the engine admits
 and preempts whole workloads (a gang is all or nothing, and a workload is immutable once
