@@ -38,6 +38,13 @@ def _annotations(manifest: Mapping[str, Any]) -> dict[str, str]:
     return {str(k): str(v) for k, v in ann.items()} if isinstance(ann, Mapping) else {}
 
 
+def _span(seconds: float) -> str:
+    """A stretch as a person reads it: seconds, minutes or hours."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
 def source_for(svc: Service, settings: UtilisationSettings) -> ReadingSource | None:
     """The source that can see this service's devices (None: nothing measures them)."""
     if settings.prometheus_url:
@@ -111,7 +118,7 @@ class UtilisationLoop:
             f"workload/{h.workload}",
             "warning",
             f"workload {h.workload} (queue {h.queue}{owner}) holds {h.gpus:g} GPU(s) in pool {h.pool} "
-            f"below {self.settings.threshold_percent:g}% SM utilisation for {h.idle_s / 60:.0f} min; "
+            f"below {self.settings.threshold_percent:g}% SM utilisation for {_span(h.idle_s)}; "
             f"cost so far {cost:.2f} (idle {idle_cost:.2f}) at the pool's price per GPU-hour",
         )
 
