@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,30 @@ def test_every_command_module_registers_what_the_registry_names() -> None:
     for name in (n for m in COMMAND_MODULES for n in m.commands):
         assert f" {name} " in listed, name
     assert isinstance(typer.main.get_command(app), typer.core.TyperGroup)
+
+
+# -- the banner says which configuration is in force (issue 29: `serve` silently used the example) --
+def test_the_banner_says_which_configuration_is_in_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from gpupool.cli.server import _config_line
+    from gpupool.service.config import EXAMPLES, ServiceConfig
+
+    cfg = ServiceConfig(state_dir=tmp_path, config_dir=EXAMPLES / "cluster")
+    _config_line(cfg, 9, given=False)
+    _config_line(cfg, 9, given=True)
+    _config_line(cfg, 0, given=True)
+    _config_line(cfg, 0, given=False)
+    first_example, first_given, later_given, later = capsys.readouterr().out.splitlines()
+    assert "9 objects from" in first_example and "the example configuration: no --config" in first_example
+    assert "9 objects from" in first_given and "no --config" not in first_given
+    assert "applied on a first start only" in later_given and "gpupool apply -f" in later_given
+    assert later.startswith("configuration: the stored one")
+
+
+def test_a_restarted_server_says_its_configuration_is_the_stored_one(logged: Server) -> None:
+    logged.stop()
+    logged.start()
+    said = [line for line in logged.log.read_text().splitlines() if line.startswith("configuration:")]
+    assert len(said) == 2 and "objects from" in said[0], said
+    assert "the stored one; --config" in said[1], said

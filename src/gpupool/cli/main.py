@@ -56,6 +56,7 @@ COMMAND_MODULES = (
         ),
     ),
     CommandModule("gpupool.cli.logs", ("logs",)),
+    CommandModule("gpupool.cli.ready", ("wait-ready",)),
     CommandModule("gpupool.cli.report", ("evidence", "profile", "plan", "report")),
     CommandModule("gpupool.cli.governance", ("history", "diff", "rollback", "onboard", "alerts")),
     CommandModule("gpupool.cli.kube", ("kube",)),

@@ -408,6 +408,7 @@ def serve(
         _fail(f"cannot listen on {host}:{port}: the address is in use (pick another with --port)")
     seeded, token = _bootstrap(cfg, local)
     _banner(cfg, seeded, token, local)
+    _config_line(cfg, seeded, given=config is not None)
     _run(cfg, kube, local, log_level)
 
 
@@ -454,8 +455,6 @@ def _banner(
     console.print(
         f"[bold]gpupool[/] serving on {url}  (dashboard {url}/, API docs {url}/docs, database {cfg.url})"
     )
-    if seeded:
-        console.print(f"configuration: {seeded} objects from {cfg.config_dir}")
     if token is not None:
         write_token_file(cfg.token_file, token)
         # a token on stdout ends up in journald and CI logs: print it only to a person
@@ -470,6 +469,21 @@ def _banner(
         console.print("a workload that runs a command on this host: docs/local.md")
     console.print(f"submit a job:  gpupool submit -f examples/workloads/demo.yaml{server_hint}")
     console.print(f"then:          gpupool get workloads{server_hint}")
+
+
+def _config_line(cfg: ServiceConfig, seeded: int, given: bool) -> None:
+    """Say which configuration is in force, so nobody wonders where a queue came from: the
+    directory seeded on a first start (and whether it is the example), or the stored one."""
+    if seeded:
+        example = "" if given else " (the example configuration: no --config was given)"
+        console.print(f"configuration: {seeded} objects from {cfg.config_dir}{example}")
+    elif given:
+        console.print(
+            f"configuration: the stored one; --config {cfg.config_dir} is applied on a first start "
+            f"only: `gpupool apply -f {cfg.config_dir}` changes it"
+        )
+    else:
+        console.print("configuration: the stored one (`gpupool get pools`, `gpupool get queues` show it)")
 
 
 def _run(cfg: ServiceConfig, kube: Any, local: tuple[Any, Path | None] | None, log_level: str) -> None:

@@ -147,7 +147,10 @@ class FakeApiServer:
         }
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        # whole or not at all: a client started beside ``kube fake &`` never reads half a file
+        tmp = p.with_name(f".{p.name}.tmp")
+        tmp.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        tmp.replace(p)
         self.kubeconfig = p
         return p
 
