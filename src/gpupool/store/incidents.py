@@ -9,7 +9,7 @@ earlier with a note. At most one open incident per rule and subject.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -48,6 +48,41 @@ class IncidentRow(Base):
     resolved_by: Mapped[str] = mapped_column(sa.String(253))
     resolved_at: Mapped[datetime | None]
     resolution: Mapped[str] = mapped_column(sa.Text)
+
+
+#: what became of a notification (gpupool.service.notify): waiting in its sink's queue, failed
+#: and tried again, delivered, given up after the last attempt, or dropped (the queue was full)
+OUTCOMES = ("pending", "retrying", "delivered", "failed", "dropped")
+
+
+class DeliveryRow(Base):
+    """One notification of one change of an incident to one sink, and how it went."""
+
+    __tablename__ = "incident_deliveries"
+    __table_args__ = (sa.CheckConstraint(sa.column("outcome").in_(OUTCOMES), name="outcome"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    incident_id: Mapped[int] = mapped_column(sa.ForeignKey("incidents.id"), index=True)
+    sink: Mapped[str] = mapped_column(sa.String(63))
+    state: Mapped[str] = mapped_column(sa.String(16))
+    attempts: Mapped[int]
+    outcome: Mapped[str] = mapped_column(sa.String(16))
+    last_error: Mapped[str] = mapped_column(sa.Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+
+
+def delivery_json(r: DeliveryRow) -> dict[str, Any]:
+    return {
+        "id": r.id,
+        "sink": r.sink,
+        "state": r.state,
+        "attempts": r.attempts,
+        "outcome": r.outcome,
+        "lastError": r.last_error,
+        "createdAt": r.created_at.isoformat(),
+        "updatedAt": r.updated_at.isoformat(),
+    }
 
 
 @dataclass(frozen=True)
@@ -90,12 +125,26 @@ class IncidentMethods(StoreBase):
         *,
         rules: Collection[str] | None = None,
         at: datetime | None = None,
+        on_change: Callable[[dict[str, Any]], None] | None = None,
     ) -> tuple[int, int]:
         """Open an incident for each condition that fires and has none open; resolve the open
         ones whose condition no longer fires. ``rules``: the rules that were evaluated (None:
         all) — an open incident of a rule that could not be evaluated stays open, since its
-        condition is unknown, not cleared. Returns (opened, resolved)."""
-        now = self._now(at)
+        condition is unknown, not cleared. ``on_change`` is given each opened or resolved
+        incident once the transaction has committed (the notifier). Returns (opened, resolved)."""
+        changed: list[dict[str, Any]] = []
+        counts = self._sync_rows(firing, rules, self._now(at), changed)
+        for incident in changed if on_change is not None else ():
+            on_change(incident)  # type: ignore[misc]
+        return counts
+
+    def _sync_rows(
+        self,
+        firing: Sequence[Firing],
+        rules: Collection[str] | None,
+        now: datetime,
+        changed: list[dict[str, Any]],
+    ) -> tuple[int, int]:
         want = {(f.rule, f.subject): f for f in firing}
         answered = None if rules is None else set(rules)
         opened = resolved = 0
@@ -109,6 +158,7 @@ class IncidentMethods(StoreBase):
                     r.state, r.resolved_by, r.resolved_at = "Resolved", SYSTEM, now
                     r.resolution = r.resolution or "condition cleared"
                     self._note(s, r, "incident.resolve", now)
+                    changed.append(incident_json(r))
                     resolved += 1
             for key, f in want.items():
                 if key not in have:
@@ -120,6 +170,7 @@ class IncidentMethods(StoreBase):
                     s.add(row)
                     s.flush()
                     self._note(s, row, "incident.open", now)
+                    changed.append(incident_json(row))
                     opened += 1
         return opened, resolved
 
@@ -180,3 +231,39 @@ class IncidentMethods(StoreBase):
         )
         with self._read() as s:
             return [incident_json(r) for r in s.execute(q).scalars()]
+
+    def get_incident(self, incident: int) -> dict[str, Any]:
+        """One incident with its deliveries (oldest first)."""
+        if beyond_ids(incident):
+            raise NotFound("Incident", str(incident))
+        with self._read() as s:
+            row = s.get(IncidentRow, incident)
+            if row is None:
+                raise NotFound("Incident", str(incident))
+            q = sa.select(DeliveryRow).where(DeliveryRow.incident_id == incident).order_by(DeliveryRow.id)
+            return {**incident_json(row), "deliveries": [delivery_json(d) for d in s.execute(q).scalars()]}
+
+    def open_delivery(self, incident: int, sink: str, state: str, *, at: datetime | None = None) -> int:
+        """Record a notification as pending (nothing tried yet): its id."""
+        now = self._now(at)
+        with self._write() as s:
+            row = DeliveryRow(
+                incident_id=incident, sink=sink, state=state, attempts=0, outcome="pending",
+                last_error="", created_at=now, updated_at=now,
+            )  # fmt: skip
+            s.add(row)
+            s.flush()
+            return row.id
+
+    def update_delivery(
+        self, delivery: int, *, attempts: int, outcome: str, error: str, at: datetime | None = None
+    ) -> None:
+        """How a notification stands after an attempt (or being dropped)."""
+        if outcome not in OUTCOMES:
+            raise ValueError(f"outcome: must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+        now = self._now(at)
+        with self._write() as s:
+            row = s.get(DeliveryRow, delivery)
+            if row is None:
+                raise NotFound("IncidentDelivery", str(delivery))
+            row.attempts, row.outcome, row.last_error, row.updated_at = attempts, outcome, error, now
