@@ -13,9 +13,12 @@ import pytest
 from gpupool.cli.client_workloads import type_lines
 from gpupool.engine import Engine, decide
 from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, parse_documents
+from gpupool.manifests.documents import load_files
 from gpupool.manifests.task_types import FIELDS, packaged_task_types
 from gpupool.model import Snapshot, WorkloadType
 from gpupool.service import task_types
+from gpupool.service.config import EXAMPLES
+from gpupool.service.convert import workload_model
 from gpupool.service.failure_policy import FaultState, policy_for
 from tests.test_service_support import in_process_controller, submit_to
 
@@ -104,6 +107,32 @@ def test_inference_defaults_to_its_class_and_pools_and_evaluation_to_preemptible
         Snapshot(snap.nodes, snap.pools, snap.queues, snap.priority_classes, pending=tuple(w.values()))
     )
     assert {a.workload: a.pool for a in d.admitted} == {"serve": "inference", "ev": "experiment"}
+
+
+def test_packaged_preferences_find_the_shipped_example_pools_by_environment() -> None:
+    """The packaged ``preferredPools`` ([inference], [experiment, training]) matched no pool of
+    the shipped example (h100-training, a100-inference, l40s-experiment), so they did nothing
+    there; a preference names a pool by its name or its ``environment``."""
+    docs = load_files([EXAMPLES / "cluster"])
+    b = build(docs, Bundle(priority_classes=list(default_priority_classes())))
+    snap = Snapshot(tuple(b.nodes), tuple(b.pools), tuple(b.queues), tuple(b.priority_classes))
+    ev = workload_model(
+        {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "Workload",
+            "metadata": {"name": "ev"},
+            "spec": {
+                "queue": "llm-research",
+                "type": "evaluation",
+                "podGroups": [{"resources": {"nvidia.com/gpu": 1}}],
+            },
+        },
+        b.priority_classes,
+        0.0,
+        types=b.task_types,
+    )
+    # llm-research lists h100-training then l40s-experiment; evaluation prefers experiment first
+    assert Engine(snap).candidate_pools(ev) == ["l40s-experiment", "h100-training"]
 
 
 def test_workload_beats_queue_beats_cluster_beats_packaged() -> None:

@@ -67,7 +67,7 @@ class WorkloadFacts:
         if w.pool is not None:
             return [w.pool] if w.pool in order else []
         if w.preferred_pools:  # its task type's pools first, in their order (docs/engine.md)
-            first = [p for p in w.preferred_pools if p in order]
+            first = self._preferred(w.preferred_pools, order)
             order = first + [p for p in order if p not in first]
         if not w.gpu_models:
             return order
@@ -76,3 +76,11 @@ class WorkloadFacts:
             ok = {p for p in self.pools if self.cluster.pool_indexes(p, w.gpu_models)}
             self._model_pools[w.gpu_models] = ok
         return [p for p in order if p in ok]
+
+    def _preferred(self, prefs: tuple[str, ...], order: list[str]) -> list[str]:
+        """The pools of ``order`` that ``prefs`` name (by pool name or environment), in the
+        preferences' order, each once."""
+        first: list[str] = []
+        for pref in prefs:
+            first += [p for p in order if p not in first and self.pools[p].answers_to(pref)]
+        return first

@@ -168,7 +168,7 @@ def check_task_type_refs(b: Bundle, err: ManifestErrors, sources: Mapping[str, s
     """The configuration's task-type defaults name priority classes and pools that exist (the
     packaged defaults are not checked: a pool they prefer that a cluster lacks is skipped)."""
     classes = {c.name for c in b.priority_classes}
-    pools = {p.name for p in b.pools}
+    pools = bool(b.pools)
     levels = [("Cluster", "spec.taskTypes", b.task_types.cluster)]
     levels += [(q, "spec.typeDefaults", t) for q, t in sorted(b.task_types.queues.items())]
     for owner, section, table in levels:
@@ -178,8 +178,8 @@ def check_task_type_refs(b: Bundle, err: ManifestErrors, sources: Mapping[str, s
             if spec.priorityClass is not None and spec.priorityClass not in classes:
                 err.add(f"{where}.priorityClass", f"unknown priority class {spec.priorityClass!r}")
             for i, p in enumerate(spec.preferredPools or ()):
-                if pools and p not in pools:
-                    err.add(f"{where}.preferredPools[{i}]", f"pool {p!r} does not exist")
+                if pools and not any(pl.answers_to(p) for pl in b.pools):
+                    err.add(f"{where}.preferredPools[{i}]", f"no pool is named {p!r} or has environment {p!r}")
 
 
 def resolve_workload(doc: Document, queue: str, types: TaskTypeTable | None, err: ManifestErrors) -> Resolved:
