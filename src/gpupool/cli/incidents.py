@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import typer
 
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, OutOpt, emit, table
+from gpupool.cli.client_output import Format, Out, OutOpt, emit, show, table
 
 alerts_app = typer.Typer(help="Incidents: alert conditions evaluated by gpupool, with owner and resolution.")
 
@@ -70,3 +71,46 @@ def resolve(
     """Resolve an incident with a note of what was done."""
     data = Api(server, token).call("POST", f"/v1/alerts/{incident}/resolve", json={"note": note})
     emit(data, output, _rows([data]))
+
+
+def _deliveries(data: dict[str, Any]) -> Any:
+    return table(
+        ("SINK", "CHANGE", "OUTCOME", "ATTEMPTS", "UPDATED (UTC)", "LAST ERROR"),
+        [
+            (d["sink"], d["state"], d["outcome"], d["attempts"], d["updatedAt"][:19].replace("T", " "),
+             d["lastError"] or "-")
+            for d in data["deliveries"]
+        ],
+    )  # fmt: skip
+
+
+@alerts_app.command("describe")
+def describe(
+    incident: int = typer.Argument(...),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    output: Format = OutOpt,
+) -> None:
+    """One incident and each notification of it: sink, change, outcome, attempts, last error."""
+    data = Api(server, token).call("GET", f"/v1/alerts/{incident}")
+    if output not in (Out.table, Out.wide):
+        emit(data, output)
+        return
+    sys.stdout.write(describe_text(data))
+    if data["deliveries"]:
+        show(_deliveries(data))
+
+
+def describe_text(data: dict[str, Any]) -> str:
+    """The incident's head lines: what, on what, how bad, where it stands."""
+    resolved = (
+        f"{data['resolvedAt']} by {data['resolvedBy']}: {data['resolution']}" if data["resolvedAt"] else "-"
+    )
+    return (
+        f"Incident {data['id']}: {data['rule']} on {data['subject']} ({data['severity']}), {data['state']}\n"
+        f"Message:   {data['message']}\n"
+        f"Fired:     {data['firedAt']}\n"
+        f"Owner:     {data['owner'] or '-'}\n"
+        f"Resolved:  {resolved}\n"
+        f"Notifications: {len(data['deliveries']) or 'none'}\n"
+    )

@@ -196,6 +196,30 @@ def _alerts_interval(value: float | None) -> float:
         raise  # unreachable: _fail exits
 
 
+def _utilisation() -> UtilisationSettings:
+    """Measured utilisation's settings (docs/metrics.md): $GPUPOOL_UTILISATION_*, named when wrong."""
+    try:
+        return UtilisationSettings.from_env()
+    except ValueError as exc:
+        _fail(str(exc))
+        raise  # unreachable: _fail exits
+
+
+def _notifications(given: Path | None, state_dir: Path) -> Any:
+    """The NotificationConfig in force (--notifications, $GPUPOOL_NOTIFICATIONS, else
+    notifications.yaml in the state directory if there is one), checked before anything starts:
+    every problem is one line naming the file, line and field."""
+    from gpupool.service.notify import NotificationConfigError, config_path, load_config
+
+    path = config_path(given, state_dir)
+    if path is None:
+        return None
+    try:
+        return load_config(path)
+    except NotificationConfigError as exc:
+        _fail(f"--notifications: {len(exc.errors)} problem(s):\n" + "\n".join(exc.errors))
+
+
 # -- serve's options: one named declaration each, so the command reads as its outline --------
 ConfigOpt = Annotated[
     Path | None,
@@ -328,6 +352,15 @@ AlertsIntervalOpt = Annotated[
     ),
 ]
 
+NotificationsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--notifications",
+        help="NotificationConfig YAML: sinks (webhook, Alertmanager, e-mail) and routes for incidents "
+        "(default: $GPUPOOL_NOTIFICATIONS, else notifications.yaml in --state-dir if present)",
+    ),
+]
+
 
 def serve(
     config: ConfigOpt = None,
@@ -359,6 +392,7 @@ def serve(
     wait_for_pods_ready: PodsReadyOpt = None,
     elastic: ElasticOpt = None,
     alerts_interval: AlertsIntervalOpt = None,
+    notifications: NotificationsOpt = None,
     replicas: ReplicasOpt = 1,
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
@@ -382,10 +416,7 @@ def serve(
     cfg_dir = _config_dir(config, local)
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
         _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
-    try:  # measured utilisation (docs/metrics.md): $GPUPOOL_UTILISATION_*, named when wrong
-        utilisation = UtilisationSettings.from_env()
-    except ValueError as exc:
-        _fail(str(exc))
+    utilisation = _utilisation()
     cfg = ServiceConfig(
         utilisation=utilisation,
         metrics_public=metrics_public,
@@ -393,6 +424,7 @@ def serve(
         advertise_url=advertise_url,
         lease_reclaim_local=reclaim_local,
         alerts_interval_s=alerts_interval_s,
+        notifications=_notifications(notifications, state_dir),
         replicas=replicas,
         state_dir=state_dir,
         database_url=database_url,

@@ -170,6 +170,8 @@ def _past_limit(svc: Service, policy: AlertPolicy, now: float) -> list[Firing]:
 
 
 Rule = Callable[[Service, AlertPolicy, float], list[Firing]]
+#: told of each incident a pass opened or resolved, after it is stored (gpupool.service.notify)
+OnChange = Callable[[dict[str, Any]], None]
 
 #: every rule gpupool evaluates, by name (the name an incident carries)
 RULES: Mapping[str, Rule] = {
@@ -228,8 +230,8 @@ def refresh(
     return _sync(svc, evaluate_rules(svc, policy, now, rules))
 
 
-def _sync(svc: Service, ev: Evaluation) -> tuple[int, int]:
-    return svc.controller.store.sync_incidents(ev.firing, rules=ev.evaluated)
+def _sync(svc: Service, ev: Evaluation, on_change: OnChange | None = None) -> tuple[int, int]:
+    return svc.controller.store.sync_incidents(ev.firing, rules=ev.evaluated, on_change=on_change)
 
 
 def interval_from_env(environ: Mapping[str, str] = os.environ) -> float:
@@ -261,8 +263,10 @@ class AlertLoop:
         policy: AlertPolicy | None = None,
         registry: CollectorRegistry | None = None,
         rules: Mapping[str, Rule] = RULES,
+        on_change: OnChange | None = None,
     ) -> None:
         self.svc = svc
+        self.on_change = on_change
         self.interval_s = interval_from_env() if interval_s is None else interval_s
         self.policy = policy or AlertPolicy()
         self.rules = rules
@@ -291,7 +295,7 @@ class AlertLoop:
             ev = evaluate_rules(self.svc, self.policy, None, self.rules)
             for name in ev.failed:
                 self.rule_errors.labels(name).inc()
-            return _sync(self.svc, ev)
+            return _sync(self.svc, ev, self.on_change)
 
     def start(self) -> None:
         self._stop.clear()

@@ -31,6 +31,7 @@ from gpupool.service.controller import Controller
 from gpupool.service.guard import RequestGuard
 from gpupool.service.leader import install_standby_guard, start_leader
 from gpupool.service.metrics import Metrics
+from gpupool.service.notify.dispatch import start_notifier
 from gpupool.service.routes import alerts as alerts_area
 from gpupool.service.routes import approvals, audit, catalog, cluster, health, tokens, webhooks, workloads
 from gpupool.service.routes import config as config_area
@@ -39,6 +40,7 @@ from gpupool.service.routes import history as history_area
 from gpupool.service.routes import logs as logs_area
 from gpupool.service.routes import onboard as onboard_area
 from gpupool.service.routes import revisions as revisions_area
+from gpupool.service.routes import utilisation as utilisation_area
 from gpupool.service.routes.base import ApiError, Service, install_errors
 from gpupool.service.routes.workloads import workload_view
 from gpupool.service.utilisation_loop import RULE as HELD_IDLE
@@ -62,6 +64,7 @@ AREAS = (
     revisions_area,
     onboard_area,
     alerts_area,
+    utilisation_area,
 )
 
 
@@ -89,12 +92,19 @@ def create_app(
         util.start()
         # alerts evaluated in the background, leader only (gpupool.service.alerts)
         rules = {**RULES, HELD_IDLE: util.rule}
-        app.state.alerts = AlertLoop(app.state.svc, interval_s=cfg.alerts_interval_s, rules=rules)
+        # incidents' changes sent to sinks by workers of their own (gpupool.service.notify)
+        notifier = app.state.notifier = start_notifier(app.state.svc, cfg.notifications)
+        told = notifier.notify if notifier is not None else None
+        app.state.alerts = AlertLoop(
+            app.state.svc, interval_s=cfg.alerts_interval_s, rules=rules, on_change=told
+        )
         app.state.alerts.start()
         try:
             yield
         finally:
             app.state.alerts.stop()
+            if notifier is not None:
+                notifier.stop()
             util.stop()
             batcher.close()
             if app.state.svc.leader is not None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpupool.audit import AuditEntry
 from gpupool.manifests import ManifestError, load_files
+from gpupool.service.notify.config import NotificationSpec
 from gpupool.service.utilisation import UtilisationSettings
 from gpupool.store import OBJECT_KINDS, Store
 
@@ -85,6 +86,8 @@ class ServiceConfig:
     #: measured GPU utilisation: idle threshold, default idleFor, sampling, retention, Prometheus
     #: (None: read from $GPUPOOL_UTILISATION_* when the config is made, gpupool.service.utilisation)
     utilisation: UtilisationSettings | None = None
+    #: where incidents are notified (None: nowhere; gpupool serve --notifications FILE)
+    notifications: NotificationSpec | None = None
 
     def __post_init__(self) -> None:
         problem = shared_store_problem(self.database_url, self.replicas)

@@ -1,5 +1,7 @@
 """Incidents over the API (platform-admin): list (after evaluating the alert conditions, on the
-leader), acknowledge with an owner, resolve with a note (``gpupool alerts``).
+leader), one with its notifications' deliveries, acknowledge with an owner, resolve with a note
+(``gpupool alerts``). An acknowledgement or a resolution is notified like an opening
+(gpupool.service.notify), after it is stored.
 
 The server evaluates the conditions in the background as well (gpupool.service.alerts.AlertLoop);
 a list evaluates once more so that what it shows is of now, through the same loop (one pass at
@@ -48,18 +50,34 @@ def list_alerts(
     return {"opened": opened, "resolved": resolved, "items": svc.store.list_incidents(open_only=open_only)}
 
 
+@router.get("/v1/alerts/{incident}", tags=["alerts"], **doc(None, *AUTH, 403, 404, 422))
+def describe(p: Caller, svc: Svc, incident: int = IncidentId) -> dict[str, Any]:
+    """One incident and each delivery of its notifications (sink, attempts, outcome, last error)."""
+    svc.check(p, Action.READ_AUDIT, Resource("Incident", str(incident)), mutating=False)
+    return svc.store.get_incident(incident)
+
+
+def _notified(request: Request, incident: dict[str, Any]) -> dict[str, Any]:
+    notifier = getattr(request.app.state, "notifier", None)
+    if notifier is not None:
+        notifier.notify(incident)
+    return incident
+
+
 @router.post("/v1/alerts/{incident}/ack", tags=["alerts"], **doc(None, *BODY, 404))
-def ack(body: Ack, p: Caller, svc: Svc, incident: int = IncidentId) -> dict[str, Any]:
+def ack(request: Request, body: Ack, p: Caller, svc: Svc, incident: int = IncidentId) -> dict[str, Any]:
     """Acknowledge: someone owns it now."""
     svc.check(p, Action.READ_AUDIT, Resource("Incident", str(incident)))
-    return svc.store.ack_incident(incident, p.name, body.owner)
+    return _notified(request, svc.store.ack_incident(incident, p.name, body.owner))
 
 
 @router.post("/v1/alerts/{incident}/resolve", tags=["alerts"], **doc(None, *BODY, 404))
-def resolve(body: Resolve, p: Caller, svc: Svc, incident: int = IncidentId) -> dict[str, Any]:
+def resolve(
+    request: Request, body: Resolve, p: Caller, svc: Svc, incident: int = IncidentId
+) -> dict[str, Any]:
     """Resolve with a note of what was done (it reopens if the condition still holds)."""
     svc.check(p, Action.READ_AUDIT, Resource("Incident", str(incident)))
-    return svc.store.resolve_incident(incident, p.name, body.note)
+    return _notified(request, svc.store.resolve_incident(incident, p.name, body.note))
 
 
 __all__ = ["router"]
