@@ -7,6 +7,7 @@ against the node history, idle against capacity minus allocation, and the reconc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -303,3 +304,50 @@ def test_the_admission_record_names_the_last_pending_reason() -> None:
     audits: list[AuditEntry] = []
     Commit._admission_records(d, 0.0, [], audits, waited)
     assert [a.detail["waitedFor"] for a in audits] == [waited["a"], waited["b"], ""]
+
+
+# ---------------------------------------------------------------------- billed to the real end
+def test_a_local_run_that_ended_while_the_server_was_down_is_billed_to_its_end(tmp_path: Path) -> None:
+    """The pod exits while no server runs; the restarted server records Succeeded at its own
+    time, but the run is metered to the pod's exit (its exit.json), not to the restart."""
+    from gpupool.service.config import ServiceConfig
+    from tests.test_local_backend import PY, app_with, backend, phase
+    from tests.test_local_backend import workload as local_workload
+    from tests.test_service_support import wait_for
+
+    go = tmp_path / "go"
+    code = f"import os, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.02)\n"
+    with app_with(backend(tmp_path), tmp_path) as (c, h):
+        assert c.post("/v1/workloads", json=local_workload("down", code), headers=h).status_code == 201
+        phase(c, h, "down", "Running", timeout=30)
+    state = json.loads(backend(tmp_path).path.read_text())
+    exit_json = Path(state["runs"]["down"]["pods"][0]["dir"]) / "exit.json"
+    go.touch()
+    wait_for(exit_json.exists, 30, "the pod to exit while the server is down")
+    ended = datetime.fromtimestamp(json.loads(exit_json.read_text())["finishedAt"], UTC)
+    wait_for(lambda: datetime.now(UTC) > ended + timedelta(seconds=1), 10, "a restart later than the exit")
+    with app_with(backend(tmp_path), tmp_path) as (c, _):
+        h = {"Authorization": f"Bearer {(tmp_path / 'admin-token').read_text().strip()}"}
+        phase(c, h, "down", "Succeeded", timeout=30)
+    with Store.open(ServiceConfig(state_dir=tmp_path).url) as store:
+        finished_at = store.get_workload("down").finished_at
+        data = load_store(store, Window(ended - timedelta(hours=1), datetime.now(UTC)), CostPolicySpec())
+    (run,) = [r for r in data.history.runs if r.workload == "down"]
+    assert finished_at is not None and finished_at > ended + timedelta(seconds=1)  # noticed at the restart
+    assert run.end == ended and run.outcome == "Succeeded"
+    assert PY  # the local backend's interpreter ran the pod
+
+
+def test_a_failed_attempt_noticed_late_is_billed_to_its_end(young: Store) -> None:
+    """A requeue after a failure whose record says when the run really ended (endedAt)."""
+    run_job(young, "flaky", "llm-research", 4, NOW - timedelta(minutes=10), None)
+    real_end = NOW - timedelta(minutes=8)
+    detail = {"code": "Error", "reason": "exit 1", "endedAt": real_end.isoformat()}
+    young.apply_transitions(
+        [PhaseChange("flaky", "Pending", "retry 1 of 3")],
+        audit=[AuditEntry("scheduler", "workload.failure", "Workload", "flaky", detail)],
+        at=NOW - timedelta(minutes=3),
+    )
+    data = load_store(young, WEEK, CostPolicySpec())
+    (run,) = [r for r in data.history.runs if r.workload == "flaky"]
+    assert (run.end, run.outcome) == (real_end, "Pending")

@@ -24,6 +24,8 @@ from gpupool.store import EventRecord, WorkloadRecord
 RUN_ENDS = frozenset({"Pending", "Preempted", "Succeeded", "Failed", "Cancelled"})
 #: phases in which a workload waits for capacity or for a decision
 WAITING = frozenset({"Submitted", "Pending", "AwaitingApproval"})
+#: the audit actions written with a run's end; ``endedAt`` in their detail is its own end time
+END_ACTIONS = frozenset({"workload.finish", "workload.failure", "workload.fail"})
 PHASE_EVENTS = frozenset(
     {"Submitted", "Pending", "AwaitingApproval", "Admitted", "Running", "Succeeded", "Failed", "Cancelled"}
     | {"Preempted", "Rejected"}
@@ -152,10 +154,12 @@ def workload_runs(
     admits: Sequence[AuditRecord],
     models: Mapping[str, str],
     placement: Mapping[str, Any] | None,
+    ended: Mapping[datetime, datetime] | None = None,
 ) -> tuple[list[Run], list[Wait]]:
     """Pair each Admitted event with its admit audit record and close it at the next run-ending
     phase; every waiting stretch likewise up to its admission. An Admitted event while a run is
-    open (a same-phase update) continues that run."""
+    open (a same-phase update) continues that run. ``ended``: run-ending event time -> the run's
+    own end, where the backend knew it was earlier (it ended while the controller was down)."""
     runs: list[Run] = []
     waits: list[Wait] = []
     unused = list(admits)
@@ -170,7 +174,8 @@ def workload_runs(
                 open_wait = None
         elif e.reason in RUN_ENDS and open_run is not None:
             res = _admit_resources(open_run[1], info, models, None)
-            runs.append(Run(info.name, len(runs) + 1, open_run[0], e.at, e.reason, res))
+            end = max(open_run[0], min(e.at, (ended or {}).get(e.at, e.at)))
+            runs.append(Run(info.name, len(runs) + 1, open_run[0], end, e.reason, res))
             open_run = None
         if e.reason in WAITING and open_wait is None:
             open_wait = (e.at, _wait_reason(e))
@@ -251,16 +256,19 @@ def build_history(
     for e in events:
         by_wl[e.workload].append(e)
     admits: dict[str, list[AuditRecord]] = defaultdict(list)
+    ended: dict[str, dict[datetime, datetime]] = defaultdict(dict)
     for r in audit:
         if r.action == "workload.admit":
             admits[r.name].append(r)
+        elif r.action in END_ACTIONS and r.detail.get("endedAt"):
+            ended[r.name][r.at] = datetime.fromisoformat(str(r.detail["endedAt"]))
     models = node_models(bundle)
     h = History({}, [], [], [])
     for w in workloads:
         info = _info(w, bundle)
         h.workloads[w.name] = info
         evs = sorted(by_wl.get(w.name, ()), key=lambda e: e.id)
-        runs, waits = workload_runs(info, evs, admits.get(w.name, ()), models, w.placement)
+        runs, waits = workload_runs(info, evs, admits.get(w.name, ()), models, w.placement, ended.get(w.name))
         h.runs.extend(runs)
         h.waits.extend(waits)
         for e in evs:

@@ -6,10 +6,25 @@ finishes or fails; an approval or an exception window runs out), each durably an
 
 from __future__ import annotations
 
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
 from gpupool.audit import AuditEntry
 from gpupool.service import failures as flt
 from gpupool.service.controller_state import ACTIVE, SCHEDULER, ControllerState, _dt
 from gpupool.store import NotFound, PhaseChange, WorkloadRecord
+
+
+def _ended(ended_at: float | None, now: float) -> float | None:
+    """The run's own end when the backend knows it and it is before now (a run that ended
+    while the controller was down, or between two polls); None otherwise."""
+    return ended_at if ended_at is not None and ended_at < now else None
+
+
+def _ended_detail(ended_at: float | None, now: float) -> dict[str, Any]:
+    at = _ended(ended_at, now)
+    return {} if at is None else {"endedAt": datetime.fromtimestamp(at, UTC).isoformat()}
 
 
 class Finishing(ControllerState):
@@ -29,6 +44,7 @@ class Finishing(ControllerState):
                 continue
             if rec.phase in ACTIVE and r.outcome == "Failed":  # retried by its policy
                 fault = flt.Fault(r.reason or "Error", r.message or "the run failed", r.exit_code)
+                fault = replace(fault, ended_at=_ended(r.ended_at, now))
                 failed.append((rec, fault))
                 forget.append(r.name)
                 continue
@@ -41,7 +57,7 @@ class Finishing(ControllerState):
                         "workload.finish",
                         "Workload",
                         r.name,
-                        {"outcome": outcome, "message": r.message},
+                        {"outcome": outcome, "message": r.message} | _ended_detail(r.ended_at, now),
                     )
                 )
                 self.hooks.on_finish(rec.queue, outcome)

@@ -87,6 +87,7 @@ class Fault:
     reason: str
     exit_code: int | None = None
     counted: bool = True  # a failure under the retry policy (False: an eviction, requeued at once)
+    ended_at: float | None = None  # when the run ended, if before it was noticed (billing)
 
     @property
     def what(self) -> str:

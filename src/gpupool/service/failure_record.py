@@ -93,6 +93,8 @@ def _outcome(
         "attempt": retry,
         "maxRetries": pol.max_retries,
     }
+    if fault.ended_at is not None:  # the run ended before this was noticed: bill to its end
+        detail["endedAt"] = datetime.fromtimestamp(fault.ended_at, UTC).isoformat()
     if infra and platform_n <= MAX_PLATFORM_REQUEUES:
         return _requeued_at_once(rec, fault, platform_n, detail, now)
     if not infra and retry <= pol.max_retries:

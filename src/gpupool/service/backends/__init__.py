@@ -72,6 +72,9 @@ class RunState:
     message: str = ""
     exit_code: int | None = None  # of a failed run, when known
     reason: str = ""  # a failed run's cause as a code: Error, OOMKilled, NodeFailure, ...
+    #: when it ended, where the backend knows (local: the pods' exit.json), so a run that ended
+    #: while the controller was down is billed to its end, not to the restart
+    ended_at: float | None = None
 
 
 @dataclass(slots=True)

@@ -416,6 +416,7 @@ class LocalBackend:
         failed = next(((p, e) for p, e in ends if not e.succeeded), None)
         if failed is not None:
             p, e = failed
+            r["ended_at"] = _ended_at([p])
             self._terminate_pods(r)  # a gang fails as one: its other pods are stopped
             what = f"pod {p['rank']} ({p['group']}-{p['index']})" if len(r["pods"]) > 1 else "the pod"
             r.update(phase="finished", outcome="Failed", message=f"{what} {e.message}")
@@ -424,6 +425,7 @@ class LocalBackend:
         if ends and len(ends) == len(r["pods"]):
             n = len(r["pods"])
             r.update(phase="finished", outcome="Succeeded", message=f"{n} of {n} pods exited with code 0")
+            r["ended_at"] = _ended_at(r["pods"])
             return True
         return changed
 
@@ -472,7 +474,20 @@ class LocalBackend:
             str(r.get("message", "")),
             r.get("exit_code") if failed else None,
             str(r.get("reason", "")) if failed else "",
+            r.get("ended_at"),
         )
+
+
+def _ended_at(pods: Sequence[Mapping[str, Any]]) -> float | None:
+    """The last of the pods' own exit times (their wrapper's ``finishedAt``); None when one is
+    unknown (a wrapper killed before it could write it)."""
+    times: list[float] = []
+    for p in pods:
+        t = (p.get("status") or {}).get("finishedAt")
+        if t is None:
+            return None
+        times.append(float(t))
+    return max(times, default=None)
 
 
 __all__ = ["STATE_FILE", "LocalBackend"]
