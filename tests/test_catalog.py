@@ -104,3 +104,36 @@ def test_get_pools_wide_and_describe_pool_print_the_catalog(
         assert res.exit_code == 0, res.output
         assert "64 guaranteed to queues" in res.stdout and "needs approval:" in res.stdout
         assert "llm-pretrain" in res.stdout
+
+
+def test_an_unhealthy_gpu_shows_in_get_nodes_and_describe_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: ``get nodes`` had no health column and ``-o wide`` printed the raw JSON; one bad
+    GPU on a node that is up read as healthy to the eye."""
+    with running_app(tmp_path) as api:
+        node = api.get("/v1/nodes")["items"][0]["name"]
+        r = api.req("POST", f"/v1/nodes/{node}/devices/3/health", json={"healthy": False, "reason": "XID 79"})
+        assert r.status_code == 200, r.text
+
+        class Through:
+            def __init__(self, server: str | None, token: str | None) -> None:
+                pass
+
+            def call(self, method: str, path: str, **kw: Any) -> Any:
+                got = api.req(method, path, **kw)
+                assert got.status_code == 200, got.text
+                return got.json()
+
+        monkeypatch.setattr("gpupool.cli.client_objects.Api", Through)
+        for wide in ([], ["-o", "wide"]):
+            res = runner.invoke(app, ["get", "nodes", *wide])
+            assert res.exit_code == 0, res.output
+            head, *rows = res.stdout.strip().splitlines()
+            assert "HEALTH" in head
+            mine = next(line for line in rows if line.split()[0] == node)
+            assert "GPU 3 unhealthy" in mine, mine
+            assert all("ok" in line.split() for line in rows if line.split()[0] != node)
+        res = runner.invoke(app, ["describe", "node", node])
+        assert res.exit_code == 0, res.output
+        assert "unhealthy: XID 79" in res.stdout

@@ -200,11 +200,12 @@ def describe_node(obj: dict[str, Any]) -> None:
     sys.stdout.write(yaml.safe_dump({k: v for k, v in obj.items() if k != "devices"}, sort_keys=False))
     show(
         table(
-            ["device", "allocated", "workloads"],
+            ["device", "allocated", "health", "workloads"],
             [
                 (
                     d["index"],
                     f"{d['allocatedMilli'] / 1000:g}",
+                    "ok" if d.get("healthy", True) else f"unhealthy: {d.get('healthReason') or '?'}",
                     ", ".join(f"{w['workload']}({w['gpuMilli'] / 1000:g})" for w in d["workloads"]),
                 )
                 for d in obj["devices"]

@@ -148,10 +148,23 @@ def workload_wide_rows(items: Items) -> Rows:
     )
 
 
+def health_text(h: Any) -> str:
+    """A node's health as a person reads it: ``ok``, ``failed: WHY`` or ``GPU 3 unhealthy``
+    (``healthy`` alone hid an unhealthy device on a node that is up)."""
+    if not isinstance(h, dict):
+        return str(h or "")
+    if h.get("failed"):
+        return f"failed: {h['failed']}"
+    bad = h.get("unhealthyDevices") or []
+    if bad:
+        return f"GPU {','.join(str(d) for d in bad)} unhealthy"
+    return "ok" if h.get("healthy", True) else "unhealthy"
+
+
 def node_wide_rows(items: Items) -> Rows:
-    """``-o wide``: the rack, the NVLink domain and the device health besides the usual columns."""
+    """``-o wide``: the rack and the NVLink domain besides the usual columns."""
     return table(
-        ["name", "pool", "model", "gpus", "allocated", "schedulable", "rack", "nvlink", "health"],
+        ["name", "pool", "model", "gpus", "allocated", "schedulable", "health", "rack", "nvlink"],
         [
             (
                 n["name"],
@@ -160,9 +173,9 @@ def node_wide_rows(items: Items) -> Rows:
                 n["gpus"],
                 f"{n['gpuAllocated']:g}",
                 n["schedulable"],
+                health_text(n.get("health")),
                 n.get("rack") or "",
                 n.get("nvlinkDomain") or "",
-                json.dumps(n["health"]) if isinstance(n.get("health"), dict | list) else n.get("health", ""),
             )
             for n in items
         ],
@@ -171,9 +184,17 @@ def node_wide_rows(items: Items) -> Rows:
 
 def node_rows(items: Items) -> Rows:
     return table(
-        ["name", "pool", "model", "gpus", "allocated", "schedulable"],
+        ["name", "pool", "model", "gpus", "allocated", "schedulable", "health"],
         [
-            (n["name"], n["pool"], n["gpuModel"], n["gpus"], f"{n['gpuAllocated']:g}", n["schedulable"])
+            (
+                n["name"],
+                n["pool"],
+                n["gpuModel"],
+                n["gpus"],
+                f"{n['gpuAllocated']:g}",
+                n["schedulable"],
+                health_text(n.get("health")),
+            )
             for n in items
         ],
     )
