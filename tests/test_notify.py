@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -176,10 +177,12 @@ def test_a_webhook_receives_the_firing_the_acknowledgement_and_the_resolution(
 
 
 def test_an_alertmanager_endpoint_receives_its_alert_schema_and_open_alerts_again(
-    store: Store, receivers: list[Receiver]
+    store: Store, receivers: list[Receiver], tmp_path: Path
 ) -> None:
     am = _receiver(receivers)
-    spec = _spec([{"name": "am", "alertmanager": {"url": am.url, "resendInterval": 0.05}}])
+    (tmp_path / "am-token").write_text("tok-1\n")
+    sink = {"url": am.url, "resendInterval": 0.05, "bearerTokenFile": str(tmp_path / "am-token")}
+    spec = _spec([{"name": "am", "alertmanager": sink}])
     with _notifier(spec, store) as n:
         store.sync_incidents(
             [Firing("GPUUnhealthy", "node/n1/gpu/3", "critical", "GPU 3: Xid 79")], on_change=n.notify
@@ -188,10 +191,11 @@ def test_an_alertmanager_endpoint_receives_its_alert_schema_and_open_alerts_agai
         wait_for(lambda: len(am.got) >= 2, 30, "the alert and a resend while open")
         store.sync_incidents([], on_change=n.notify)
         _deliveries(store, iid, 2)
+        assert n.workers["am"].sink.open == {}  # type: ignore[attr-defined]
         sent = len(am.got)
-        time.sleep(0.3)  # several resend intervals: a resolved alert is not sent again
-        assert len(am.got) == sent
-    path, body, _ = am.got[0]
+        assert n.workers["am"].sink.resend() == 0 and len(am.got) == sent  # type: ignore[attr-defined]
+    path, body, headers = am.got[0]
+    assert headers["Authorization"] == "Bearer tok-1"
     assert path == "/api/v2/alerts" and isinstance(body, list) and len(body) == 1
     alert = body[0]
     assert set(alert) == {"labels", "annotations", "startsAt", "endsAt", "generatorURL"}
@@ -259,6 +263,42 @@ def test_email_through_a_local_smtp_server_logs_in_with_the_password_from_the_en
     )
     text = msg.get_content()
     assert "waited 5.0 h" in text and "queue=vision-team" in text
+
+
+def test_starttls_verifies_the_relays_certificate_against_the_ca_given(store: Store, tmp_path: Path) -> None:
+    controller_mod = pytest.importorskip("aiosmtpd.controller")
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_tls)
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    box, port = _Mailbox(), _free_port()
+    smtp = controller_mod.Controller(
+        box, hostname="127.0.0.1", port=port, tls_context=server_tls, require_starttls=True
+    )
+    smtp.start()
+    email = {
+        "host": "127.0.0.1",
+        "port": port,
+        "startTLS": True,
+        "from": "g@example.com",
+        "to": ["o@example.com"],
+    }
+    try:
+        with _notifier(
+            _spec([{"name": "mail", "email": {**email, "caFile": str(tmp_path / "ca.pem")}}]), store
+        ) as n:
+            store.sync_incidents([FIRE], on_change=n.notify)
+            [ok] = _deliveries(store, _incident(store), 1)
+        with _notifier(_spec([{"name": "mail", "email": email}]), store) as n:  # the system's CAs
+            n.notify(store.ack_incident(_incident(store), "alice"))
+            _, refused = _deliveries(store, _incident(store), 2)
+    finally:
+        smtp.stop()
+    assert (ok["outcome"], ok["attempts"]) == ("delivered", 1), ok
+    assert len(box.got) == 1  # the unverified relay was sent nothing
+    assert (refused["outcome"], refused["attempts"]) == ("failed", 3)
+    assert "CERTIFICATE_VERIFY_FAILED" in refused["lastError"]
 
 
 # ------------------------------------------------------------------- retries and isolation

@@ -128,6 +128,9 @@ class EmailSpec(_Strict):
     sender: str = Field(alias="from", min_length=3, max_length=253, pattern=r"^[^@\s]+@[^@\s]+$")
     to: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$", max_length=253)]] = Field(min_length=1)
     startTLS: bool = False
+    #: the CA bundle that signs the relay's certificate (default: the system's); STARTTLS
+    #: always verifies the certificate and the host name
+    caFile: Path | None = None
     username: str | None = Field(None, min_length=1, max_length=253)
     passwordEnv: str | None = Field(None, min_length=1, max_length=253)
     passwordFile: Path | None = None
@@ -251,6 +254,8 @@ def _secret_checks(
             out.append(((*at, env_field), f"the environment variable {env} is not set"))
         if file is not None and not Path(file).is_file():
             out.append(((*at, file_field), f"{file}: no such file"))
+    if s.kind == "email" and sub.caFile is not None and not Path(sub.caFile).is_file():
+        out.append(((*at, "caFile"), f"{sub.caFile}: no such file"))
     if s.kind == "email" and (sub.username is None) != (sub.passwordEnv is None and sub.passwordFile is None):
         field = "username" if sub.username is None else "passwordEnv"
         out.append(((*at, field), "username and a password (passwordEnv or passwordFile) go together"))
