@@ -544,3 +544,14 @@ def test_the_api_notifies_an_acknowledgement_and_describes_the_deliveries(
     rows = [line.split() for line in out.output.splitlines()]
     assert rows[6][:4] == ["SINK", "CHANGE", "OUTCOME", "ATTEMPTS"]
     assert rows[7][:4] == ["chat", "acknowledged", "delivered", "1"] and rows[7][-1] == "-"
+
+
+def test_the_file_is_the_option_else_the_variable_else_the_state_directorys(tmp_path: Path) -> None:
+    from gpupool.service.notify import config_path
+
+    given, env = tmp_path / "given.yaml", {"GPUPOOL_NOTIFICATIONS": str(tmp_path / "env.yaml")}
+    assert config_path(None, tmp_path, {}) is None  # nothing configured: nothing is sent
+    (tmp_path / "notifications.yaml").write_text("")
+    assert config_path(None, tmp_path, {}) == tmp_path / "notifications.yaml"
+    assert config_path(None, tmp_path, env) == tmp_path / "env.yaml"
+    assert config_path(given, tmp_path, env) == given
