@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpupool.audit import AuditEntry
@@ -23,10 +26,14 @@ from gpupool.cli.main import app
 from gpupool.cost.forecast import TcoParams, capacity_plan, forecast, tco_report
 from gpupool.cost.limits import HistoryTooShort
 from gpupool.cost.metering import Window
+from gpupool.cost.plan import parse_add, plan
 from gpupool.cost.policy import CostPolicySpec
 from gpupool.cost.reports import CostData, load_store
+from gpupool.model import WorkloadType
+from gpupool.sim.sources import JobSpec
 from gpupool.store import PhaseChange, Store
 from tests.test_cost_forecast import weekly_series
+from tests.test_cost_metering import example_bundle
 from tests.test_cost_windows import JOINED, NOW, manifests
 
 runner = CliRunner()
@@ -125,3 +132,68 @@ def test_forecast_interval_brackets_the_forecast_and_covers_held_out_data() -> N
     inside = sum(lo <= y <= hi for lo, y, hi in zip(f.lower, held, f.upper, strict=True)) / len(held)
     assert inside >= 0.75
     assert f.upper[-1] - f.lower[-1] > f.upper[0] - f.lower[0]
+
+
+def mixed_trace(rng: random.Random, n: int) -> list[JobSpec]:
+    """Work of three training teams and serving on the example cluster, submitted over 15 min."""
+    jobs = []
+    for i in range(n):
+        q = rng.choice(["llm-pretrain", "llm-research", "vision-team", "serving"])
+        pc = "inference" if q == "serving" else rng.choice(["training", "experiment"])
+        jobs.append(
+            JobSpec(
+                f"w{i}", q, rng.uniform(0, 900), rng.choice([300.0, 1800.0, 3600.0, 7200.0]),
+                gpus=rng.choice([1, 2, 4, 8]), replicas=rng.choice([1, 1, 2, 4]), cpu_milli=2000,
+                memory_mib=8192, type=WorkloadType("inference" if q == "serving" else "training"),
+                priority_class=pc, source="store",
+            )
+        )  # fmt: skip
+    return jobs
+
+
+def replayed(jobs: list[JobSpec], add: str = "2xH100-80GB") -> tuple[dict[str, dict[str, Any]], str | None]:
+    b = example_bundle()
+    t = plan(jobs, b, parse_add([add], b.nodes), {})
+    return {r[0]: dict(zip(t["columns"], r, strict=True)) for r in t["rows"]}, t.get("note")
+
+
+def test_plan_counts_every_wait_so_two_more_nodes_do_not_look_worse() -> None:
+    """Today's replay preempts two 32-GPU jobs (their work thrown away) and runs waiting work in
+    their place; only first waits were counted, so today looked 4.6x better than with 16 more
+    H100s (30 s against 140 s). Every wait counted, the planned design waits less."""
+    rows, note = replayed(mixed_trace(random.Random(20), 28))
+    today, planned = rows["today"], rows["planned"]
+    assert today["preemptions"] == 2 and planned["preemptions"] == 0
+    assert planned["wait_mean_s"] < today["wait_mean_s"] and note is None
+    assert today["first_wait_mean_s"] < today["wait_mean_s"]  # the requeued waits, now counted
+
+
+def test_plan_says_why_when_more_capacity_still_waits_longer() -> None:
+    rows, note = replayed(mixed_trace(random.Random(23), 29))
+    assert rows["planned"]["wait_mean_s"] > rows["today"]["wait_mean_s"]
+    assert note is not None and "longer" in note and "preempted" in note and "w0" in note
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), n=st.integers(3, 16))
+def test_more_capacity_waits_no_longer_or_the_plan_says_why(seed: int, n: int) -> None:
+    rows, note = replayed(mixed_trace(random.Random(seed), n), "1xH100-80GB")
+    assert rows["planned"]["gpus"] == rows["today"]["gpus"] + 8
+    if rows["planned"]["wait_mean_s"] > rows["today"]["wait_mean_s"]:
+        assert note is not None and "waited longer" in note
+    else:
+        assert note is None
+
+
+def test_plan_on_a_young_store_warns_and_replays_from_the_join(young: str) -> None:
+    res = runner.invoke(
+        app, ["plan", "--add", "1xA100-40GB", "--db", young, "--to", NOW.isoformat(), "-o", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert "covers 15 min" in rep["summary"]["warning"] and "24 h" in rep["summary"]["warning"]
+    assert "WARNING: plan" in res.stderr
+    assert rep["summary"]["workloads"] == 3
+    # replayed from when the nodes joined: 15 minutes of capacity priced, not 7 days
+    cost = {r[0]: float(r[-1]) for r in rep["tables"][0]["rows"]}
+    assert cost["today"] < 112 * 3.0 * 3  # under 3 h of the whole fleet at under $3 an hour

@@ -197,7 +197,7 @@ def tco_cmd(
 def _warn(rep: dict[str, Any]) -> None:
     """A planning answer's warnings (short history, a design no better than today's) on stderr
     too, so they are seen whatever the output format."""
-    for key in ("warning", "verdict"):
+    for key in ("warning", "verdict", "explanation"):
         if rep.get("summary", {}).get(key):
             typer.echo(str(rep["summary"][key]), err=True)
 
@@ -382,8 +382,10 @@ def plan_cmd(
     policy: Path | None = PolicyOpt,
     output: Fmt = FmtOpt,
 ) -> None:
-    """What-if (容量规划): replay the recorded workloads on today's design and with more nodes."""
+    """What-if (容量规划): replay the recorded workloads on today's design and with more nodes;
+    says why when more nodes wait longer, warns on less than a day of history."""
     from gpupool.cost import plan as planner
+    from gpupool.cost.forecast import observed_since
     from gpupool.cost.metering import Window
     from gpupool.cost.policy import load_policy
     from gpupool.cost.render import render
@@ -397,15 +399,22 @@ def plan_cmd(
         window = Window(parse_time(start, "--from", to - timedelta(days=7)), to)
         with Store.open(db) as store:
             data = load_store(store, window, load_policy(policy))
-            jobs = planner.jobs_of(data.history, store.list_workloads(), data.bundle, window.start)
+            since = observed_since(data)  # the replay starts when the cluster existed
+            jobs = planner.jobs_of(data.history, store.list_workloads(), data.bundle, since)
         added = planner.parse_add(add, data.bundle.nodes)
         prices = {name: p.price for name, p in data.pools.items()}
         table = planner.plan(jobs, data.bundle, added, prices)
     except ValueError as exc:
         fail(str(exc), 2)
-    sys.stdout.write(
-        render(report("plan", data, [table], {"added": ", ".join(add), "workloads": len(jobs)}), output.value)
+    summary: dict[str, Any] = {"added": ", ".join(add), "workloads": len(jobs)}
+    warning = planner.PLAN_LIMIT.check(
+        (to - since).total_seconds(), f"since {since:%Y-%m-%d %H:%M} UTC", True
     )
+    summary |= {"warning": warning} if warning else {}
+    summary |= {"explanation": table.pop("note")} if table.get("note") else {}
+    rep = report("plan", data, [table], summary)
+    _warn(rep)
+    sys.stdout.write(render(rep, output.value))
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

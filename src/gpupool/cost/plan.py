@@ -14,17 +14,23 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
+
 from gpupool.cost.history import History
+from gpupool.cost.limits import DAY_S, Limit
 from gpupool.cost.metering import us_between
 from gpupool.manifests import Bundle
 from gpupool.model import Node, PriorityClass, Queue, WorkloadType
 from gpupool.sim.scenario import Faults, Scenario, Variant
 from gpupool.sim.sources import JobSpec, Trace
+
+#: a replay of less than one daily cycle may have missed the daily peak its waits depend on
+PLAN_LIMIT = Limit("plan", DAY_S, "one daily cycle of submissions, so the replay holds the daily peak")
 
 ADD_RE = re.compile(r"^(?P<n>[1-9][0-9]{0,3})x(?P<model>[A-Za-z0-9][-A-Za-z0-9_.]*)$")
 
@@ -111,45 +117,80 @@ def _grown(q: Queue, extra: dict[str, tuple[int, int, int]]) -> Queue:
     return replace(q, quotas=tuple(quotas))
 
 
+KEYS = ["wait_mean_s", "wait_p95_s", "first_wait_mean_s", "jct_mean_s", "allocation_ratio"]
+KEYS += ["utilization", "completion_rate", "preemptions", "lost_gpu_h"]
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One design's replay: its table row and, per job, the seconds waited and times preempted."""
+
+    row: list[Any]
+    waits: dict[str, float]
+    preempted: dict[str, int]
+
+
+def replay_design(sc: Scenario, v: Variant, prices: dict[str, Decimal]) -> Replayed:
+    """One design through the simulator (gpupool policy), every wait of every job counted."""
+    from gpupool.cost.simhistory import MeteredSimulation, job_waits
+    from gpupool.sim.metrics import compute
+    from gpupool.sim.simulator import Policy
+
+    sim = MeteredSimulation(sc, Policy.named("gpupool"), v)
+    r = sim.run()
+    m = compute(r)
+    waits = job_waits(sim, r.end)
+    w = np.asarray(list(waits.values()) or [0.0])
+    m |= {"wait_mean_s": round(float(w.mean()), 4), "wait_p95_s": round(float(np.percentile(w, 95)), 4)}
+    m |= {"first_wait_mean_s": compute(r)["wait_mean_s"]}
+    m |= {"lost_gpu_h": round(sum(j.lost_gpu_s for j in r.jobs) / 3600, 3)}
+    hours = Decimal(str(round(r.end / 3600, 6)))
+    cost = hours * sum(
+        (prices.get(p.name, Decimal(0)) * sum(n.gpu_count for n in v.nodes if p.selects(n)) for p in v.pools),
+        Decimal(0),
+    )
+    row = [v.name, sum(n.gpu_count for n in v.nodes), *[m[k] for k in KEYS], f"{cost:.2f}"]
+    return Replayed(row, waits, {j.spec.name: j.preempted for j in r.jobs})
+
+
+def explain(today: Replayed, planned: Replayed) -> str | None:
+    """Why the planned design waits longer on the replay than today's, in the jobs' terms (None
+    when it does not): which jobs waited longer, and whether today's preemptions made room for
+    them that the added capacity, preempting less, did not."""
+    a, b = today.row[2], planned.row[2]
+    if b <= a:
+        return None
+    worse = sorted((n for n in planned.waits if planned.waits[n] > today.waits.get(n, 0.0) + 1e-6),
+                   key=lambda n: today.waits.get(n, 0.0) - planned.waits[n])  # fmt: skip
+    spared = sorted(n for n, k in today.preempted.items() if k > planned.preempted.get(n, 0))
+    text = (
+        f"with more capacity the replayed mean wait is longer ({a:.0f} s -> {b:.0f} s):"
+        f" {len(worse)} job(s) waited longer ({', '.join(worse[:5])}{', ...' if len(worse) > 5 else ''})"
+    )
+    if spared:
+        text += (
+            f"; today's design preempted {', '.join(spared[:5])} ({today.row[KEYS.index('lost_gpu_h') + 2]}"
+            " GPU-h thrown away) and ran waiting work in their place, the planned one let them run on"
+            " and later work queued behind them"
+        )
+    return text + ": an effect of this trace's order of admissions, not a shortage the nodes cause"
+
+
 def plan(
     jobs: Sequence[JobSpec], bundle: Bundle, added: Sequence[Node], prices: dict[str, Decimal]
 ) -> dict[str, Any]:
-    """Both designs replayed (gpupool policy): waits, allocation, utilization, capacity cost."""
-    from gpupool.sim.metrics import compute
-    from gpupool.sim.simulator import simulate
-
+    """Both designs replayed (gpupool policy): waits (every wait, first and after preemptions),
+    allocation, utilization, capacity cost; ``note`` says why when more capacity waits longer."""
     if not jobs:
         raise ValueError("no workload in the window can be replayed (none declares a duration or finished)")
     sc = Scenario(
         "plan", "store", variants(bundle, added), Trace(jobs=list(jobs)), Faults(), None, 1, ["gpupool"]
     )
-    keys = [
-        "wait_mean_s",
-        "wait_p95_s",
-        "jct_mean_s",
-        "allocation_ratio",
-        "utilization",
-        "completion_rate",
-        "preemptions",
-    ]
-    rows = []
-    for v in sc.variants:
-        r = simulate(sc, "gpupool", v)
-        m = compute(r)
-        hours = r.end / 3600
-        cost = sum(
-            (
-                prices.get(p.name, Decimal(0)) * sum(n.gpu_count for n in v.nodes if p.selects(n))
-                for p in v.pools
-            ),
-            Decimal(0),
-        ) * Decimal(str(round(hours, 6)))
-        gpus = sum(n.gpu_count for n in v.nodes)
-        rows.append([v.name, gpus, *[m[k] for k in keys], f"{cost:.2f}"])
-    cols = ["design", "gpus", *keys, "capacityCost"]
+    today, planned = (replay_design(sc, v, prices) for v in sc.variants)
     return {
         "name": "plan",
         "title": f"Replay of {len(jobs)} recorded workloads, today and with {len(added)} more node(s)",
-        "columns": cols,
-        "rows": rows,
+        "columns": ["design", "gpus", *KEYS, "capacityCost"],
+        "rows": [today.row, planned.row],
+        "note": explain(today, planned),
     }

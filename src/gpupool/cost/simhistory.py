@@ -164,3 +164,14 @@ def replay(scenario: Scenario, policy: str = "gpupool", variant: str | None = No
     sim = MeteredSimulation(scenario, Policy.named(policy), v)
     result = sim.run()
     return Replay(history_of(sim), bundle_of_variant(v), BASE, _at(result.end), result)
+
+
+def job_waits(sim: MeteredSimulation, end: float) -> dict[str, float]:
+    """Seconds each job waited in all: to its first start and again after every preemption or
+    fault, a wait still open counted to ``end``. Why not the first wait alone: a preempted job
+    waits again, and a design that preempts less would look worse on first waits only."""
+    out = {rec.spec.name: 0.0 for rec in sim.jobs.values() if rec.status != "rejected"}
+    for w in history_of(sim).waits:
+        stop = w.end if w.end is not None else _at(end)
+        out[w.workload] = out.get(w.workload, 0.0) + (stop - w.start).total_seconds()
+    return out
