@@ -119,7 +119,7 @@ def test_an_onboarding_that_does_not_fit_is_refused_whole(tmp_path: Path) -> Non
         svc = api.c.app.state.svc  # type: ignore[attr-defined]
         before = (len(svc.store.list_objects()), len(svc.store.list_tokens()))
         r = api.req("POST", "/v1/onboard", json={"template": template(), "team": "nlp"})
-        assert r.status_code == 422 and "children guarantee" in r.text  # ai-org has no room
+        assert r.status_code == 422 and "over-subscribed" in r.text  # ai-org has no room
         assert (len(svc.store.list_objects()), len(svc.store.list_tokens())) == before
 
 

@@ -99,7 +99,7 @@ def test_history_diff_and_rollback_round_trip_over_the_api(tmp_path: Path) -> No
         old = api.get("/v1/revisions/queues/vision-team/1")["manifest"]
         assert old == first
         r = api.req("POST", "/v1/apply", json={"items": [old], "reason": "rollback to 1"})
-        assert r.json()["results"][0]["result"] == "updated"
+        assert r.json()["results"][0]["result"] == "configured"
         assert _queue(api, "vision-team") == first  # the object is exactly as it was
         back = api.get("/v1/revisions/queues/vision-team/diff?from=1&to=3")
         assert back["changes"] == [] and back["unified"] == ""

@@ -7,6 +7,7 @@ document or a duplicate name cannot leave the rest of the set applied.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,11 @@ def json_value(v: Any) -> Any:
     raise TypeError(f"cannot send {type(v).__name__} as JSON")
 
 
-def post_apply(api: Api, items: list[Any], reason: str = "", dry_run: bool = False) -> dict[str, Any]:
-    """One ``POST /v1/apply`` of ``items`` (all applied or none; a preview only with ``dry_run``)."""
+def post_apply(
+    api: Api, items: list[Any], reason: str = "", dry_run: bool = False, sources: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One ``POST /v1/apply`` of ``items`` (all applied or none; a preview only with ``dry_run``);
+    ``sources`` name each item's document in a refusal (file, document number, kind/name)."""
     payload: dict[str, Any] = {"items": items}
     if reason:
         payload["reason"] = reason
@@ -75,24 +79,30 @@ def post_apply(api: Api, items: list[Any], reason: str = "", dry_run: bool = Fal
         content=json.dumps(payload, default=json_value),
         headers={"Content-Type": "application/json"},
         refused="nothing was applied",
+        sources=sources,
     )
     return dict(data)
 
 
 def apply_set(api: Api, docs: list[Document], reason: str = "") -> list[dict[str, Any]]:
     """Send the whole set in one ``POST /v1/apply`` (all applied or none); the per-object results."""
-    return list(post_apply(api, [d.raw for d in docs], reason)["results"])
+    return list(post_apply(api, [d.raw for d in docs], reason, sources=[d.source for d in docs])["results"])
 
 
 def print_results(results: list[dict[str, Any]], data: Any, output: Format) -> None:
-    """One ``Kind/name: result`` line per object, or ``data`` as JSON/YAML."""
+    """One ``Kind/name: result`` line per object, or ``data`` as JSON/YAML; exit 1 when an
+    object failed alone (a race lost after the checks), after naming it and why."""
     if output not in (Out.table, Out.wide):
         emit(data, output)
-        return
-    for r in results:
-        console.print(
-            f"{r['kind']}/{r['name']}: {r['result']}", highlight=False, soft_wrap=True, markup=False
-        )
+    else:
+        for r in results:
+            why = f" ({r['error']})" if r.get("error") else ""
+            console.print(
+                f"{r['kind']}/{r['name']}: {r['result']}{why}", highlight=False, soft_wrap=True, markup=False
+            )
+    failed = [f"{r['kind']}/{r['name']}" for r in results if r.get("result") == "failed"]
+    if failed:
+        fail(f"{len(failed)} of {len(results)} object(s) failed: {', '.join(failed)}", 1)
 
 
 def apply(
@@ -111,7 +121,9 @@ def apply(
     api = Api(server, token)
     docs = load_set(files, api)
     if dry_run:
-        report = post_apply(api, [d.raw for d in docs], reason, dry_run=True)
+        report = post_apply(
+            api, [d.raw for d in docs], reason, dry_run=True, sources=[d.source for d in docs]
+        )
         if output in (Out.table, Out.wide):
             print_preview(report)
         else:

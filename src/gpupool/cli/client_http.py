@@ -1,13 +1,16 @@
 """Which server and token the client uses, and the HTTP calls that turn failures into one line.
 
 Why a thin client: all rules live in the server (one place to audit); the client only picks
-the server and token (flag > environment > config file > ./.gpupool/admin-token) and reports
-every refusal with the server's own message.
+the server and token (flag > environment > config file > the token file of the server's state
+directory) and reports every refusal with the server's own message.
 """
 
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +19,13 @@ import typer
 import yaml
 
 from gpupool.cli.client_output import err_console, fail
+from gpupool.cli.common import invocation
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
-DEFAULT_TOKEN_FILE = Path(".gpupool") / "admin-token"
+DEFAULT_STATE_DIR = Path(".gpupool")  # what `gpupool serve` uses without --state-dir
+TOKEN_FILE_NAME = "admin-token"  # the bootstrap token `gpupool serve` writes in its state dir
+DEFAULT_TOKEN_FILE = DEFAULT_STATE_DIR / TOKEN_FILE_NAME
+STATE_DIR_ENV = "GPUPOOL_STATE_DIR"
 CONFIG_FILE = Path("~/.config/gpupool/config.yaml")
 
 ServerOpt = typer.Option(None, "--server", "-s", help="server URL (env GPUPOOL_SERVER)")
@@ -43,34 +50,94 @@ def config_file() -> dict[str, Any]:
     return data
 
 
-def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
-    """Server and token from flag, environment, config file, then the defaults."""
-    cfg = config_file()
-    srv = server or os.environ.get("GPUPOOL_SERVER") or cfg.get("server") or DEFAULT_SERVER
-    tok = token or os.environ.get("GPUPOOL_TOKEN") or cfg.get("token")
-    if not tok:
-        tf = Path(
-            os.environ.get("GPUPOOL_TOKEN_FILE") or cfg.get("tokenFile") or DEFAULT_TOKEN_FILE
-        ).expanduser()
+@dataclass
+class TokenSource:
+    """Where the token came from, or every place looked at when none was found: a 401 then
+    names them and how to pass one (the server's state dir is often not the current one)."""
+
+    token: str | None = None
+    origin: str = ""
+    looked: list[str] = field(default_factory=list)
+
+    def advice(self) -> str:
+        """The line a 401 ends with: the token that was refused, or where none was found."""
+        if self.token:
+            return (
+                f"  the token from {self.origin} was refused: is it this server's? "
+                f"pass --token, set GPUPOOL_TOKEN, or point at the server's state dir with "
+                f"`gpupool --state-dir DIR ...` or GPUPOOL_STATE_DIR"
+            )
+        return (
+            f"  no token found: looked in {', '.join(self.looked)}; pass --token, set GPUPOOL_TOKEN "
+            f"or GPUPOOL_TOKEN_FILE, or point at the state dir `gpupool serve --state-dir` wrote "
+            f"with `gpupool --state-dir DIR ...` or GPUPOOL_STATE_DIR"
+        )
+
+
+def state_dir(cfg: dict[str, Any]) -> Path:
+    """The server's state directory the token file is in: ``gpupool --state-dir``, then
+    ``GPUPOOL_STATE_DIR``, then the config file's ``stateDir``, then ``.gpupool`` (serve's default)."""
+    chosen = invocation.state_dir or os.environ.get(STATE_DIR_ENV) or cfg.get("stateDir")
+    return Path(str(chosen)).expanduser() if chosen else DEFAULT_STATE_DIR
+
+
+def find_token(token: str | None, cfg: dict[str, Any]) -> TokenSource:
+    """The token: flag, ``GPUPOOL_TOKEN``, the config's ``token``, then the first token file that
+    exists of ``GPUPOOL_TOKEN_FILE`` (or the config's ``tokenFile``) and the state dir's."""
+    if token:
+        return TokenSource(token, "--token")
+    for origin, value in (
+        ("GPUPOOL_TOKEN", os.environ.get("GPUPOOL_TOKEN")),
+        ("the client config", cfg.get("token")),
+    ):
+        if value:
+            return TokenSource(str(value), origin)
+    explicit = os.environ.get("GPUPOOL_TOKEN_FILE") or cfg.get("tokenFile")
+    files = [Path(str(explicit)).expanduser()] if explicit else []
+    files.append(state_dir(cfg) / TOKEN_FILE_NAME)
+    for tf in files:
         if tf.exists():
             try:
-                tok = tf.read_text(encoding="utf-8").strip()
+                return TokenSource(tf.read_text(encoding="utf-8").strip(), str(tf))
             except OSError as exc:
                 fail(f"cannot read the token file {tf}: {exc.strerror}", 2)
-    return str(srv).rstrip("/"), tok
+    return TokenSource(looked=[str(f.absolute()) for f in files])
+
+
+def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
+    """Server and token from flag, environment, config file, then the defaults."""
+    srv, source = _resolve(server, token)
+    return srv, source.token
+
+
+def _resolve(server: str | None, token: str | None) -> tuple[str, TokenSource]:
+    cfg = config_file()
+    srv = server or os.environ.get("GPUPOOL_SERVER") or cfg.get("server") or DEFAULT_SERVER
+    return str(srv).rstrip("/"), find_token(token, cfg)
 
 
 class Api:
     """A small HTTP client that turns every failure into one error line with the server's message."""
 
     def __init__(self, server: str | None, token: str | None) -> None:
-        self.server, self.token = resolve(server, token)
+        self.server, self.source = _resolve(server, token)
+        self.token = self.source.token
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
 
-    def call(self, method: str, path: str, *, refused: str | None = None, **kw: Any) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        refused: str | None = None,
+        sources: Sequence[str] = (),
+        **kw: Any,
+    ) -> Any:
         """The decoded answer; any failure exits with the server's message (and ``refused``, a
-        line saying what a 4xx answer means for the request, e.g. that nothing was applied)."""
+        line saying what a 4xx answer means for the request, e.g. that nothing was applied).
+        ``sources``: where each item of a set came from (``file: document N (Kind/name)``), so
+        the server's ``items[i]`` in an error names the document the user wrote."""
         try:
             r = self.http.request(method, path, **kw)
             leader = standby_leader(r)
@@ -87,7 +154,7 @@ class Api:
         except httpx.HTTPError as exc:
             fail(f"request to {self.server}{path} failed: {type(exc).__name__}: {exc}")
         if r.status_code >= 400:
-            fail(self._refusal(r, refused))
+            fail(named(self._refusal(r, refused), sources))
         if r.headers.get("content-type", "").startswith("application/json"):
             return r.json()
         return r.text
@@ -101,15 +168,48 @@ class Api:
         except (ValueError, KeyError, TypeError):
             msg, details = f"{r.status_code} {r.reason_phrase}", []
         lines = [f"{msg} (HTTP {r.status_code})"]
-        if len(details) > 1 or (details and details[0].get("problem", "") not in msg):
-            lines += [f"  {d.get('field', '')}: {d.get('problem', '')}".rstrip() for d in details]
+        lines += [f"  {line}" for line in _detail_lines(msg, details)]
         if refused and r.status_code < 500:
             lines.append(f"  {refused}")
-        if r.status_code == 401 and not self.token:
+        if r.status_code == 409 and any(
+            d.get("field", "").endswith("metadata.resourceVersion") for d in details
+        ):
             lines.append(
-                f"  no token found: pass --token, set GPUPOOL_TOKEN, or run from the directory holding {DEFAULT_TOKEN_FILE}"
+                "  read the object again (gpupool get KIND NAME -o yaml), redo the change and apply it; "
+                "or drop metadata.resourceVersion to overwrite"
             )
+        if r.status_code == 401:
+            lines.append(self.source.advice())
         return "\n".join(lines)
+
+
+def _detail_lines(msg: str, details: list[dict[str, Any]]) -> list[str]:
+    """One line per error item, each naming its document and field (the item's ``message``,
+    where a set's ``items[i]`` is renamed later); a lone item the message already says is
+    shown by where it is only."""
+    if len(details) == 1 and details[0].get("problem", "") in msg:
+        d = details[0]
+        where = str(d.get("message", "")).removesuffix(str(d.get("problem", ""))).rstrip(": ")
+        return [where] if where and where not in msg else []
+    return [
+        str(d.get("message") or f"{d.get('field', '')}: {d.get('problem', '')}").rstrip() for d in details
+    ]
+
+
+_ITEM = re.compile(r"items\[(\d+)\](?:: document 1 \([^)]*\))?")
+
+
+def named(text: str, sources: Sequence[str]) -> str:
+    """``text`` with each ``items[i]`` of the server's answer replaced by where item ``i`` came
+    from (the server numbers the set it was sent; the user knows files and documents)."""
+    if not sources:
+        return text
+
+    def one(m: re.Match[str]) -> str:
+        i = int(m[1])
+        return sources[i] if i < len(sources) else m[0]
+
+    return _ITEM.sub(one, text)
 
 
 def standby_leader(r: httpx.Response) -> str | None:

@@ -8,6 +8,7 @@ can be loaded one at a time (gpupool.cli.main) without loading each other.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
@@ -20,6 +21,17 @@ console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+@dataclass
+class Invocation:
+    """What the options before the command (``gpupool --state-dir DIR get ...``) set for this
+    run; set again by every run (so one test's value never reaches the next)."""
+
+    state_dir: str | None = None
+
+
+invocation = Invocation()
 
 
 class Output(StrEnum):

@@ -121,6 +121,7 @@ def _converted(text: str, source: str) -> tuple[str, list[tuple[str, dict[str, A
     labelled: list[tuple[str, dict[str, Any]]] = []
     problems: list[str] = []
     for n, raw in enumerate(raw_docs, start=1):
+        raw = read_back(raw)
         if is_kube_object(raw):
             manifest, problem = to_workload(raw)
             if problem is not None:
@@ -135,9 +136,24 @@ def _converted(text: str, source: str) -> tuple[str, list[tuple[str, dict[str, A
             md = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
             here = f"{source}: document {n} ({raw.get('kind') or '?'}/{(md or {}).get('name') or '?'})"
             labelled.append((here, raw))
-    if not problems and len(labelled) == len(raw_docs) and not any(map(is_kube_object, raw_docs)):
+    as_written = not any(is_kube_object(r) or read_back(r) is not r for r in raw_docs)
+    if not problems and len(labelled) == len(raw_docs) and as_written:
         return text, labelled, []
     return yaml.safe_dump_all(out, sort_keys=False), labelled, problems
+
+
+def read_back(raw: Any) -> Any:
+    """A workload as ``gpupool get workload NAME -o yaml|json`` printed it (its view: phase,
+    placement and the rest of the status around the submitted ``manifest``) is its manifest;
+    anything else is returned as it is.
+
+    Why: so that what ``get`` prints applies back, as kubectl's objects do; the status is the
+    server's and is ignored, as ``status`` is on every other kind."""
+    if isinstance(raw, dict) and "apiVersion" not in raw and "seq" in raw:
+        manifest = raw.get("manifest")
+        if isinstance(manifest, dict) and manifest.get("kind") == "Workload":
+            return manifest
+    return raw
 
 
 def _known_of(docs: list[Document], known: Known | None) -> Known:

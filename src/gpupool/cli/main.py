@@ -25,7 +25,7 @@ import typer
 import typer.main
 from typer.core import TyperGroup
 
-from gpupool.cli.common import err_console
+from gpupool.cli.common import err_console, invocation
 
 if TYPE_CHECKING:  # the click TyperGroup is built on (typer vendors its own as typer._click)
     from typer._click import Command, Context
@@ -143,8 +143,15 @@ def _version(value: bool) -> None:
 @app.callback()
 def _top(
     _: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+    state_dir: str | None = typer.Option(
+        None,
+        "--state-dir",
+        envvar="GPUPOOL_STATE_DIR",
+        help="client commands: the `gpupool serve --state-dir` whose admin-token to use",
+    ),
 ) -> None:
     """gpupool: a governed GPU compute scheduling platform."""
+    invocation.state_dir = state_dir
 
 
 def main() -> None:

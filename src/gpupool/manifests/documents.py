@@ -22,6 +22,10 @@ from gpupool.manifests.workloads import WorkloadSpec
 _UNSTORABLE = {chr(0)} | {chr(c) for c in range(0xD800, 0xE000)}
 MAX_TEXT_DEPTH = 32
 
+#: metadata the server sets and ``gpupool get`` prints (kubectl's names): accepted back on
+#: apply so that what ``get -o yaml`` printed applies unchanged, never stored
+SERVER_METADATA = ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields")
+
 SPECS: dict[str, type[BaseModel]] = {
     "Cluster": ClusterSpec,
     "ResourcePool": PoolSpec,
@@ -133,7 +137,7 @@ def validate_document(raw: Any, here: str, errors: list[str]) -> Document | None
         errors.append(f"{ident}: metadata: must be a mapping with at least a name")
         return None
     before = len(errors)
-    meta = _validated(Metadata, md or {}, "metadata", ident, errors)
+    meta = _validated(Metadata, person_metadata(md or {}, ident, errors), "metadata", ident, errors)
     spec_raw = raw.get("spec")
     spec = None
     if spec_raw is not None and not isinstance(spec_raw, dict):
@@ -143,6 +147,34 @@ def validate_document(raw: Any, here: str, errors: list[str]) -> Document | None
     if meta is None or spec is None or len(errors) > before:
         return None
     return Document(str(kind), meta.name, meta, spec, raw, ident)
+
+
+def expected_version(value: Any) -> int | None:
+    """A ``metadata.resourceVersion`` as the stored version it expects (None: not one the
+    server could have returned: digits, as text or a number)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and 0 <= value < 2**63:
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        return int(value)
+    return None
+
+
+def person_metadata(md: Mapping[str, Any], ident: str, errors: list[str]) -> dict[str, Any]:
+    """The metadata a person writes: without :data:`SERVER_METADATA`.
+
+    Why here, in the one validator: an object ``gpupool get -o yaml`` printed must pass
+    ``gpupool validate`` and the client's own check before ``apply``, as it passes the server's;
+    the model stays strict about every other field. A resourceVersion the server could not have
+    returned is a located error rather than being ignored (it is a precondition on apply)."""
+    rv = md.get("resourceVersion")
+    if rv is not None and expected_version(rv) is None:
+        errors.append(
+            f"{ident}: metadata.resourceVersion: must be the resourceVersion a GET returned "
+            f"(digits), got {rv!r}"
+        )
+    return {k: v for k, v in md.items() if k not in SERVER_METADATA}
 
 
 def _validated(model: type[Any], value: Any, prefix: str, ident: str, errors: list[str]) -> Any:

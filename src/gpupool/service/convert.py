@@ -24,6 +24,7 @@ from gpupool.manifests import (
     validate_document,
 )
 from gpupool.manifests.base import TaskTypeTable
+from gpupool.manifests.documents import SERVER_METADATA, expected_version, person_metadata
 from gpupool.model import (
     Admission,
     PodGroup,
@@ -71,30 +72,21 @@ def parse_manifest(manifest: Mapping[str, Any], source: str = "request") -> Docu
     return doc
 
 
-SERVER_METADATA = ("resourceVersion",)
-"""Metadata the server sets and returns on GET; accepted back on PUT/apply (not stored)."""
-
-
 def without_server_metadata(manifest: Mapping[str, Any], source: str = "request") -> dict[str, Any]:
-    """The manifest without server-set metadata, so an object read with GET can be PUT back.
+    """The manifest without server-set metadata (:data:`SERVER_METADATA`), so an object read
+    with GET can be PUT or applied back; none of it is stored.
 
-    Why not in the Metadata model: files and submitted workloads do not carry it, and the model
-    stays strict about every field a person writes. A resourceVersion that is not one the server
-    could have returned (digits) is a located 422 rather than being ignored.
-    """
+    A resourceVersion that is not one the server could have returned (digits) is a located 422
+    rather than being ignored: it is the precondition of the write."""
     raw = dict(manifest)
     md = raw.get("metadata")
     if not isinstance(md, Mapping) or not any(k in md for k in SERVER_METADATA):
         return raw
-    if resource_version(raw) is None:
-        kind, name = raw.get("kind") or "?", md.get("name") or "?"
-        raise ManifestError(
-            [
-                f"{source}: document 1 ({kind}/{name}): metadata.resourceVersion: must be the "
-                f"resourceVersion a GET returned (digits), got {md.get('resourceVersion')!r}"
-            ]
-        )
-    raw["metadata"] = {k: v for k, v in md.items() if k not in SERVER_METADATA}
+    errors: list[str] = []
+    kind, name = raw.get("kind") or "?", md.get("name") or "?"
+    raw["metadata"] = person_metadata(md, f"{source}: document 1 ({kind}/{name})", errors)
+    if errors:
+        raise ManifestError(errors)
     return raw
 
 
@@ -104,20 +96,13 @@ def resource_version(manifest: Mapping[str, Any]) -> int | None:
     Sent back on PUT/apply it makes the write conditional, as in Kubernetes: a stale one is
     answered 409 and nothing is written."""
     md = manifest.get("metadata")
-    v = md.get("resourceVersion") if isinstance(md, Mapping) else None
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, int) and 0 <= v < 2**63:
-        return v
-    if isinstance(v, str) and v.isascii() and v.isdigit() and len(v) <= 18:
-        return int(v)
-    return None
+    return expected_version(md.get("resourceVersion")) if isinstance(md, Mapping) else None
 
 
 def object_manifest(rec: ObjectRecord) -> dict[str, Any]:
     """A stored object as a manifest without the server-side resourceVersion."""
     m = rec.to_manifest()
-    m["metadata"] = {k: v for k, v in m["metadata"].items() if k != "resourceVersion"}
+    m["metadata"] = {k: v for k, v in m["metadata"].items() if k not in SERVER_METADATA}
     return m
 
 

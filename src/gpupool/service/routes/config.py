@@ -43,6 +43,13 @@ CONFIG_ACTIONS = {
     "Cluster": "cluster",
 }
 
+#: marks a priority class ``get`` shows that is gpupool's default, not stored; the server's
+#: word, so it is not stored with an override applied from what ``get`` printed
+BUILTIN_ANNOTATION = "gpupool.io/builtin"
+
+#: the apply results as kubectl words them (the store says "updated")
+RESULT_WORDS = {"updated": "configured"}
+
 
 class ApplyRequest(BaseModel):
     items: list[dict[str, Any]] = Field(
@@ -81,7 +88,9 @@ def _parse_set(items: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Docume
             errors.append(
                 f"{d.source}: metadata.name: duplicate {d.kind} {d.name!r} (first at items[{first}])"
             )
-        docs.append(({k: v for k, v in m.items() if k != "status"}, d))
+        body = {k: v for k, v in m.items() if k != "status"}  # status is the server's: ignored
+        # a workload read back keeps no server metadata (its resubmission must equal the original)
+        docs.append((without_server_metadata(body) if d.kind == "Workload" else body, d))
     if errors:
         raise ManifestError(errors)
     return docs
@@ -90,11 +99,16 @@ def _parse_set(items: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Docume
 def _check_config(svc: Service, p: Principal, docs: list[tuple[dict[str, Any], Document]]) -> ConfigView:
     """Authorize each change (a queue move where it is and where it goes) and build the
     configuration the set would leave, which must be valid as a whole."""
+    denied: list[tuple[Document, Denied]] = []
     for m, d in docs:
-        svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, m, svc))
-        if d.kind == "Queue" and d.name in svc.controller.parents:
-            # moving a queue needs authority where it is now, not only where it goes
-            svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, None, svc))
+        try:
+            svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, m, svc), defer=True)
+            if d.kind == "Queue" and d.name in svc.controller.parents:
+                # moving a queue needs authority where it is now, not only where it goes
+                svc.check(p, Action.UPDATE, _config_resource(d.kind, d.name, None, svc), defer=True)
+        except Denied as den:
+            denied.append((d, den))
+    _refuse_denied(svc, denied)
     current = {(r.kind, r.name): object_manifest(r) for r in svc.store.list_objects()}
     for m, d in docs:
         current[(d.kind, d.name)] = without_server_metadata(m)
@@ -109,12 +123,13 @@ def _check_workloads(
     preps: list[Prepared] = []
     errors: list[str] = []
     conflicts: list[dict[str, str]] = []
+    denied: list[tuple[Document, Denied]] = []
     for m, d in docs:
         try:
             prep = prepare(svc, p, m, view)
         except Denied as den:
-            svc.store.append_audit(den.entry)
-            raise
+            denied.append((d, den))
+            continue
         except ManifestError as exc:
             errors.extend(exc.errors)
             continue
@@ -123,13 +138,68 @@ def _check_workloads(
             continue
         clash = _name_clash(svc, p, prep)
         if clash:
-            conflicts.append({"field": f"{d.source}: metadata.name", "problem": clash})
+            conflicts.append(_located(d, "metadata.name", clash))
         preps.append(prep)
+    _refuse_denied(svc, denied)
     if errors:
         raise ManifestError(errors)
     if conflicts:
         raise ApiError(409, f"{len(conflicts)} workload name(s) taken; nothing was applied", conflicts)
     return preps
+
+
+def _refuse_denied(svc: Service, denied: list[tuple[Document, Denied]]) -> None:
+    """403 naming every document the caller may not write and why, each denial audited."""
+    if not denied:
+        return
+    for _, den in denied:
+        svc.store.append_audit(den.entry)
+    items = [
+        _located(d, "spec.queue" if d.kind == "Workload" else "metadata.name", den.message)
+        for d, den in denied
+    ]
+    more = f" (and {len(items) - 1} more)" if len(items) > 1 else ""
+    raise ApiError(
+        403,
+        f"{len(items)} object(s) of the set refused; nothing was applied: {items[0]['message']}{more}",
+        items,
+    )
+
+
+def _located(d: Document, field: str, problem: str) -> dict[str, str]:
+    """An error item as a 422's are: the field, the problem, and the line naming the document."""
+    return {"field": field, "problem": problem, "message": f"{d.source}: {field}: {problem}"}
+
+
+def _stale(svc: Service, docs: list[tuple[dict[str, Any], Document]]) -> None:
+    """409 naming every object whose ``metadata.resourceVersion`` (the version it was read at,
+    sent back from a GET) is not the stored one, with the current version: all at once, before
+    anything is written. The store checks again in the write's transaction (a race after this)."""
+    stale: list[dict[str, str]] = []
+    for m, d in docs:
+        want = resource_version(m)
+        if want is None:
+            continue  # no precondition, as kubectl apply without a resourceVersion
+        try:
+            now: int | None = svc.store.get_object(d.kind, d.name).resource_version
+        except NotFound:
+            now = None
+        if now == want or (now is None and want == 0):
+            continue
+        problem = (
+            f"{d.kind} {d.name!r} no longer exists (the manifest was read at resourceVersion {want})"
+            if now is None
+            else f"{d.kind} {d.name!r} changed since it was read: the current resourceVersion is "
+            f"{now}, the manifest has {want}"
+        )
+        stale.append(_located(d, "metadata.resourceVersion", problem))
+    if stale:
+        raise ApiError(
+            409,
+            f"{len(stale)} object(s) changed since they were read; nothing was applied: "
+            + "; ".join(s["problem"] for s in stale),
+            stale,
+        )
 
 
 def _name_clash(svc: Service, p: Principal, prep: Prepared) -> str | None:
@@ -162,6 +232,7 @@ def _preview_set(svc: Service, p: Principal, items: list[dict[str, Any]], reason
     workloads = [(m, d) for m, d in docs if d.kind == "Workload"]
     view = _check_config(svc, p, config) if config else None
     preps = _check_workloads(svc, p, workloads, view)
+    _stale(svc, config)
     bundle = view.bundle if view is not None else svc.controller.bundle
     report = pv.simulate(svc, bundle, [w.model for w in preps if not w.approval])
     return pv.record(svc, p, items, report, reason)
@@ -182,24 +253,72 @@ def _apply_set(
     with ctl.lock:
         view = _check_config(svc, p, config) if config else None
         preps = _check_workloads(svc, p, workloads, view)
-        detail = _detail(svc, items, reason) if config else {}
+        _stale(svc, config)
         if config:
-            done = svc.store.apply_objects(
-                [
-                    (
-                        without_server_metadata(m),
-                        AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name, detail),
-                        resource_version(m),  # sent back from a GET: 409 if stale
-                    )
-                    for m, d in config
-                ]
-            )
-            results = [{"kind": r.kind, "name": r.name, "result": outcome} for r, outcome in done]
+            results = _write_config(svc, p, config, _detail(svc, items, reason))
             if any(r["result"] != "unchanged" for r in results):
                 ctl.reload_config()
     for prep in preps:
         results.append(submit_prepared(svc, p, prep))
     return results
+
+
+def _write_config(
+    svc: Service, p: Principal, config: list[tuple[dict[str, Any], Document]], detail: dict[str, Any]
+) -> list[dict[str, str]]:
+    """Write the configuration objects in one transaction; each one's result in kubectl's words
+    (created, configured, unchanged). A built-in priority class applied back as ``get`` showed
+    it is unchanged and not stored; changed, it is stored as an override (configured)."""
+    builtins = _builtin_classes(svc)
+
+    def as_builtin(m: dict[str, Any], d: Document) -> bool:
+        b = builtins.get(d.name) if d.kind == "PriorityClass" else None
+        return b is not None and _same(b, without_server_metadata(m))
+
+    writes = [(m, d) for m, d in config if not as_builtin(m, d)]
+    done = iter(
+        svc.store.apply_objects(
+            [
+                (
+                    _stored_form(m),
+                    AuditEntry(p.name, f"{CONFIG_ACTIONS[d.kind]}.apply", d.kind, d.name, detail),
+                    resource_version(m),  # sent back from a GET: 409 if stale
+                )
+                for m, d in writes
+            ]
+        )
+        if writes
+        else ()
+    )
+    results: list[dict[str, str]] = []
+    for m, d in config:
+        outcome = next(done)[1] if any(w is m for w, _ in writes) else "unchanged"
+        if outcome == "created" and d.kind == "PriorityClass" and d.name in builtins:
+            outcome = "updated"  # it existed (built in): now overridden
+        results.append({"kind": d.kind, "name": d.name, "result": RESULT_WORDS.get(outcome, outcome)})
+    return results
+
+
+def _stored_form(m: Mapping[str, Any]) -> dict[str, Any]:
+    """What is stored of an applied manifest: no server metadata, no built-in mark."""
+    out = without_server_metadata(m)
+    md = out.get("metadata")
+    if isinstance(md, Mapping) and isinstance(md.get("annotations"), Mapping):
+        annotations = {k: v for k, v in md["annotations"].items() if k != BUILTIN_ANNOTATION}
+        out["metadata"] = {k: v for k, v in md.items() if k != "annotations"}
+        if annotations:
+            out["metadata"]["annotations"] = annotations
+    return out
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two manifests say the same: spec, labels and annotations (absent is empty)."""
+
+    def key(m: Mapping[str, Any]) -> str:
+        md = m.get("metadata") or {}
+        return canonical_json([m.get("spec") or {}, md.get("labels") or {}, md.get("annotations") or {}])
+
+    return key(a) == key(b)
 
 
 @router.post("/v1/apply", tags=["config"], **doc(oa.ApplyResults, *BODY, 404))
@@ -239,27 +358,37 @@ def list_objects(plural: str, p: Caller, svc: Svc) -> dict[str, Any]:
     items = [r.to_manifest() for r in svc.store.list_objects(kind)]
     if kind == "PriorityClass":
         stored = {i["metadata"]["name"] for i in items}
-        for pc in svc.controller.bundle.priority_classes:
-            if pc.name not in stored:
-                items.append(
-                    {
-                        "apiVersion": "gpupool.io/v1alpha1",
-                        "kind": "PriorityClass",
-                        "metadata": {"name": pc.name, "annotations": {"gpupool.io/builtin": "true"}},
-                        "spec": {
-                            "value": pc.value,
-                            "preemptible": pc.preemptible,
-                            "description": pc.description,
-                        },
-                    }
-                )
+        items += [b for n, b in _builtin_classes(svc).items() if n not in stored]
     return {"kind": kind, "items": items}
+
+
+def _builtin_classes(svc: Service) -> dict[str, dict[str, Any]]:
+    """The priority classes in force that no stored object defines (gpupool's defaults), as
+    the manifests ``get`` shows: they can be read, applied back unchanged, and overridden."""
+    stored = {r.name for r in svc.store.list_objects("PriorityClass")}
+    return {
+        pc.name: {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "PriorityClass",
+            "metadata": {"name": pc.name, "annotations": {BUILTIN_ANNOTATION: "true"}},
+            "spec": {"value": pc.value, "preemptible": pc.preemptible, "description": pc.description},
+        }
+        for pc in svc.controller.bundle.priority_classes
+        if pc.name not in stored
+    }
 
 
 @router.get("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.Manifest, *READ, 422))
 def get_object(plural: str, name: str, p: Caller, svc: Svc) -> dict[str, Any]:
-    """One configuration object."""
-    return svc.store.get_object(_kind(plural), name).to_manifest()
+    """One configuration object (a built-in priority class too, as the list shows it)."""
+    kind = _kind(plural)
+    try:
+        return svc.store.get_object(kind, name).to_manifest()
+    except NotFound:
+        builtin = _builtin_classes(svc).get(name) if kind == "PriorityClass" else None
+        if builtin is None:
+            raise
+        return builtin
 
 
 @router.put("/v1/config/{plural}/{name}", tags=["config"], **doc(oa.ApplyResult, *BODY, 404))

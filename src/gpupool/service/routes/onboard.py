@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Resource
+from gpupool.manifests import Bundle, Document, build
 from gpupool.manifests.templates import Onboarding, TeamTemplateSpec, TemplateError, render
 from gpupool.service import preview as pv
 from gpupool.service.convert import parse_manifest
@@ -64,6 +65,7 @@ def onboard(body: OnboardRequest, p: Caller, svc: Svc) -> dict[str, Any]:
                 f"queue {taken[0]!r} already exists; team {body.team!r} may be onboarded already",
                 [{"field": "team", "problem": "queue exists"}],
             )
+        _oversubscribed(ctl.bundle, body.team, [d for _, d in docs])
         view = _check_config(svc, p, docs)
         report = pv.simulate(svc, view.bundle)
         if body.dryRun:
@@ -96,6 +98,57 @@ def onboard(body: OnboardRequest, p: Caller, svc: Svc) -> dict[str, Any]:
         ],
         **_groups(svc, plan),
         "preview": report,
+    }
+
+
+def _oversubscribed(current: Bundle, team: str, docs: list[Document]) -> None:
+    """422 when the team's queues ask a parent for more guarantee than it has left on a pool,
+    naming the parent, the pool, the queues asking and the numbers: the guarantee asked, the
+    parent's own guarantee there (its capacity to give), what it has already promised to its
+    other children, and the pool's GPUs. Why apart from the general check: that one names only
+    the parent and a total, and an operator onboarding a team needs to know what to lower."""
+    new = {d.name for d in docs}
+    queues = build(docs, current, references=False).queues
+    by_name = {q.name: q for q in queues}
+    errors: list[dict[str, str]] = []
+    parents = {p for q in queues if q.name in new and (p := q.parent) is not None and p in by_name}
+    for parent in sorted(parents):
+        kids = [q for q in queues if q.parent == parent]
+        for own in by_name[parent].quotas:
+            share = {q.name: g.guarantee[0] for q in kids if (g := q.quota(own.pool)) is not None}
+            asked = sum(v for n, v in share.items() if n in new)
+            promised = sum(v for n, v in share.items() if n not in new)
+            if asked and asked + promised > own.guarantee[0]:
+                errors.append(_over(team, parent, own.pool, share, new, own.guarantee[0], current))
+    if errors:
+        message = "; ".join(e["problem"] for e in errors) + "; nothing was created"
+        raise ApiError(422, message, errors)
+
+
+def _over(
+    team: str, parent: str, pool: str, share: dict[str, int], new: set[str], capacity: int, b: Bundle
+) -> dict[str, str]:
+    """One over-subscribed parent on one pool, with the numbers (GPUs; quotas are in milli)."""
+
+    def gpus(milli: int) -> str:
+        return f"{milli / 1000:g}"
+
+    asked = {n: v for n, v in share.items() if n in new}
+    others = {n: v for n, v in share.items() if n not in new and v}
+    promised = sum(others.values())
+    in_pool = sum(n.gpu_count for n in b.nodes if any(p.name == pool and p.selects(n) for p in b.pools))
+    to_whom = ", ".join(f"{n} {gpus(v)}" for n, v in sorted(others.items())) or "no other queue"
+    problem = (
+        f"queue {parent!r} is over-subscribed on pool {pool}: team {team!r} asks a guarantee of "
+        f"{gpus(sum(asked.values()))} GPUs ({', '.join(f'{n} {gpus(v)}' for n, v in sorted(asked.items()))}); "
+        f"{parent} guarantees {gpus(capacity)} GPUs there and has already promised {gpus(promised)} "
+        f"({to_whom}), leaving {gpus(max(0, capacity - promised))}; the pool has {in_pool} GPUs"
+    )
+    first = min(asked)
+    return {
+        "field": f"spec.quotas (pool {pool}).guarantee",
+        "problem": problem,
+        "message": f"Queue/{first}: spec.quotas (pool {pool}).guarantee: {problem}",
     }
 
 
