@@ -36,8 +36,6 @@ def plan_hold(
     pods = [pg for pg in w.pod_groups for _ in range(pg.replicas)]
     if not pods or any(pg.request.gpus == 0 for pg in pods):
         return None
-    idxs = st.pool_indexes(pool, w.gpu_models)
-    ok = node_filter(w)
     inf = float("inf")
     topo = w.topology
     scope = topo.scope if topo is not None and topo.mode is TopologyMode.REQUIRED else None
@@ -45,23 +43,7 @@ def plan_hold(
     k = max(pg.request.gpus for pg in pods)
     if scope is TopologyScope.NODE:  # every pod on one node: one big pod
         k, n_pods = sum(pg.request.gpus for pg in pods), 1
-    groups: dict[str, list[tuple[float, int, int]]] = {}
-    for ix in idxs:
-        for i in ix.nodes:
-            node = st.nodes[i]
-            if node.gpu_count < k or not ok(i):
-                continue
-            free_now = st.free_whole[i]
-            # time when k devices are free: the (k - free_now)-th release (an estimate: a
-            # device shared by fractional pods frees when its last sharer ends)
-            need = k - free_now
-            if need <= 0:
-                t = now
-            else:
-                busy = runs.busy_ends(node.name)
-                t = busy[need - 1] if need <= len(busy) else inf
-            dom = node.domain(scope) if scope is not None and scope is not TopologyScope.NODE else ""
-            groups.setdefault(dom, []).append((t, -free_now, i))
+    groups = _ready_times(w, pool, st, node_filter(w), runs, now, k, scope)
     best: tuple[float, str, list[tuple[float, int, int]]] | None = None
     for dom, cands in sorted(groups.items()):
         if len(cands) < n_pods:
@@ -80,3 +62,37 @@ def plan_hold(
     names = ", ".join(st.nodes[c[2]].name for c in chosen[:4]) + (" ..." if len(chosen) > 4 else "")
     when = "when running work ends" if start == inf else f"expected from t={start:g}"
     return held, start, f"holding {len(held)} node(s) for it ({names}), {when}"
+
+
+def _ready_times(
+    w: Workload,
+    pool: str,
+    st: ClusterState,
+    ok: Callable[[int], bool],
+    runs: RunningSet,
+    now: float,
+    k: int,
+    scope: TopologyScope | None,
+) -> dict[str, list[tuple[float, int, int]]]:
+    """Per topology domain (one domain without a required scope), every node of ``pool`` that
+    could host a ``k``-GPU pod of ``w`` as (when ``k`` devices are expected free, minus its
+    free devices now, node index)."""
+    inf = float("inf")
+    groups: dict[str, list[tuple[float, int, int]]] = {}
+    for ix in st.pool_indexes(pool, w.gpu_models):
+        for i in ix.nodes:
+            node = st.nodes[i]
+            if node.gpu_count < k or not ok(i):
+                continue
+            free_now = st.free_whole[i]
+            # time when k devices are free: the (k - free_now)-th release (an estimate: a
+            # device shared by fractional pods frees when its last sharer ends)
+            need = k - free_now
+            if need <= 0:
+                t = now
+            else:
+                busy = runs.busy_ends(node.name)
+                t = busy[need - 1] if need <= len(busy) else inf
+            dom = node.domain(scope) if scope is not None and scope is not TopologyScope.NODE else ""
+            groups.setdefault(dom, []).append((t, -free_now, i))
+    return groups
