@@ -555,3 +555,26 @@ def test_the_file_is_the_option_else_the_variable_else_the_state_directorys(tmp_
     assert config_path(None, tmp_path, {}) == tmp_path / "notifications.yaml"
     assert config_path(None, tmp_path, env) == tmp_path / "env.yaml"
     assert config_path(given, tmp_path, env) == given
+
+
+def test_incidents_open_at_start_are_kept_posted_to_alertmanager(
+    store: Store, receivers: list[Receiver]
+) -> None:
+    from gpupool.service.notify.dispatch import start_notifier
+
+    am = _receiver(receivers)
+    store.sync_incidents([FIRE])  # opened before this server started
+    spec = _spec([{"name": "am", "alertmanager": {"url": am.url, "resendInterval": 0.05}}])
+    svc = SimpleNamespace(
+        controller=SimpleNamespace(store=store),
+        store=store,
+        metrics=SimpleNamespace(registry=CollectorRegistry()),
+    )
+    n = start_notifier(svc, spec)
+    assert n is not None and start_notifier(svc, None) is None
+    try:
+        wait_for(lambda: am.got, 30, "the open incident posted again")
+    finally:
+        n.stop()
+    assert am.got[0][1][0]["labels"]["queue"] == "vision-team"
+    assert store.get_incident(_incident(store))["deliveries"] == []  # a resend is not a new delivery

@@ -108,18 +108,28 @@ class SinkWorker:
             self._thread = None
         self.sink.close()
 
+    def remember(self, open_incidents: Iterable[dict[str, Any]]) -> None:
+        """The incidents open now, for a sink that keeps posting open alerts (Alertmanager)."""
+        keep = getattr(self.sink, "keep", None)
+        if keep is None:
+            return
+        for inc in open_incidents:
+            keep(Notice(inc, CHANGES[inc["state"]]))
+
     def _run(self) -> None:
         last_resend = time.monotonic()
         while not self._stop.is_set():
             wait = 0.5 if self.resend_s is None else min(0.5, self.resend_s)
             try:
-                job = self.q.get(timeout=wait)
+                job: Job | None = self.q.get(timeout=wait)
             except queue.Empty:
-                if self.resend_s is not None and time.monotonic() - last_resend >= self.resend_s:
-                    last_resend = time.monotonic()
-                    self._resend()
-                continue
-            self.deliver(job)
+                job = None
+            if job is not None:
+                self.deliver(job)
+            # due resends go out between deliveries too: a busy sink must not let alerts expire
+            if self.resend_s is not None and time.monotonic() - last_resend >= self.resend_s:
+                last_resend = time.monotonic()
+                self._resend()
 
     def _resend(self) -> None:
         try:
@@ -136,15 +146,16 @@ class SinkWorker:
             except Exception as exc:  # any failure of a sink is its own, never the worker's
                 error = f"{type(exc).__name__}: {exc}"[:2000]
                 last = attempt == self.retry.attempts
-                self._note(job, attempt, "failed" if last else "retrying", error)
+                self.note(job, attempt, "failed" if last else "retrying", error)
                 if last or self._stop.wait(delay):
                     return
                 delay = min(delay * 2, self.retry.maxBackoff)
             else:
-                self._note(job, attempt, "delivered", error)
+                self.note(job, attempt, "delivered", error)
                 return
 
-    def _note(self, job: Job, attempts: int, outcome: str, error: str) -> None:
+    def note(self, job: Job, attempts: int, outcome: str, error: str) -> None:
+        """Count, log and record how a delivery stands (a failure to record is logged only)."""
         self.counter.labels(self.sink.name, outcome).inc()
         if outcome != "retrying":
             level = logging.INFO if outcome == "delivered" else logging.WARNING
@@ -185,9 +196,9 @@ class Notifier:
     def start(self, open_incidents: Iterable[dict[str, Any]] = ()) -> None:
         """Start the workers; ``open_incidents`` (those open at start) are what Alertmanager
         sinks keep posting until they resolve."""
+        open_now = list(open_incidents)
         for w in self.workers.values():
-            for inc in open_incidents if w.resend_s is not None else ():
-                w.sink.open[int(inc["id"])] = Notice(inc, CHANGES[inc["state"]])  # type: ignore[attr-defined]
+            w.remember(open_now)
             w.start()
 
     def stop(self) -> None:
@@ -208,7 +219,7 @@ class Notifier:
                 log.warning("cannot record a delivery of incident %s to %s: %s", notice.id, name, exc)
                 continue
             if not self.workers[name].offer(Job(notice, delivery)):
-                self.workers[name]._note(
+                self.workers[name].note(
                     Job(notice, delivery), 0, "dropped", f"the sink's queue is full ({self.spec.queueSize})"
                 )
 

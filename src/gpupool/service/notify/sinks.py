@@ -100,6 +100,10 @@ class AlertmanagerSink(_HttpSink):
 
     def send(self, notice: Notice) -> None:
         self._post([notice])
+        self.keep(notice)
+
+    def keep(self, notice: Notice) -> None:
+        """Post ``notice`` again at each resend while its incident is open."""
         with self._mu:
             if notice.state == "resolved":
                 self.open.pop(notice.id, None)
