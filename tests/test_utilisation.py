@@ -454,3 +454,28 @@ def test_the_simulator_reports_the_synthetic_sm_utilisation_of_the_time_jobs_ran
     assert synthetic_sm(jobs) == pytest.approx(want)
     waiting = JobRecord(JobSpec("w", "q", 0.0, 100.0, type=WorkloadType.TRAINING), 2)
     assert synthetic_sm([waiting]) == 0.0  # never ran: no GPU time
+
+
+def test_the_api_shows_what_running_workloads_compute_for_the_dashboard(tmp_path: Path) -> None:
+    from tests.test_service_support import running_app
+
+    with running_app(tmp_path) as api:
+        m = wl("nb", duration="100h")
+        m["metadata"]["annotations"] = {synthetic.ANNOTATION: "0", "gpupool.io/idle-for": "1h"}
+        assert api.req("POST", "/v1/workloads", json=m).status_code in (200, 201)
+        api.wait_phase("nb", "Running")
+        loop = cast(Any, api.c.app).state.utilisation
+        t = loop.svc.controller.clock()
+        loop.sample_now(t)
+        loop.sample_now(t + 3600)
+        body = api.get("/v1/utilisation")
+        assert body["source"] == "synthetic" and body["thresholdPercent"] == 5.0
+        (row,) = body["items"]
+        assert (row["workload"], row["smPercent"], row["heldIdle"], row["idleForSeconds"]) == (
+            "nb",
+            0.0,
+            True,
+            3600.0,
+        )
+        assert row["memoryUsedBytes"] > 0
+        assert api.req("GET", "/v1/utilisation", token="").status_code == 401

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
@@ -251,9 +251,20 @@ class UtilisationTracker:
             out.append(HeldIdle(name, h.queue, h.pool, h.about.owner, h.gpus, since, last - since, held))
         return out
 
-    def current(self) -> dict[str, tuple[float, int]]:
-        """Each measured workload's last SM percent and memory bytes (for the API and dashboard)."""
-        return {n: (h.sm_percent, h.memory_bytes) for n, h in self._held.items() if h.last_t is not None}
+    def rows(self, queues: Collection[str] | None = None) -> list[dict[str, object]]:
+        """Each measured workload of ``queues`` (None: all) as the API shows it, by name."""
+        out: list[dict[str, object]] = []
+        for name, h in sorted(self._held.items()):
+            if h.last_t is None or (queues is not None and h.queue not in queues):
+                continue
+            idle = h.below_since is not None and h.about.idle_for_s is not None
+            held = idle and h.last_t - (h.below_since or 0.0) >= (h.about.idle_for_s or 0.0)
+            out.append({
+                "workload": name, "queue": h.queue, "pool": h.pool, "gpus": h.gpus,
+                "smPercent": round(h.sm_percent, 1), "memoryUsedBytes": h.memory_bytes,
+                "idleSince": h.below_since, "idleForSeconds": h.about.idle_for_s, "heldIdle": held,
+            })  # fmt: skip
+        return out
 
 
 __all__ = [

@@ -79,6 +79,12 @@ class UtilisationLoop:
         self._thread: threading.Thread | None = None
         self._mu = threading.Lock()
 
+    @property
+    def source_name(self) -> str:
+        """What measures the devices: ``nvml``, ``prometheus``, ``synthetic`` or ``none``."""
+        names = {NvmlReadings: "nvml", PrometheusReadings: "prometheus", SyntheticReadings: "synthetic"}
+        return names.get(type(self.source), "none") if self.source is not None else "none"
+
     def _about(self, name: str) -> About:
         rec = self.svc.store.get_workload(name)
         try:

@@ -181,6 +181,20 @@ async function loadWorkloads() {
   renderWorkloads();
 }
 
+// measured utilisation (GET /v1/utilisation): what the held GPUs compute, and who holds them idle
+async function loadUtilisation() {
+  const u = await api("/v1/utilisation");
+  const src = { nvml: "NVML", prometheus: "DCGM/HAMi via Prometheus", synthetic: "synthetic, by task type (virtual cluster)" }[u.source];
+  document.getElementById("utilisation-source").textContent = src
+    ? `Sampled from ${src}; idle: every GPU below ${u.thresholdPercent}% SM for the workload's idleFor (alert GpuHeldIdle).`
+    : "Nothing measures these GPUs (no NVML, no Prometheus URL): allocation only.";
+  const gib = (b) => `${(b / 2 ** 30).toFixed(1)} GiB`;
+  document.querySelector("#utilisation tbody").replaceChildren(...u.items.map((i) =>
+    el("tr", { class: i.heldIdle ? "borrowing" : "" }, el("td", {}, i.workload), el("td", {}, i.queue), el("td", {}, i.pool),
+      el("td", {}, fmt(i.gpus)), el("td", {}, `${i.smPercent}%`), el("td", {}, gib(i.memoryUsedBytes)),
+      el("td", {}, i.heldIdle ? "held idle" : i.idleSince !== null ? "below threshold" : ""))));
+}
+
 async function loadNodes() {
   const n = await api("/v1/nodes");
   const box = document.getElementById("nodes");
@@ -220,7 +234,7 @@ function page() {
   if (obj) return ["object-page", () => showObjectPage(obj[1], decodeURIComponent(obj[2])), false];
   // incidents and history are not reloaded under the user's hands (a note being typed, a diff chosen)
   if (h === "#/incidents") return ["incidents-page", showIncidentsPage, false];
-  return ["overview", () => Promise.all([loadCluster(), loadQuota(), loadWorkloads(), loadNodes(), loadCharts(), loadIncidentCount()]), true];
+  return ["overview", () => Promise.all([loadCluster(), loadQuota(), loadWorkloads(), loadNodes(), loadCharts(), loadIncidentCount(), loadUtilisation()]), true];
 }
 
 // each refresh has a number: only the newest may set the error line, so a slow answer for the
