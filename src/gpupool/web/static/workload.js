@@ -7,6 +7,7 @@ const NEXT = {
   QuotaExceeded: "It starts when its queue (or the cohort it borrows from) has room: a workload there finishing, or a larger guarantee for the queue.",
   InsufficientCapacity: "It starts when enough free GPUs exist together in one pool: running work finishing, or more nodes in the pool.",
   TopologyUnsatisfiable: "Its topology request (same rack or NVLink domain) cannot be met now; it starts when such a group of nodes is free, or with a looser topology.",
+  Unsatisfiable: "It cannot run on the pool as it is now even with nothing else running (an unhealthy or cordoned node, too few GPUs of its kind); it starts when the pool changes, or with a smaller request. It does not hold up its queue.",
   NoMatchingPool: "No pool offers what it asks (GPU model, selector, tolerations); change the request or ask for such a pool.",
   BlockedByHead: "Its queue is StrictFIFO and an older workload ahead of it waits; it starts after that one.",
   UnknownQueue: "Its queue does not exist; submit it again to an existing queue.",
@@ -77,7 +78,8 @@ async function showLogs(name) {
   attemptSel.onchange = () => { logChoice.attempt = attemptSel.value; showLogs(name); };
   podSel.onchange = () => { logChoice.pod = podSel.value; showLogs(name); };
   if (!item) { out.textContent = "no logs yet: it has not started"; return; }
-  out.textContent = await logText(name, item.attempt, podSel.value);
+  // a log that cannot be read is said in the panel: the page's error line is for the page
+  out.textContent = await logText(name, item.attempt, podSel.value).catch((err) => `could not read the log: ${err.message}`);
 }
 
 async function logText(name, attempt, pod) {
