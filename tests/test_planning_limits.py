@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import math
 import random
-from datetime import datetime, timedelta
+import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from gpupool.store import PhaseChange, Store
 from tests.test_cost_forecast import weekly_series
 from tests.test_cost_metering import example_bundle
 from tests.test_cost_windows import JOINED, NOW, manifests
+from tests.test_service_support import wl
 
 runner = CliRunner()
 
@@ -197,3 +199,72 @@ def test_plan_on_a_young_store_warns_and_replays_from_the_join(young: str) -> No
     # replayed from when the nodes joined: 15 minutes of capacity priced, not 7 days
     cost = {r[0]: float(r[-1]) for r in rep["tables"][0]["rows"]}
     assert cost["today"] < 112 * 3.0 * 3  # under 3 h of the whole fleet at under $3 an hour
+
+
+START = datetime(2026, 12, 1, 13, 37, tzinfo=UTC)  # a Tuesday
+
+
+@pytest.fixture
+def clocked(tmp_path: Path) -> str:
+    """Work recorded from 14:05 UTC: six 1-GPU jobs of llm-research, then two of 32 GPUs."""
+    url = f"sqlite:///{tmp_path}/clocked.db"
+    with Store.open(url, clock=lambda: START + timedelta(hours=3)) as store:
+        for m in manifests():
+            store.apply_object(m, at=START - timedelta(minutes=30))
+        shapes = [(1, 1)] * 6 + [(8, 4)] * 2
+        offsets = [28, 33, 38, 43, 48, 53, 113, 123]  # minutes after 13:37
+        for i, ((gpus, pods), minutes) in enumerate(zip(shapes, offsets, strict=True)):
+            m = wl(f"j{i}", queue="llm-research", gpus=gpus, duration="30m", pool="h100-training")
+            m["spec"]["podGroups"][0]["replicas"] = pods
+            store.submit_workload(m, owner="t", at=START + timedelta(minutes=minutes))
+    return url
+
+
+def profile(url: str, *extra: str) -> Any:
+    args = ["profile", "--from-store", "--db", url, "--from", START.isoformat(), "--pool", "h100-training"]
+    return runner.invoke(app, [*args, "--to", (START + timedelta(hours=3)).isoformat(), "-o", "json", *extra])
+
+
+def test_profile_rhythm_is_on_the_clock_of_the_zone_named(clocked: str) -> None:
+    """The window starts at 13:37; the fitted jobs were submitted between 14:05 and 14:30 UTC.
+    Hours were counted from the window's start (all "hour 00"); now they are the clock's."""
+    for tz, hour, day in (
+        ("UTC", "hour 14", "Tue"),
+        ("Asia/Shanghai", "hour 22", "Tue"),
+        ("America/New_York", "hour 09", "Tue"),
+    ):
+        res = profile(clocked, "--tz", tz)
+        assert res.exit_code == 0, res.output
+        shares = {r["when"]: r["share"] for r in rows(json.loads(res.stdout), "rhythm")}
+        assert shares[hour] == 1.0 and shares[day] == 1.0, (tz, shares)
+        assert tz in next(t["title"] for t in json.loads(res.stdout)["tables"] if t["name"] == "rhythm")
+    bad = profile(clocked, "--tz", "Mars/Olympus")
+    assert bad.exit_code == 2 and "--tz: 'Mars/Olympus'" in bad.output
+
+
+def test_profile_rhythm_defaults_to_the_local_zone(clocked: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        res = profile(clocked)
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert res.exit_code == 0, res.output
+    shares = {r["when"]: r["share"] for r in rows(json.loads(res.stdout), "rhythm")}
+    assert shares["hour 23"] == 1.0  # 14:05-14:30 UTC is 23:05-23:30 in Tokyo
+
+
+def test_profile_never_recommends_a_design_its_replay_shows_worse(clocked: str, tmp_path: Path) -> None:
+    """Fitted on 1-GPU jobs, the suggestion caps llm-research at the widest job it saw; the
+    held-out 32-GPU jobs never run under it. Today's design runs them: it is kept."""
+    out = tmp_path / "out"
+    res = profile(clocked, "--replay", "--out-dir", str(out))
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    replay = {r["design"]: r for r in rows(rep, "replay")}
+    assert replay["suggested"]["completion_rate"] < replay["baseline"]["completion_rate"]
+    assert rep["summary"]["verdict"].startswith("no better design found; today's is best on the replay")
+    assert "no better design found" in res.stderr
+    assert not (out / "suggested.yaml").exists()
+    assert "covers 1.1 h" in rep["summary"]["warning"] and "24 h" in rep["summary"]["warning"]

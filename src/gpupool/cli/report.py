@@ -9,7 +9,7 @@ simulator's database, with no server running.
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -292,8 +292,10 @@ def _profile_source(
     elif scenario is not None:
         if not scenario.exists():
             raise ValueError(f"scenario: {scenario} does not exist")
-        sc = load_scenario(scenario)
-        inp = ProfileInput(only_pool(sc, pool, {}) if pool else sc)
+        from gpupool.cost.simhistory import BASE
+
+        sc = load_scenario(scenario)  # its second 0 is the simulator's Monday, as in report --sim
+        inp = ProfileInput(only_pool(sc, pool, {}) if pool else sc, origin=BASE)
     elif sacct[0] is not None:
         inp = ProfileInput(scenario_of(Bundle(), [], "sacct"))
         inp.notes.append("no design (SCENARIO or --from-store): the profile without a suggestion")
@@ -302,6 +304,7 @@ def _profile_source(
     if sacct[0] is not None:
         tr = load_sacct(sacct[0], sacct[1])
         inp.scenario.trace = Trace(jobs=tr.jobs)
+        inp.origin = None  # the export's own clock is not kept: hours from its first submission
         inp.observed = list(tr.observed)
         inp.notes += [f"sacct rows not replayed ({why}): {n}" for why, n in sorted(tr.skipped.items())]
     return inp
@@ -334,6 +337,9 @@ def profile_cmd(
     do_replay: bool = typer.Option(
         False, "--replay", help="replay both designs on the held-out part (slow on big traces)"
     ),
+    tz: str | None = typer.Option(
+        None, "--tz", help="time zone of the hour-of-day rhythm, IANA name (default: the server's local zone)"
+    ),
     output: Fmt = FmtOpt,
 ) -> None:
     """Task profile (梳理任务画像): demand per type and queue, rhythm, preemption advice, and a
@@ -341,33 +347,51 @@ def profile_cmd(
     import yaml
 
     from gpupool.cost import profile as prof
-    from gpupool.cost.profile_inputs import observed_table
     from gpupool.cost.render import render
 
-    docs: list[dict[str, Any]] = []
     try:
+        zone = prof.zone(tz)
         inp = _profile_source(scenario, from_store, db, (start, end), pool, (sacct, sacct_queue))
-        sc = inp.scenario
-        fit, rest, cut = prof.split(sc.trace.jobs, fit_share)
-        tables = [*prof.profile_tables(fit), prof.preemption_advice(fit)]
-        if inp.observed:
-            tables.append(observed_table(inp.observed))
-        if sc.variants[0].nodes:
-            docs, variant = prof.suggested_design(sc, fit, percentile)
-            if do_replay:
-                tables.append(prof.compare(sc, rest, variant))
+        rep, docs = _profile_report(inp, fit_share, percentile, do_replay, zone)
     except ValueError as exc:
         fail(str(exc), 2)
-    summary: dict[str, Any] = {"jobs": len(sc.trace.jobs), "fittedOn": len(fit), "heldOut": len(rest)}
-    summary |= {"cutAtS": round(cut, 1)} | ({"notes": "; ".join(inp.notes)} if inp.notes else {})
-    scope = "store" if from_store else str(scenario or sacct)
-    rep: dict[str, Any] = {"kind": "profile", "from": "trace start", "to": "trace end", "currency": ""}
-    rep |= {"scope": scope, "summary": summary, "tables": tables}
-    if out_dir is not None and docs:
+    rep["scope"] = "store" if from_store else str(scenario or sacct)
+    _warn(rep)
+    if out_dir is not None and docs and "verdict" not in rep["summary"]:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "suggested.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
         typer.echo(f"wrote {out_dir / 'suggested.yaml'} ({len(docs)} documents)", err=True)
     sys.stdout.write(render(rep, output.value))
+
+
+def _profile_report(
+    inp: ProfileInput, fit_share: float, percentile: float, do_replay: bool, zone: tzinfo | None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The profile's report and the suggestion's manifests; the summary warns on a fitted part
+    shorter than a day and carries the verdict when the replay shows the suggestion worse."""
+    from gpupool.cost import profile as prof
+    from gpupool.cost.profile_inputs import observed_table
+
+    sc = inp.scenario
+    fit, rest, cut = prof.split(sc.trace.jobs, fit_share)
+    tables = [*prof.profile_tables(fit, inp.origin, zone), prof.preemption_advice(fit)]
+    if inp.observed:
+        tables.append(observed_table(inp.observed))
+    docs: list[dict[str, Any]] = []
+    verdict = None
+    if sc.variants[0].nodes:
+        docs, variant = prof.suggested_design(sc, fit, percentile)
+        if do_replay:
+            tables.append(prof.compare(sc, rest, variant))
+            verdict = prof.verdict(tables[-1])
+    summary: dict[str, Any] = {"jobs": len(sc.trace.jobs), "fittedOn": len(fit), "heldOut": len(rest)}
+    fitted_s = cut - min((j.submit for j in fit), default=cut)
+    warning = prof.PROFILE_LIMIT.check(fitted_s, f"the fitted {fit_share:g} of the trace", True)
+    summary |= {"warning": warning} if warning else {}
+    summary |= {"verdict": verdict} if verdict else {}
+    summary |= {"cutAtS": round(cut, 1)} | ({"notes": "; ".join(inp.notes)} if inp.notes else {})
+    rep: dict[str, Any] = {"kind": "profile", "from": "trace start", "to": "trace end", "currency": ""}
+    return rep | {"scope": "", "summary": summary, "tables": tables}, docs
 
 
 def plan_cmd(

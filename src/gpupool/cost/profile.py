@@ -17,17 +17,24 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime, timedelta, tzinfo
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import numpy as np
 import yaml
 
+from gpupool.cost.limits import DAY_S, Limit
 from gpupool.manifests import API_VERSION, Bundle
 from gpupool.model import ResourcePool, WorkloadType
 from gpupool.sim.scenario import Scenario, Variant
 from gpupool.sim.sources import JobSpec, Trace
 
 NON_PREEMPTIBLE_TYPES = {WorkloadType.INFERENCE}
+#: percentiles of hourly demand and an hour-of-day rhythm mean little before one whole day
+PROFILE_LIMIT = Limit(
+    "profile", DAY_S, "one daily cycle in the fitted part, for hourly-demand percentiles and the daily rhythm"
+)
 
 
 def split(jobs: Sequence[JobSpec], fit_share: float) -> tuple[list[JobSpec], list[JobSpec], float]:
@@ -66,8 +73,11 @@ def _pct(x: np.ndarray, q: float) -> float:
     return float(np.percentile(x, q)) if len(x) else 0.0
 
 
-def profile_tables(jobs: Sequence[JobSpec]) -> list[dict[str, Any]]:
-    """Demand per type and per queue (mean, p50, p95, peak GPUs), the daily and weekly rhythm."""
+def profile_tables(
+    jobs: Sequence[JobSpec], origin: datetime | None = None, tz: tzinfo | None = None
+) -> list[dict[str, Any]]:
+    """Demand per type and per queue (mean, p50, p95, peak GPUs), the daily and weekly rhythm
+    (by the clock in ``tz`` when the trace's ``origin`` is known: ``rhythm``)."""
     cols = ["key", "jobs", "gpuHours", "meanGpus", "p50Gpus", "p95Gpus", "peakGpus", "meanDurationH"]
     tables = []
     for key, title in (("type", "Demand per task type"), ("queue", "Demand per queue (team)")):
@@ -82,16 +92,49 @@ def profile_tables(jobs: Sequence[JobSpec]) -> list[dict[str, Any]]:
                          round(_pct(d, 95), 2), round(float(d.max()), 2),
                          round(float(np.mean([j.duration for j in js])) / 3600, 2)])  # fmt: skip
         tables.append({"name": key, "title": title, "columns": cols, "rows": rows})
-    hours, days = np.zeros(24), np.zeros(7)
-    for j in jobs:
-        hours[int(j.submit // 3600) % 24] += 1
-        days[int(j.submit // 86400) % 7] += 1
-    total = max(1, len(jobs))
-    rhythm = [[f"hour {h:02d}", round(hours[h] / total, 4)] for h in range(24)]
-    rhythm += [[f"day {d}", round(days[d] / total, 4)] for d in range(7)]
-    tables.append({"name": "rhythm", "title": "Share of submissions by hour of day and day (trace time)",
-                   "columns": ["when", "share"], "rows": rhythm})  # fmt: skip
+    tables.append(rhythm(jobs, origin, tz))
     return tables
+
+
+DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+def rhythm(jobs: Sequence[JobSpec], origin: datetime | None, tz: tzinfo | None) -> dict[str, Any]:
+    """Share of submissions by hour of day and weekday on the clock in ``tz`` (None: the
+    server's local zone), each job at ``origin`` + its submit offset; without an origin, hours
+    and days counted from the trace's start, and the title says so."""
+    hours, days = np.zeros(24), np.zeros(7)
+    label = ""
+    for j in jobs:
+        if origin is None:
+            h, d = int(j.submit // 3600) % 24, int(j.submit // 86400) % 7
+        else:
+            at = (origin + timedelta(seconds=j.submit)).astimezone(tz)
+            h, d, label = at.hour, at.weekday(), str(tz or at.tzname())
+        hours[h] += 1
+        days[d] += 1
+    total = max(1, len(jobs))
+    rows = [[f"hour {h:02d}", round(hours[h] / total, 4)] for h in range(24)]
+    if origin is None:
+        rows += [[f"day {d}", round(days[d] / total, 4)] for d in range(7)]
+        title = "Share of submissions by hour and day from the trace's start (its clock is unknown)"
+    else:
+        rows += [[DAYS[d], round(days[d] / total, 4)] for d in range(7)]
+        title = f"Share of submissions by hour of day and weekday ({label or tz or 'local time'})"
+    return {"name": "rhythm", "title": title, "columns": ["when", "share"], "rows": rows}
+
+
+def zone(name: str | None) -> tzinfo | None:
+    """An IANA time zone by name (None: the server's local zone); a bad name is a ValueError
+    naming ``--tz``."""
+    if name is None:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(
+            f"--tz: {name!r} is not an IANA time zone (e.g. UTC, Europe/Berlin, Asia/Shanghai)"
+        ) from None
 
 
 def suggest_queues(
@@ -197,27 +240,44 @@ def suggested_design(
 def compare(
     sc: Scenario, rest: Sequence[JobSpec], suggested: Variant, policy: str = "gpupool"
 ) -> dict[str, Any]:
-    """Both designs replayed on the held-out jobs: waits, utilization, completion."""
+    """Both designs replayed on the held-out jobs: waits (every wait of a job, as ``plan``
+    counts them), utilization, completion."""
+    from gpupool.cost.simhistory import MeteredSimulation, job_waits
     from gpupool.sim.metrics import compute
-    from gpupool.sim.simulator import simulate
+    from gpupool.sim.simulator import Policy
 
     held = replace(sc, trace=Trace(jobs=list(rest)), variants=[sc.variants[0], suggested], horizon=None)
-    keys = [
-        "wait_mean_s",
-        "wait_p50_s",
-        "wait_p95_s",
-        "allocation_ratio",
-        "utilization",
-        "completion_rate",
-        "preemptions",
-    ]
+    keys = ["allocation_ratio", "utilization", "completion_rate", "preemptions"]
     rows = []
     for v in held.variants:
-        m = compute(simulate(held, policy, v))
-        rows.append([v.name, *[m[k] for k in keys]])
+        sim = MeteredSimulation(held, Policy.named(policy), v)
+        r = sim.run()
+        w = np.asarray(list(job_waits(sim, r.end).values()) or [0.0])
+        waits = [round(float(x), 4) for x in (w.mean(), np.percentile(w, 50), np.percentile(w, 95))]
+        m = compute(r)
+        rows.append([v.name, *waits, *[m[k] for k in keys]])
     return {
         "name": "replay",
         "title": f"Both designs on the held-out {len(rest)} jobs ({policy})",
-        "columns": ["design", *keys],
+        "columns": ["design", "wait_mean_s", "wait_p50_s", "wait_p95_s", *keys],
         "rows": rows,
     }
+
+
+def verdict(replay: dict[str, Any]) -> str | None:
+    """None when the suggestion is no worse than today's design on its own replay (mean wait,
+    completion rate); else the words that withdraw it."""
+    col = {c: i for i, c in enumerate(replay["columns"])}
+    today, suggested = replay["rows"][0], replay["rows"][1]
+    worse = []
+    for key, unit, higher_is_worse in (("wait_mean_s", " s", True), ("completion_rate", "", False)):
+        a, b = today[col[key]], suggested[col[key]]
+        if (b > a) if higher_is_worse else (b < a):
+            worse.append(f"{key} {b:g}{unit} against {a:g}{unit}")
+    if not worse:
+        return None
+    return (
+        "no better design found; today's is best on the replay (the suggestion: "
+        + ", ".join(worse)
+        + "): suggested.yaml not written"
+    )

@@ -34,6 +34,8 @@ class ProfileInput:
     scenario: Scenario
     observed: list[Observed] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the wall-clock time of the trace's second 0 (None: unknown, the rhythm is in trace time)
+    origin: datetime | None = None
 
 
 def scenario_of(bundle: Bundle, jobs: Sequence[JobSpec], source: str) -> Scenario:
@@ -95,7 +97,7 @@ def from_store(store: Any, start: datetime, end: datetime, pool: str | None = No
         notes.append(
             f"{left} workload(s) in the window neither declare a duration nor finished: not replayed"
         )
-    return ProfileInput(sc, _observed_in_store(history, names), notes)
+    return ProfileInput(sc, _observed_in_store(history, names), notes, start)
 
 
 def _pools_of(history: History) -> dict[str, str]:
