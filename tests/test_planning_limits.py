@@ -24,16 +24,16 @@ from typer.testing import CliRunner
 
 from gpupool.audit import AuditEntry
 from gpupool.cli.main import app
-from gpupool.cost.forecast import TcoParams, capacity_plan, forecast, tco_report
+from gpupool.cost.forecast import TcoParams, capacity_plan, forecast, forecast_report, tco_report
 from gpupool.cost.limits import HistoryTooShort
 from gpupool.cost.metering import Window
 from gpupool.cost.plan import parse_add, plan
 from gpupool.cost.policy import CostPolicySpec
-from gpupool.cost.reports import CostData, load_store
+from gpupool.cost.reports import CostData, load, load_store
 from gpupool.model import WorkloadType
 from gpupool.sim.sources import JobSpec
 from gpupool.store import PhaseChange, Store
-from tests.test_cost_forecast import weekly_series
+from tests.test_cost_forecast import T0, history, weekly_series
 from tests.test_cost_metering import example_bundle
 from tests.test_cost_windows import JOINED, NOW, manifests
 from tests.test_service_support import wl
@@ -268,3 +268,17 @@ def test_profile_never_recommends_a_design_its_replay_shows_worse(clocked: str, 
     assert "no better design found" in res.stderr
     assert not (out / "suggested.yaml").exists()
     assert "covers 1.1 h" in rep["summary"]["warning"] and "24 h" in rep["summary"]["warning"]
+
+
+def test_report_forecast_refuses_a_young_store_and_answers_a_week(young: str) -> None:
+    res = runner.invoke(app, ["report", "forecast", "--db", young, "--to", NOW.isoformat()])
+    assert res.exit_code == 2 and "report forecast" in res.output and "48 h" in res.output
+    forced = runner.invoke(app, ["report", "forecast", "--db", young, "--to", NOW.isoformat(), "--force"])
+    assert forced.exit_code == 0 and "WARNING: report forecast" in forced.stderr
+    week = load(history(), example_bundle(), Window(T0, T0 + timedelta(days=7)), CostPolicySpec())
+    rep = forecast_report(week, target_wait_h=0.0, horizon_days=7)
+    assert "warning" not in rep["summary"] and rep["summary"]["interval"] == "90%"
+    h100 = next(r for r in rows(rep, "capacity") if r["pool"] == "h100-training")
+    assert h100["method"] == "holt-winters"
+    assert h100["gpusNeededLow"] <= h100["gpusNeeded"] <= h100["gpusNeededHigh"]
+    assert h100["forecastPeakLow"] <= 8 <= h100["forecastPeakHigh"]  # the daily peak: 4 ran, 4 waited

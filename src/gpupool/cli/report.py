@@ -194,6 +194,40 @@ def tco_cmd(
     _write(text, out)
 
 
+@report_app.command("forecast")
+def forecast_cmd(
+    db: str = typer.Option(..., "--db", help="the store to read (SQLAlchemy URL)"),
+    start: str | None = FromOpt,
+    end: str | None = ToOpt,
+    target_wait: float = typer.Option(0.5, "--target-wait", help="longest acceptable wait, hours"),
+    horizon_days: int = typer.Option(14, "--horizon-days", min=1, max=366),
+    force: bool = ForceOpt,
+    output: Fmt = FmtOpt,
+    out: Path | None = FileOpt,
+) -> None:
+    """Demand forecast per pool with its 90% interval and the GPUs for a wait target (a range);
+    refuses less than two days of history (--force answers with a warning)."""
+    from gpupool.cost.forecast import forecast_report
+    from gpupool.cost.metering import Window
+    from gpupool.cost.policy import CostPolicySpec
+    from gpupool.cost.render import render
+    from gpupool.cost.reports import load_store, parse_time
+    from gpupool.store import Store
+
+    try:
+        to = parse_time(end, "--to", datetime.now(UTC))
+        window = Window(parse_time(start, "--from", to - timedelta(days=28)), to)
+        with Store.open(db) as store:
+            rep = forecast_report(
+                load_store(store, window, CostPolicySpec()), target_wait, horizon_days, force
+            )
+        text = render(rep, output.value)
+    except ValueError as exc:
+        fail(str(exc), 2)
+    _warn(rep)
+    _write(text, out)
+
+
 def _warn(rep: dict[str, Any]) -> None:
     """A planning answer's warnings (short history, a design no better than today's) on stderr
     too, so they are seen whatever the output format."""

@@ -381,3 +381,18 @@ def tco_report(
     summary |= {"targetWaitHours": target_wait_h, "horizonDays": horizon_days}
     summary |= {k: getattr(params, v) for k, v in TCO_KEYS.items()}
     return report("tco", data, tables, summary)
+
+
+def forecast_report(
+    data: CostData, target_wait_h: float = 0.5, horizon_days: int = 14, force: bool = False
+) -> dict[str, Any]:
+    """The capacity forecast alone (``gpupool report forecast``): the same limit, interval and
+    range of GPUs as ``report tco``, without the cost model."""
+    from gpupool.cost.reports import report
+
+    since, warning = history_note(data, "report forecast", 3600, force)
+    plan = capacity_plan(data, horizon_days, target_wait_h, since=since)
+    summary: dict[str, Any] = {"warning": warning} if warning else {}
+    summary |= {"historyFrom": since.isoformat(), "targetWaitHours": target_wait_h}
+    summary |= {"horizonDays": horizon_days, "interval": f"{LEVEL:.0%}"}
+    return report("forecast", data, [plan], summary)
