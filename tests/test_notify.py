@@ -578,3 +578,54 @@ def test_incidents_open_at_start_are_kept_posted_to_alertmanager(
         n.stop()
     assert am.got[0][1][0]["labels"]["queue"] == "vision-team"
     assert store.get_incident(_incident(store))["deliveries"] == []  # a resend is not a new delivery
+
+
+def test_a_busy_alertmanager_sink_still_resends_its_open_alerts() -> None:
+    from prometheus_client import Counter as PromCounter
+
+    from gpupool.service.notify.dispatch import Job, SinkWorker
+    from gpupool.service.notify.notice import Notice
+
+    class Busy:
+        name, am = "am", SimpleNamespace(resendInterval=0.05)
+
+        def __init__(self) -> None:
+            self.sent, self.resent = 0, 0
+
+        def send(self, notice: Any) -> None:
+            self.sent += 1
+
+        def resend(self) -> int:
+            self.resent += 1
+            return 1
+
+        def close(self) -> None:
+            pass
+
+    class NoLog:
+        def open_delivery(self, incident: int, sink: str, state: str) -> int:
+            return 0
+
+        def update_delivery(self, delivery: int, *, attempts: int, outcome: str, error: str) -> None:
+            pass
+
+    sink = Busy()
+    counter = PromCounter("t_notifications", "t", ["sink", "outcome"], registry=CollectorRegistry())
+    w = SinkWorker(
+        cast(Any, sink), _spec([{"name": "am", "webhook": {"url": "http://x:1/"}}]).retry, NoLog(), 1, counter
+    )
+    stop = threading.Event()
+    job = Job(Notice({"id": 1, "state": "Firing"}, "firing"), 0)
+
+    def feed() -> None:  # the queue is never empty for a resend interval
+        while not stop.is_set():
+            w.q.put(job)
+
+    w.start()
+    threading.Thread(target=feed, daemon=True).start()
+    try:
+        wait_for(lambda: sink.resent >= 2, 30, "resends between deliveries")
+    finally:
+        stop.set()
+        w.stop()
+    assert sink.sent > sink.resent
