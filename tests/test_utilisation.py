@@ -479,3 +479,59 @@ def test_the_api_shows_what_running_workloads_compute_for_the_dashboard(tmp_path
         )
         assert row["memoryUsedBytes"] > 0
         assert api.req("GET", "/v1/utilisation", token="").status_code == 401
+
+
+class FlakySource:
+    """A source whose reads can be made to fail (Prometheus away)."""
+
+    def __init__(self, keys: list[tuple[str, int]]) -> None:
+        self.keys, self.down = keys, False
+
+    def read(self) -> dict[tuple[str, int], Reading]:
+        if self.down:
+            raise OSError("connection refused")
+        return readings(0.0, self.keys)
+
+
+def test_a_failed_read_breaks_the_idle_stretch_and_a_failed_write_keeps_the_hours(tmp_path: Path) -> None:
+    store, ctl, be = in_process_controller(f"sqlite:///{tmp_path}/f.db", tmp_path)
+    try:
+        ctl.recover()
+        submit(store, ctl, "nb", {"gpupool.io/idle-for": "30m"}, gpus=1, duration="1000h")
+        ctl.cycle()
+        keys = [(p.node, d) for p in ctl.running_view()["nb"].admission.pods for d in p.devices]
+        src = FlakySource(keys)
+        loop = UtilisationLoop(service(store, ctl, be), UtilisationSettings(retention_s=7200), source=src)
+        t = T0
+        loop.sample_now(t)
+        src.down = True
+        with pytest.raises(OSError):
+            loop.sample_now(t + 20 * 60)
+        src.down = False
+        loop.sample_now(t + 25 * 60)
+        loop.sample_now(t + 40 * 60)  # 40 min since the first reading, but only 15 since the gap
+        assert loop.tracker.held_idle() == []
+        real = loop.svc.controller.store
+
+        class Away:
+            @property
+            def utilisation(self) -> Any:
+                raise OSError("database is locked")
+
+        ctl.store = cast(Any, Away())
+        with pytest.raises(OSError):
+            loop.sample_now(t + 50 * 60)
+        ctl.store = real
+        loop.sample_now(t + 55 * 60)
+        (row,) = store.utilisation.between(
+            datetime.fromtimestamp(t, UTC), datetime.fromtimestamp(t + 3600, UTC)
+        )
+        assert row.sampled_s == 30 * 60  # 25-40 and 40-55 min: the pass the store refused is kept
+        loop.sample_now(t + 4 * 3600)  # the retention is 2 h
+        hours = store.utilisation.between(
+            datetime.fromtimestamp(t - 1, UTC), datetime.fromtimestamp(t + 5 * 3600, UTC)
+        )
+        # this pass added 55 min .. 4 h; the hours starting before 4 h - 2 h went
+        assert [h.hour for h in hours] == [datetime.fromtimestamp(t + k * 3600, UTC) for k in (2, 3)]
+    finally:
+        store.close()

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Gauge
 from gpupool.discovery.nvml import Reading
 from gpupool.manifests.utilisation import IDLE_FOR_ANNOTATION, idle_for_of, positive_duration
 from gpupool.model import Running
-from gpupool.store.utilisation import Rollup
+from gpupool.store.utilisation import SUMS, Rollup
 
 HOUR_S = 3600.0
 
@@ -239,6 +239,15 @@ class UtilisationTracker:
         """The hourly sums gathered since the last drain (to add to the store), and forget them."""
         out, self._hours = list(self._hours.values()), {}
         return out
+
+    def give_back(self, rollups: list[Rollup]) -> None:
+        """Drained hours the store did not take (it was away): kept to be written next pass."""
+        for r in rollups:
+            cur = self._hours.get((r.hour.timestamp(), r.workload))
+            if cur is not None:
+                sums = {f: getattr(r, f) + getattr(cur, f) for f in SUMS}
+                r = replace(r, memory_max_bytes=max(r.memory_max_bytes, cur.memory_max_bytes), **sums)
+            self._hours[(r.hour.timestamp(), r.workload)] = r
 
     def held_idle(self) -> list[HeldIdle]:
         """Workloads whose current idle stretch has lasted their ``idleFor``, by name."""

@@ -102,10 +102,19 @@ class UtilisationLoop:
         with self._mu:
             ctl = self.svc.controller
             t = ctl.clock() if now is None else now
-            readings = self.source.read()
-            self.tracker.observe(t, ctl.running_view(), readings, self._about)
-            rollups = ctl.store.utilisation
-            rollups.add(self.tracker.drain())
+            running = ctl.running_view()
+            try:
+                readings = self.source.read()
+            except Exception:  # nothing read: every stretch breaks (unknown is not idle)
+                self.tracker.observe(t, running, {}, self._about)
+                raise
+            self.tracker.observe(t, running, readings, self._about)
+            rollups, hours = ctl.store.utilisation, self.tracker.drain()
+            try:
+                rollups.add(hours)
+            except Exception:  # the store away: the hours wait for the next pass
+                self.tracker.give_back(hours)
+                raise
             if self._pruned_at is None or t - self._pruned_at >= min(3600.0, self.settings.retention_s):
                 self._pruned_at = t
                 rollups.prune(datetime.fromtimestamp(t - self.settings.retention_s, UTC))

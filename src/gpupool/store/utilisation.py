@@ -61,7 +61,8 @@ class Rollup:
     idle_gpu_s: float = 0.0
 
 
-_SUMS = ("sampled_s", "gpu_s", "used_gpu_s", "memory_byte_s", "idle_s", "idle_gpu_s")
+#: the fields that add up when two rollups of one hour and workload meet
+SUMS = ("sampled_s", "gpu_s", "used_gpu_s", "memory_byte_s", "idle_s", "idle_gpu_s")
 _FIELDS = tuple(f.name for f in fields(Rollup))
 
 
@@ -82,7 +83,7 @@ class UtilisationRollups:
                 if row is None:
                     s.add(UtilisationRow(**{f: getattr(r, f) for f in _FIELDS}))
                     continue
-                for f in _SUMS:
+                for f in SUMS:
                     setattr(row, f, getattr(row, f) + getattr(r, f))
                 row.memory_max_bytes = max(row.memory_max_bytes, r.memory_max_bytes)
                 row.queue, row.pool = r.queue, r.pool
@@ -104,4 +105,4 @@ class UtilisationRollups:
             return int(getattr(res, "rowcount", 0) or 0)
 
 
-__all__ = ["Rollup", "UtilisationRollups", "UtilisationRow"]
+__all__ = ["SUMS", "Rollup", "UtilisationRollups", "UtilisationRow"]
