@@ -52,6 +52,10 @@ def test_report_page_shows_the_chargeback(server: Server, browser: object) -> No
     page.get_by_role("link", name="Cost reports").click()
     sync_api.expect(page.locator("#report-summary")).to_contain_text("reconciles: yes")
     sync_api.expect(page.locator("section[data-table=teams]")).to_contain_text("llm-research")
+    # cost per team as stacked bars under the top team, never a parent beside its children
+    sync_api.expect(page.locator("#team-figure")).to_be_visible()
+    sync_api.expect(page.locator("#chart-teams .legendtext", has_text="llm-research")).to_have_count(1)
+    sync_api.expect(page.locator("#chart-teams .xtick", has_text="llm-team")).to_have_count(0)
     page.fill("#report-form input[name=from]", "2030-01-02")
     page.fill("#report-form input[name=to]", "2030-01-01")
     page.click("#report-form button[type=submit]")

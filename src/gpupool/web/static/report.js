@@ -40,9 +40,32 @@ function cell(v) {
   return String(v);
 }
 
+// The teams table's rows as stacked bars: one bar per top team shown, one segment per queue's
+// own cost (ownTotal), so the bars add up to the spend (a parent's subtree total drawn beside
+// its children's counted them twice).
+function teamBars(rep) {
+  const t = (rep.tables || []).find((x) => x.name === "teams");
+  if (!t || !t.columns.includes("ownTotal")) return [];
+  const col = (r, c) => r[t.columns.indexOf(c)];
+  const parent = new Map(t.rows.map((r) => [col(r, "queue"), col(r, "parent")]));
+  const top = (q) => { const seen = new Set([q]); while (parent.has(parent.get(q)) && !seen.has(parent.get(q))) { q = parent.get(q); seen.add(q); } return q; };
+  return t.rows.filter((r) => Number(col(r, "ownTotal")) > 0)
+    .map((r) => ({ type: "bar", name: col(r, "queue"), x: [top(col(r, "queue"))], y: [Number(col(r, "ownTotal"))] }));
+}
+
+function drawTeams(rep) {
+  const bars = teamBars(rep);
+  const fig = document.getElementById("team-figure");
+  fig.hidden = !bars.length || !window.Plotly;
+  if (fig.hidden) return;
+  window.Plotly.react("chart-teams", bars, { barmode: "stack", height: 300, margin: { l: 50, r: 10, t: 10, b: 30 },
+    yaxis: { title: { text: rep.currency || "" } }, legend: { orientation: "h" } }, { responsive: true, displaylogo: false });
+}
+
 function render(rep) {
   const s = Object.entries(rep.summary).map(([k, v]) => `${k}: ${cell(v)}`).join(" · ");
   document.getElementById("report-summary").textContent = `${rep.kind}, ${rep.from} to ${rep.to} (${rep.scope}) — ${s}`;
+  drawTeams(rep);
   const out = document.getElementById("report-tables");
   out.replaceChildren(...rep.tables.map((t) => {
     const sec = node("section");
