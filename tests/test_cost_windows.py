@@ -351,3 +351,21 @@ def test_a_failed_attempt_noticed_late_is_billed_to_its_end(young: Store) -> Non
     data = load_store(young, WEEK, CostPolicySpec())
     (run,) = [r for r in data.history.runs if r.workload == "flaky"]
     assert (run.end, run.outcome) == (real_end, "Pending")
+
+
+def test_a_pool_without_a_price_is_named_not_shown_as_a_free_figure() -> None:
+    """Why every cost of a simulated trial read 0: its pools had no price; the summary says so."""
+    store = Store.open("sqlite://", clock=lambda: NOW)
+    for m in manifests():
+        if m["kind"] == "ResourcePool" and m["metadata"]["name"] == "l40s-experiment":
+            m["spec"].pop("pricePerGPUHour", None)
+        store.apply_object(m, at=JOINED)
+    rep = chargeback_report(load_store(store, WEEK, CostPolicySpec()))
+    store.close()
+    assert rep["summary"]["unpriced"] == "no pricePerGPUHour (or CostPolicy pricePerGpuHour): l40s-experiment"
+    priced = parse_policy({"kind": "CostPolicy", "spec": {"pricePerGpuHour": {"l40s-experiment": 0.9}}})
+    store = Store.open("sqlite://", clock=lambda: NOW)
+    for m in manifests():
+        store.apply_object(m, at=JOINED)
+    assert "unpriced" not in chargeback_report(load_store(store, WEEK, priced))["summary"]
+    store.close()
