@@ -149,5 +149,5 @@ def test_an_attempt_defers_borrowers_to_pass_two_and_says_why_work_stays_pending
     assert out.admitted[0].borrowing
     assert eng.attempt.run(job("big", "a", 16), out, allow_borrow=True) is False
     (p,) = out.pending
-    assert p.code is PendingCode.CAPACITY and p.workload == "big"
+    assert p.code is PendingCode.UNSATISFIABLE and p.workload == "big"  # a 16-GPU pod, 8-GPU nodes
     eng.ssn.stmt.discard()

@@ -14,6 +14,7 @@ from typing import Literal
 
 from gpupool.engine.decisions import Decisions, Pending, PendingCode
 from gpupool.engine.facts import WorkloadFacts
+from gpupool.engine.feasible import unsatisfiable
 from gpupool.engine.holds import plan_hold
 from gpupool.engine.partial import PartialAdmitter, is_partial, reduced
 from gpupool.engine.preemption.search import Preemptor
@@ -25,6 +26,9 @@ from gpupool.model import Vec, Workload
 #: why a workload failed in each pool: a formatted reason, or (dimension, blocking queue) of a
 #: quota failure, formatted only if the workload ends up pending
 PoolReasons = list[tuple[str, PendingCode, tuple[object, ...] | str]]
+
+#: pending codes no node hold can help: quota, and an inventory the workload can never fit
+_NO_HOLD = (PendingCode.QUOTA, PendingCode.UNSATISFIABLE)
 
 
 class Attempt:
@@ -90,7 +94,10 @@ class Attempt:
             got = partial.try_reduced(w, reasons, out, allow_borrow)
             if got is not False:
                 return got
+        hopeless = {p for p, code, _ in reasons if code is PendingCode.UNSATISFIABLE}
         for pool, ckey in zip(pools, ckeys, strict=True) if ssn.config.preempt != "none" else ():
+            if pool in hopeless:
+                continue  # evicting everything would not make room
             if self.preemptor.try_preempt(w, pool, vec, out, ckey[1]):
                 return True
         if is_partial(w) and partial.preempt_for_minimum(w, pools, ckeys, out):
@@ -138,8 +145,11 @@ class Attempt:
                 return True
             code = PendingCode.TOPOLOGY if res.topology else PendingCode.CAPACITY
             reason = res.reason
+            hopeless = unsatisfiable(w, pool, ssn.cluster, placer.node_filter(w))
             held = placer.reserved.get(pool)
-            if held is not None and held[2] != w.name and not placer.may_backfill(w, pool):
+            if hopeless is not None:
+                code, reason = PendingCode.UNSATISFIABLE, hopeless
+            elif held is not None and held[2] != w.name and not placer.may_backfill(w, pool):
                 reason += f"; {len(held[0])} node(s) are held for {held[2]}"
             fail_cache[ckey] = (code, reason)
             reasons.append((pool, code, reason))
@@ -150,7 +160,7 @@ class Attempt:
         pool per cycle), then say why, per pool where it had several."""
         if self.ssn.config.reserve:
             for pool, code, _ in reasons:
-                if code is not PendingCode.QUOTA and pool not in self.ssn.placer.reserved:
+                if code not in _NO_HOLD and pool not in self.ssn.placer.reserved:
                     note = self._reserve(w, pool)
                     if note:
                         reasons = [

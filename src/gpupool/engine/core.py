@@ -95,6 +95,17 @@ class Engine:
         self.ssn.stmt.commit()
         self.mix.add([r.workload])
 
+    def withhold_devices(self, unhealthy: Mapping[str, Mapping[int, str]]) -> None:
+        """Take unhealthy devices out of placement, node -> device -> why (the caller's fault
+        record: state in). Held whole, and known as unhealthy to reasons and holds."""
+        st = self.cluster
+        for node, devs in unhealthy.items():
+            i = st.index.get(node)
+            if i is not None:
+                for d, why in sorted(devs.items()):
+                    st.withhold(i, d, why)
+        st.commit()
+
     def remove_running(self, name: str) -> Running | None:
         """Release a finished, cancelled or evicted workload permanently."""
         r = self.running.get(name)

@@ -25,6 +25,8 @@ class PendingCode(StrEnum):
     INVALID = "Invalid"
     UNKNOWN_QUEUE = "UnknownQueue"
     SKIPPED = "NotConsidered"
+    #: cannot run on the pool's inventory now even with nothing else running (engine/feasible.py)
+    UNSATISFIABLE = "Unsatisfiable"
 
 
 @dataclass(frozen=True, slots=True)

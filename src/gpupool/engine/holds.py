@@ -82,7 +82,7 @@ def _ready_times(
     for ix in st.pool_indexes(pool, w.gpu_models):
         for i in ix.nodes:
             node = st.nodes[i]
-            if node.gpu_count < k or not ok(i):
+            if st.healthy_gpus(i) < k or not ok(i):  # an unhealthy device frees for nobody
                 continue
             free_now = st.free_whole[i]
             # time when k devices are free: the (k - free_now)-th release (an estimate: a

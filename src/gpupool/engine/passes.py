@@ -141,7 +141,7 @@ class QueuePasses:
                 deferred[q].extend(lst[rest:])
                 return True
             return False
-        if result is False and strict:
+        if result is False and strict and not _hopeless(w, out):
             why = f"queue {q} is StrictFIFO and its head {w.name} cannot be admitted yet"
             out.pending.extend(Pending(r.name, q, PendingCode.BLOCKED, why) for r in lst[rest:])
             return True
@@ -150,3 +150,10 @@ class QueuePasses:
             out.pending.extend(Pending(r.name, q, PendingCode.SKIPPED, why) for r in lst[rest:])
             return True
         return False
+
+
+def _hopeless(w: Workload, out: Decisions) -> bool:
+    """``w`` (just left pending) can never run on the inventory now: it does not block a
+    StrictFIFO queue behind it (engine/feasible.py says why)."""
+    last = out.pending[-1] if out.pending else None
+    return last is not None and last.workload == w.name and last.code is PendingCode.UNSATISFIABLE

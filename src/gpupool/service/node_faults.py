@@ -81,17 +81,8 @@ def occupy_unhealthy(engine: Engine, unhealthy: Mapping[str, Mapping[int, str]])
     is unhealthy); a held device looks fully used, so no pod is placed on it. Work still running
     on it must have been evicted first (``fault_evictions``), or the device would count twice.
     """
-    if not unhealthy:
-        return
-    st = engine.cluster
-    for node, devs in unhealthy.items():
-        i = st.index.get(node)
-        if i is None:
-            continue
-        for d in sorted(devs):
-            if 0 <= d < len(st.dev_milli[i]) and st.dev_milli[i][d] == 1000:
-                st.allocate(i, (d,), 1000, st.dev_mem[i][d], 0, 0, 0)
-    st.commit()
+    if unhealthy:
+        engine.withhold_devices(unhealthy)
 
 
 def _untolerated_no_execute(r: Running, n: Node) -> str | None:

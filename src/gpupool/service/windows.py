@@ -36,7 +36,15 @@ try:  # the fragmentation scorer's shape counting
 except ImportError:  # pragma: no cover
     add_shapes = None  # type: ignore[assignment]
 
-FAILED = frozenset({PendingCode.QUOTA, PendingCode.CAPACITY, PendingCode.TOPOLOGY, PendingCode.NO_POOL})
+FAILED = frozenset(
+    {
+        PendingCode.QUOTA,
+        PendingCode.CAPACITY,
+        PendingCode.TOPOLOGY,
+        PendingCode.NO_POOL,
+        PendingCode.UNSATISFIABLE,
+    }
+)
 
 
 #: a workload's class: its scheduling signature (``engine.signature``: every field but its name

@@ -47,7 +47,15 @@ from gpupool.engine.windowed import MixEngine
 from gpupool.model import Workload
 from gpupool.sim.pending import PendingSet, declared_duration
 
-FAILED_CODES = frozenset({PendingCode.QUOTA, PendingCode.CAPACITY, PendingCode.TOPOLOGY, PendingCode.NO_POOL})
+FAILED_CODES = frozenset(
+    {
+        PendingCode.QUOTA,
+        PendingCode.CAPACITY,
+        PendingCode.TOPOLOGY,
+        PendingCode.NO_POOL,
+        PendingCode.UNSATISFIABLE,
+    }
+)
 
 #: pool -> (held node indices, expected start of the holder, its name), as the engine's placer keeps it
 Holds = dict[str, tuple[frozenset[int], float, str]]

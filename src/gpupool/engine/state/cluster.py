@@ -79,6 +79,9 @@ class ClusterState:
         #: and the nodes whose free capacity changed since it last looked (None: nobody watches)
         self.frag_index: Any = None
         self.touched: set[int] | None = None
+        #: devices out of placement (unhealthy), node index -> device -> why: held whole, so no
+        #: pod lands there, and known apart from running work, so reasons never blame work
+        self.withheld: dict[int, dict[int, str]] = {}
         for i, n in enumerate(self.nodes):
             pool = next((p.name for p in self.pools.values() if p.selects(n)), None)
             self.pool_of.append(pool)
@@ -227,6 +230,17 @@ class ClusterState:
             ]
             self._idx_cache[key] = got
         return got
+
+    def withhold(self, i: int, d: int, why: str) -> None:
+        """Take device ``d`` of node ``i`` out of placement (held whole), recording why; a device
+        already in use is left to the caller (its work must be evicted first)."""
+        if 0 <= d < len(self.dev_milli[i]) and self.dev_milli[i][d] == 1000:
+            self.allocate(i, (d,), 1000, self.dev_mem[i][d], 0, 0, 0)
+            self.withheld.setdefault(i, {})[d] = why
+
+    def healthy_gpus(self, i: int) -> int:
+        """Node ``i``'s devices that are not withheld: what it could host with nothing running."""
+        return self.nodes[i].gpu_count - len(self.withheld.get(i, ()))
 
     def kinds(self, pool: str) -> tuple[str, ...]:
         """The accelerator kinds (resource names) of a pool's schedulable nodes."""

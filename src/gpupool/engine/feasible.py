@@ -1,0 +1,80 @@
+"""Can a workload ever run on a pool as the pool is now, even with nothing else running?
+
+Why: a workload that cannot fit the pool's healthy, schedulable inventory waits for nothing that
+running work will free. Left as "insufficient capacity" it had nodes held for it "when running
+work ends" (with nothing running) and, at the head of a StrictFIFO queue, it blocked the whole
+queue: one unhealthy GPU left 62 of 64 idle. ``unsatisfiable`` names why such a workload cannot
+run (the attempt reports it as ``Unsatisfiable``, holds nothing for it and does not let it block
+its queue); it changes when the inventory does (a device healthy again, a node uncordoned).
+
+The check uses necessary conditions only (enough healthy devices per pod group, in total, and in
+one domain where a topology is required), so it never calls a satisfiable workload hopeless;
+a partial gang (which may start with fewer pods) is not judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpupool.engine.state.cluster import ClusterState
+from gpupool.model import PodGroup, TopologyMode, TopologyScope, Workload, device_noun
+
+#: unhealthy devices named in a reason before "and N more"
+_NAMED = 3
+
+
+def unsatisfiable(w: Workload, pool: str, st: ClusterState, ok: Callable[[int], bool]) -> str | None:
+    """Why ``w`` can never run in ``pool`` on its inventory now (None: it could, or this check
+    cannot tell). ``ok`` is the placer's node filter for ``w`` (selectors, taints)."""
+    groups = [g for g in w.pod_groups if g.request.gpus > 0]
+    if not groups or w.min_pods < w.pod_count:
+        return None
+    for g in groups:
+        idxs = st.pool_indexes(pool, w.gpu_models, g.request.accelerator)
+        mine = [i for ix in idxs for i in ix.nodes if ok(i)]
+        need = g.replicas
+        slots = sum(st.healthy_gpus(i) // g.request.gpus for i in mine)
+        if slots < need:
+            noun = device_noun(g.request.accelerator)
+            hosts = sum(1 for i in mine if st.healthy_gpus(i) >= g.request.gpus)
+            return (
+                f"can never run in pool {pool} as it is now, even with nothing else running: pod group "
+                f"{g.name} needs {need} pods of {g.request.gpus} {noun}s on one node each, and "
+                f"{hosts} node(s) there have {g.request.gpus} healthy {noun}s{_withheld(st, mine)}"
+            )
+    return _topology(w, pool, st, ok, groups)
+
+
+def _topology(
+    w: Workload, pool: str, st: ClusterState, ok: Callable[[int], bool], groups: list[PodGroup]
+) -> str | None:
+    """A required topology domain (one node, rack or NVLink domain) too small for the gang."""
+    topo = w.topology
+    if topo is None or topo.mode is not TopologyMode.REQUIRED:
+        return None
+    total = sum(g.replicas * g.request.gpus for g in groups)
+    if topo.scope is TopologyScope.NODE:
+        doms = {st.nodes[i].name: [i] for i in range(len(st.nodes)) if st.pool_of[i] == pool and ok(i)}
+    else:
+        doms = {d: [i for i in ix if ok(i)] for d, ix in st.domains.get((pool, topo.scope), {}).items()}
+    best = max((sum(st.healthy_gpus(i) for i in ix) for ix in doms.values()), default=0)
+    if best >= total:
+        return None
+    label = {"node": "one node", "nvlink": "one NVLink domain", "rack": "one rack"}[topo.scope.value]
+    return (
+        f"can never run in pool {pool} as it is now, even with nothing else running: it needs {total} "
+        f"GPUs in {label} and the largest there has {best} healthy"
+        f"{_withheld(st, [i for ix in doms.values() for i in ix])}"
+    )
+
+
+def _withheld(st: ClusterState, nodes: list[int] | set[int]) -> str:
+    """``; unhealthy: n-001 GPU 5 (XID 79), ...`` for the withheld devices among ``nodes``."""
+    bad = [
+        (st.nodes[i].name, d, why) for i in sorted(nodes) for d, why in sorted(st.withheld.get(i, {}).items())
+    ]
+    if not bad:
+        return ""
+    named = ", ".join(f"{n} GPU {d} ({why})" if why else f"{n} GPU {d}" for n, d, why in bad[:_NAMED])
+    more = f" and {len(bad) - _NAMED} more" if len(bad) > _NAMED else ""
+    return f"; unhealthy: {named}{more}"

@@ -1,0 +1,84 @@
+"""``feasible.unsatisfiable``: a workload the pool can never host as it is now (issue 29: one
+unhealthy GPU left 62 of 64 idle behind a StrictFIFO head, whose reason held nodes "when running
+work ends" with nothing running)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpupool.engine import Engine
+from gpupool.engine.decisions import PendingCode
+from gpupool.engine.feasible import unsatisfiable
+from gpupool.model import QueueingStrategy, Snapshot, Topology, TopologyMode, TopologyScope
+from tests.engine.clusters import POOL, engine, job, nodes, queues, running
+
+
+def _strict(n_nodes: int) -> Engine:
+    qs = tuple(
+        replace(q, strategy=QueueingStrategy.STRICT_FIFO) if q.name == "a" else q
+        for q in queues({"a": 8 * n_nodes + 8}, root_gpus=8 * n_nodes + 8)
+    )
+    return Engine(Snapshot(nodes(n_nodes), (POOL,), qs))
+
+
+def test_one_unhealthy_gpu_makes_a_whole_pool_gang_unsatisfiable_and_it_does_not_block() -> None:
+    eng = _strict(8)
+    eng.withhold_devices({"n0": {5: "XID 79"}})
+    big = job("big", "a", 8, replicas=8, t=0.0)
+    small = job("small", "a", 1, t=1.0)
+    d = eng.cycle([big, small], now=0.0)
+    why = {p.workload: p for p in d.pending}
+    assert why["big"].code is PendingCode.UNSATISFIABLE
+    assert "7 node(s) there have 8 healthy GPUs" in why["big"].reason
+    assert "n0 GPU 5 (XID 79)" in why["big"].reason and "holding" not in why["big"].reason
+    assert [a.workload for a in d.admitted] == ["small"]  # the queue is not blocked behind it
+    assert not eng.placer.reserved  # no nodes held for a workload nothing can free room for
+
+
+def test_the_same_gang_runs_when_every_gpu_is_healthy() -> None:
+    eng = _strict(8)
+    d = eng.cycle([job("big", "a", 8, replicas=8)], now=0.0)
+    assert [a.workload for a in d.admitted] == ["big"]
+
+
+def test_a_head_that_waits_for_running_work_still_blocks_a_strict_queue() -> None:
+    eng = _strict(8)
+    eng.add_running(running(job("r", "a", 1), "n0", (0,)))
+    d = eng.cycle([job("big", "a", 8, replicas=8), job("small", "a", 1, t=1.0)], now=0.0)
+    why = {p.workload: p.code for p in d.pending}
+    assert why == {"big": PendingCode.CAPACITY, "small": PendingCode.BLOCKED}
+
+
+def test_a_required_rack_smaller_than_the_gang_is_unsatisfiable() -> None:
+    eng = engine(2, {"a": 16})
+    rack = Topology(TopologyScope.NODE, TopologyMode.REQUIRED)
+    w = job("w", "a", 8, replicas=2, topology=rack)
+    got = unsatisfiable(w, "p0", eng.cluster, eng.placer.node_filter(w))
+    assert got is not None and "16 GPUs in one node" in got and "largest there has 8" in got
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_nodes=st.integers(1, 4),
+    gpus=st.integers(1, 8),
+    replicas=st.integers(1, 6),
+    bad=st.sets(st.tuples(st.integers(0, 3), st.integers(0, 7)), max_size=6),
+)
+def test_never_hopeless_when_an_empty_pool_would_admit_it(
+    n_nodes: int, gpus: int, replicas: int, bad: set[tuple[int, int]]
+) -> None:
+    """The check uses necessary conditions only: whatever it calls hopeless, an empty pool with
+    the same unhealthy devices does not admit either."""
+    eng = engine(n_nodes, {"a": 64})
+    eng.withhold_devices({f"n{i}": {d: "x"} for i, d in bad if i < n_nodes})
+    w = job("w", "a", gpus, replicas=replicas)
+    hopeless = unsatisfiable(w, "p0", eng.cluster, eng.placer.node_filter(w))
+    admitted = bool(eng.cycle([w], now=0.0).admitted)
+    if hopeless is not None:
+        assert not admitted, hopeless
+    elif replicas * gpus <= 64:
+        # not hopeless and within quota: an empty pool places it unless devices are missing
+        assert admitted or sum(1 for i, _ in bad if i < n_nodes) > 0
