@@ -23,7 +23,7 @@ runner = CliRunner()
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(tmp_path_factory.mktemp("errors") / "state", time_scale=1.0)
-    srv.start()
+    srv.start(timeout=180)  # a loaded 2-core machine starts a server slowly
     try:
         yield srv
     finally:

@@ -46,7 +46,7 @@ MANIFEST_KIND = {
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     srv = Server(tmp_path_factory.mktemp("roundtrip") / "state", time_scale=1.0)
-    srv.start()
+    srv.start(timeout=180)  # a loaded 2-core machine starts a server slowly
     try:
         yield srv
     finally:

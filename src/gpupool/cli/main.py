@@ -55,6 +55,7 @@ COMMAND_MODULES = (
             *("delete", "cordon", "drain", "audit", "token"),
         ),
     ),
+    CommandModule("gpupool.cli.edit", ("edit",)),
     CommandModule("gpupool.cli.logs", ("logs",)),
     CommandModule("gpupool.cli.ready", ("wait-ready",)),
     CommandModule("gpupool.cli.report", ("evidence", "profile", "plan", "report")),
