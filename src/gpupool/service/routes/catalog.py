@@ -67,7 +67,7 @@ def list_catalog(p: Caller, svc: Svc) -> dict[str, Any]:
     return {"items": _entries(p, svc)}
 
 
-@router.get("/v1/catalog/{name}", tags=["cluster"], **doc(CatalogEntryView, *READ))
+@router.get("/v1/catalog/{name}", tags=["cluster"], **doc(CatalogEntryView, *READ, 422))
 def get_catalog(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     """One pool's catalog entry."""
     for j in _entries(p, svc):

@@ -142,7 +142,7 @@ def _read(f: IO[bytes], tail: int | None) -> bytes:
     return data
 
 
-@router.get("/v1/workloads/{name}/logs/attempts", tags=["workloads"], **doc(LogAttempts, *READ))
+@router.get("/v1/workloads/{name}/logs/attempts", tags=["workloads"], **doc(LogAttempts, *READ, 422))
 def workload_log_attempts(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     """Which attempts of the workload have logs, and for which pods (oldest first)."""
     svc.visible_workload(p, name)
