@@ -97,6 +97,9 @@ def test_the_token_is_found_in_the_state_dir_pointed_at(
 ) -> None:
     monkeypatch.chdir(tmp_path)  # no ./.gpupool here: the state dir is elsewhere
     state = str(server.state_dir)
+    banner = server.log.read_text()  # serve says how to point the CLI at it
+    assert "the CLI reads it from there when pointed at this state dir" in banner
+    assert f"export GPUPOOL_STATE_DIR={server.state_dir.absolute()}" in banner
     r = run(server, "--state-dir", state, "get", "queues", "-o", "name", token=None)
     assert r.exit_code == 0 and "queue/llm-research" in r.stdout, r.output
     r = run(server, "get", "queues", "-o", "name", token=None, GPUPOOL_STATE_DIR=state)

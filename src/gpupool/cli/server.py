@@ -232,7 +232,9 @@ DatabaseOpt = Annotated[
 BackendOpt = Annotated[str, typer.Option("--backend", help="virtual (simulated nodes), local or kubernetes")]
 HostOpt = Annotated[str, typer.Option("--host")]
 PortOpt = Annotated[int, typer.Option("--port")]
-StateDirOpt = Annotated[Path, typer.Option("--state-dir", help="database, token and backend state")]
+StateDirOpt = Annotated[
+    Path, typer.Option("--state-dir", envvar="GPUPOOL_STATE_DIR", help="database, token and backend state")
+]
 ReplicasOpt = Annotated[
     int,
     typer.Option(
@@ -492,9 +494,14 @@ def _banner(
         # a token on stdout ends up in journald and CI logs: print it only to a person
         shown = token if console.is_terminal else "created (not printed: stdout is not a terminal)"
         console.print(f"bootstrap admin token: {shown}", markup=False)
-        console.print(f"  saved to {cfg.token_file} (mode 0600); the CLI reads it from there by default")
+        told = "by default" if cfg.state_dir == DEFAULT_STATE_DIR else "when pointed at this state dir"
+        console.print(f"  saved to {cfg.token_file} (mode 0600); the CLI reads it from there {told}")
     else:
         console.print(f"admin token: in {cfg.token_file} (created on first start)")
+    if cfg.state_dir != DEFAULT_STATE_DIR:  # the CLI looks in ./.gpupool unless told
+        console.print(
+            f"  for the CLI:  export GPUPOOL_STATE_DIR={cfg.state_dir.absolute()}  (or gpupool --state-dir DIR ...)"
+        )
     server_hint = "" if (cfg.host, cfg.port) == ("127.0.0.1", 8080) else f" --server {url}"
     if local is not None:
         _local_banner(local[0])
