@@ -82,3 +82,14 @@ def test_never_hopeless_when_an_empty_pool_would_admit_it(
     elif replicas * gpus <= 64:
         # not hopeless and within quota: an empty pool places it unless devices are missing
         assert admitted or sum(1 for i, _ in bad if i < n_nodes) > 0
+
+
+def test_a_request_larger_than_the_pool_is_unsatisfiable_not_waiting_for_quota() -> None:
+    """One 8-GPU host, an approved 2x8-GPU job: it said "capacity 8, in use 5, requested 16;
+    3 idle" (QuotaExceeded), as if it could still run."""
+    eng = Engine(Snapshot(nodes(1), (POOL,), queues({"a": 8}, root_gpus=8)))  # the quota refuses first
+    eng.add_running(running(job("r", "a", 5), "n0", (0, 1, 2, 3, 4)))
+    d = eng.cycle([job("two", "a", 8, replicas=2)], now=0.0)
+    (p,) = d.pending
+    assert p.code is PendingCode.UNSATISFIABLE, p
+    assert "requests 16 GPUs and the pool has 8 healthy in all" in p.reason

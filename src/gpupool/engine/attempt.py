@@ -14,7 +14,7 @@ from typing import Literal
 
 from gpupool.engine.decisions import Decisions, Pending, PendingCode
 from gpupool.engine.facts import WorkloadFacts
-from gpupool.engine.feasible import unsatisfiable
+from gpupool.engine.feasible import beyond_pool, unsatisfiable
 from gpupool.engine.holds import plan_hold
 from gpupool.engine.partial import PartialAdmitter, is_partial, reduced
 from gpupool.engine.preemption.search import Preemptor
@@ -131,7 +131,11 @@ class Attempt:
             fits, borrowing, blk, dim = quota.check(w.queue, pool, vec)
             if not fits:
                 assert blk is not None and dim is not None
-                reasons.append((pool, PendingCode.QUOTA, (dim[1], blk)))
+                too_big = beyond_pool(w, vec, pool, ssn.cluster)
+                if too_big is not None:
+                    reasons.append((pool, PendingCode.UNSATISFIABLE, too_big))
+                else:
+                    reasons.append((pool, PendingCode.QUOTA, (dim[1], blk)))
                 continue
             if borrowing and not rounds.may_borrow(w, pool):
                 reasons.append((pool, PendingCode.QUOTA, non_preemptible_reason(quota, w, pool, vec)))

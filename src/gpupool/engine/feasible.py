@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from gpupool.engine.state.cluster import ClusterState
-from gpupool.model import PodGroup, TopologyMode, TopologyScope, Workload, device_noun
+from gpupool.model import GPU, PodGroup, TopologyMode, TopologyScope, Vec, Workload, device_noun
 
 #: unhealthy devices named in a reason before "and N more"
 _NAMED = 3
@@ -43,6 +43,24 @@ def unsatisfiable(w: Workload, pool: str, st: ClusterState, ok: Callable[[int], 
                 f"{hosts} node(s) there have {g.request.gpus} healthy {noun}s{_withheld(st, mine)}"
             )
     return _topology(w, pool, st, ok, groups)
+
+
+def beyond_pool(w: Workload, vec: Vec, pool: str, st: ClusterState) -> str | None:
+    """Why ``w`` asks for more devices than ``pool`` has healthy in all (None: it does not).
+    Checked where the quota refuses, O(unhealthy devices): a request larger than the pool is
+    not waiting for quota (its reason said "capacity 8, in use 5, requested 16; 3 idle")."""
+    if not vec[0] or w.min_pods < w.pod_count:
+        return None
+    cap = st.capacity.get(pool, (0,))[0]
+    healthy = cap - 1000 * sum(len(d) for i, d in st.withheld.items() if st.pool_of[i] == pool)
+    if vec[0] <= healthy:
+        return None
+    noun = device_noun(next((g.request.accelerator for g in w.pod_groups if g.request.gpus), GPU))
+    return (
+        f"can never run in pool {pool} as it is now, even with nothing else running: it requests "
+        f"{vec[0] / 1000:g} {noun}s and the pool has {healthy / 1000:g} healthy in all"
+        f"{_withheld(st, [i for i in st.withheld if st.pool_of[i] == pool])}"
+    )
 
 
 def _topology(
