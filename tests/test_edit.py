@@ -20,11 +20,20 @@ from tests.test_service_support import Server
 runner = CliRunner()
 
 #: an editor that sets spec.weight of the file it is given to argv[1] (or leaves it as it is)
+#: an editor that sets spec.weight of the file it is given to argv[1] (or leaves it as it is);
+#: "race": someone else changes the object while it is open, and the edit sets weight 7
 EDITOR = """
-import sys, yaml
+import os, sys, httpx, yaml
 path = sys.argv[-1]
 obj = yaml.safe_load(open(path))
-if sys.argv[1] != "keep":
+if sys.argv[1] == "race":
+    h = {"Authorization": "Bearer " + os.environ["GPUPOOL_TOKEN"]}
+    url = os.environ["GPUPOOL_SERVER"] + "/v1/config/queues/" + obj["metadata"]["name"]
+    other = httpx.get(url, headers=h).json()
+    other["metadata"]["labels"] = {"touched": "yes"}
+    httpx.put(url, json=other, headers=h).raise_for_status()
+    obj["spec"]["weight"] = 7
+elif sys.argv[1] != "keep":
     obj["spec"]["weight"] = yaml.safe_load(sys.argv[1])
 open(path, "w").write(yaml.safe_dump(obj))
 """
@@ -95,6 +104,17 @@ def test_an_invalid_edit_is_kept_and_its_path_printed_with_the_error(server: Ser
     assert f"{kept}: document 1 (Queue/vision-team): spec.weight" in r.output
     assert yaml.safe_load(kept.read_text())["spec"]["weight"] == "zero"  # the edit is not lost
     assert queue(server, "vision-team") == before
+    kept.unlink()
+
+
+def test_an_edit_refused_for_a_change_made_meanwhile_is_kept(server: Server, editor: Path) -> None:
+    r = edit(server, editor, "race", "queue", "llm-team")
+    assert r.exit_code == 1 and "(HTTP 409)" in r.output, r.output
+    assert "the current resourceVersion is" in " ".join(r.output.split())
+    kept = Path(re.search(r"your edit is kept in (\S+?);", r.output)[1])  # type: ignore[index]
+    assert yaml.safe_load(kept.read_text())["spec"]["weight"] == 7
+    now = queue(server, "llm-team")
+    assert now["metadata"]["labels"] == {"touched": "yes"} and now["spec"].get("weight") != 7  # type: ignore[index,attr-defined]
     kept.unlink()
 
 

@@ -104,6 +104,10 @@ def test_the_token_is_found_in_the_state_dir_pointed_at(
     assert r.exit_code == 0 and "queue/llm-research" in r.stdout, r.output
     r = run(server, "get", "queues", "-o", "name", token=None, GPUPOOL_STATE_DIR=state)
     assert r.exit_code == 0 and "queue/llm-research" in r.stdout, r.output
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"stateDir": state}))
+    r = run(server, "get", "queues", "-o", "name", token=None, GPUPOOL_CONFIG=str(config))
+    assert r.exit_code == 0 and "queue/llm-research" in r.stdout, r.output
 
 
 def test_without_a_token_the_cli_says_where_it_looked_and_how_to_pass_one(

@@ -15,11 +15,15 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from gpupool.cli import app
 from gpupool.cli.client_objects import KINDS, RESOURCES
-from tests.test_service_support import Server, wl
+from gpupool.manifests import ManifestError
+from gpupool.service.convert import parse_manifest, resource_version, without_server_metadata
+from tests.test_service_support import API, Server, wl
 
 runner = CliRunner()
 
@@ -179,3 +183,50 @@ def test_a_view_is_refused_naming_the_document(server: Server, tmp_path: Path) -
     r = apply_file(server, tmp_path / "node.yaml", get_text(server, "node", node))
     assert r.exit_code == 2 and "nothing was sent" in r.output
     assert f"{tmp_path / 'node.yaml'}: document 1" in r.output and "apiVersion" in r.output
+
+
+_meta_value = st.one_of(
+    st.text(max_size=8), st.integers(), st.lists(st.dictionaries(st.text(max_size=4), st.text(max_size=4)))
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    version=st.one_of(st.integers(0, 2**40), st.integers(0, 2**40).map(str)),
+    extra=st.dictionaries(
+        st.sampled_from(["uid", "creationTimestamp", "generation", "managedFields"]), _meta_value
+    ),
+    labels=st.dictionaries(
+        st.from_regex(r"[a-z]{1,8}", fullmatch=True), st.from_regex(r"[a-z0-9]{0,8}", fullmatch=True)
+    ),
+)
+def test_server_set_metadata_never_changes_what_a_manifest_says(
+    version: int | str, extra: dict[str, Any], labels: dict[str, str]
+) -> None:
+    """Validated with or without what the server sets, a manifest is the same object, and what
+    is stored of it carries none of it (so ``get`` then ``apply`` compares equal)."""
+    meta: dict[str, Any] = {"name": "q", "labels": labels}
+    plain = {"apiVersion": API, "kind": "Queue", "metadata": meta, "spec": {"weight": 2}}
+    served = {**plain, "metadata": {**meta, "resourceVersion": version, **extra}}
+    a, b = parse_manifest(plain), parse_manifest(served)
+    assert (a.kind, a.name, a.metadata, a.spec) == (b.kind, b.name, b.metadata, b.spec)
+    assert without_server_metadata(served) == plain
+    assert resource_version(served) == int(version)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    bad=st.one_of(
+        st.text(min_size=1).filter(lambda v: not (v.isascii() and v.isdigit())), st.just(-1), st.just(True)
+    )
+)
+def test_a_resource_version_the_server_never_returned_is_a_located_error(bad: Any) -> None:
+    served = {
+        "apiVersion": API,
+        "kind": "Queue",
+        "metadata": {"name": "q", "resourceVersion": bad},
+        "spec": {},
+    }
+    with pytest.raises(ManifestError) as exc:
+        parse_manifest(served, "items[3]")
+    assert exc.value.errors[0].startswith("items[3]: document 1 (Queue/q): metadata.resourceVersion: must be")
