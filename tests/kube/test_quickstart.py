@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -46,10 +47,22 @@ def test_the_kubernetes_quick_start_runs_as_pasted(tmp_path: Path) -> None:
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     env["GPUPOOL_SERVER"] = f"http://127.0.0.1:{api}"
     env.pop("KUBECONFIG", None)
-    run = subprocess.run(
-        ["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    # its own process group: a timeout kills the servers the block started in the background too
+    proc = subprocess.Popen(
+        ["bash", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        text=True,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    last = run.stdout.strip().splitlines()
-    assert any("my-job" in line and "llm-research" in line for line in last), run.stdout[-2000:]
-    assert "the example configuration" in run.stdout, run.stdout[-2000:]
+    try:
+        out, err = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+    assert proc.returncode == 0, out[-3000:] + err[-3000:]
+    last = out.strip().splitlines()
+    assert any("my-job" in line and "llm-research" in line for line in last), out[-2000:]
+    assert "the example configuration" in out, out[-2000:]
