@@ -18,7 +18,7 @@ import yaml
 
 from gpupool.cli.client_http import ServerOpt
 
-TimeoutOpt = typer.Option(60.0, "--timeout", min=0.1, help="seconds to wait before giving up")
+TimeoutOpt = typer.Option(180.0, "--timeout", min=0.1, help="seconds to wait before giving up")
 
 
 def poll(probe: Callable[[], str | None], timeout: float, what: str) -> None:
