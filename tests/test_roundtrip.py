@@ -155,8 +155,10 @@ def test_the_api_answers_409_naming_every_stale_object(server: Server) -> None:
         r = c.post("/v1/apply", json={"items": pools})
     assert r.status_code == 409, r.text
     err = r.json()["error"]
-    assert [e["field"] for e in err["errors"]] == [
-        f"items[{i}]: document 1 (ResourcePool/{p['metadata']['name']}): metadata.resourceVersion"
+    assert [e["field"] for e in err["errors"]] == ["metadata.resourceVersion"] * 2
+    assert [e["message"].split(": the current")[0] for e in err["errors"]] == [
+        f"items[{i}]: document 1 (ResourcePool/{p['metadata']['name']}): metadata.resourceVersion: "
+        f"ResourcePool {p['metadata']['name']!r} changed since it was read"
         for i, p in enumerate(pools)
     ]
     assert all("the current resourceVersion is" in e["problem"] for e in err["errors"])
