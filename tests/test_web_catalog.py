@@ -21,3 +21,34 @@ def test_the_catalog_page_shows_each_pool_as_a_service(server: Server, browser: 
     sync_api.expect(training).to_contain_text("64 guaranteed to queues")
     assert page.locator("#error").is_hidden() and page.locator("#overview").is_hidden()
     assert page.outside == [], page.outside
+
+
+def test_a_phase_never_wraps_mid_word_at_1400_px(server: Server, browser: object) -> None:
+    """Before: "Succeeded" broke across two lines in the workloads table at 1400 px."""
+    import httpx
+
+    from tests.test_service_support import wait_for, wl
+
+    h = {"Authorization": f"Bearer {server.token}"}
+    body = wl("short-one", duration="1s")
+    body["metadata"]["annotations"] = {"gpupool.io/description": "a very long reason " * 20}
+    assert httpx.post(server.base + "/v1/workloads", json=body, headers=h).status_code in (200, 201)
+    wait_for(
+        lambda: httpx.get(server.base + "/v1/workloads/short-one", headers=h).json()["phase"] == "Succeeded",
+        60,
+        "short-one to succeed",
+    )
+    page = _signed_in(server, browser, 1400, 900)
+    cell = page.locator("#workloads tbody td.phase-Succeeded").first
+    sync_api.expect(cell).to_be_visible()
+    # a table under pressure, as a busy cluster's is: a long name and a long reason in one row
+    page.evaluate(
+        "() => { const tr = document.querySelector('#workloads tbody tr');"
+        " tr.cells[0].textContent = 'llama-405b-pretrain-' + 'x'.repeat(60);"
+        " tr.cells[5].textContent = 'queue llm-research: pool h100-training GPU guarantee 8 '.repeat(12); }"
+    )
+    lines = cell.evaluate(
+        "td => { const r = document.createRange(); r.selectNodeContents(td);"
+        " return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size; }"
+    )
+    assert lines == 1, f"the phase takes {lines} lines"
