@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, table
+from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, show, table
 
 
 def cancel(
@@ -42,6 +42,34 @@ def explain(
         )
     for line in type_lines(ex):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    if ex.get("holders") is not None:
+        wait_lines(ex)
+
+
+def wait_lines(ex: dict[str, Any]) -> None:
+    """The usage per pool and per queue, the estimated start (or why there is none) and the
+    running work holding what it needs, largest first (docs/service.md, "Why a workload waits")."""
+    for text in (ex.get("usage"), ex.get("estimate")):
+        if text:
+            console.print(f"  {text}", highlight=False, markup=False, soft_wrap=True)
+    s = ex.get("scope") or {}
+    where = (
+        f"pool {s.get('name')}"
+        if s.get("kind") == "pool"
+        else f"{s.get('kind')} {s.get('name')} in pool {s.get('pool')}"
+    )
+    hs = ex["holders"]
+    if not hs:
+        console.print(f"  nothing runs in {where}", highlight=False, markup=False, soft_wrap=True)
+        return
+    console.print(f"  held by running work of {where}:", highlight=False, markup=False, soft_wrap=True)
+    rows = [
+        (h["name"], h.get("owner") or "", h["queue"], f"{h['gpus']:g}", h.get("expectedEnd") or "unknown")
+        for h in hs
+    ]
+    show(table(["workload", "owner", "queue", "gpus", "expected end"], rows))
+    if ex.get("holdersNotShown"):
+        console.print(f"  and {ex['holdersNotShown']} more", highlight=False, markup=False, soft_wrap=True)
 
 
 def type_lines(ex: dict[str, Any]) -> list[str]:

@@ -33,7 +33,7 @@ from gpupool.manifests import ManifestError
 from gpupool.model import Node, Running
 from gpupool.quantity import QuantityError
 from gpupool.service import failures as flt
-from gpupool.service import task_types
+from gpupool.service import holders, task_types
 from gpupool.service.controller_cycle import Cycle
 from gpupool.service.controller_recovery import Recovery
 from gpupool.service.controller_state import (
@@ -162,6 +162,18 @@ class Controller(Cycle, Recovery):
                 out["code"] = str(p.code)
                 out["reason"] = p.reason
             return out
+
+    def waiting_on(self, name: str, code: str | None) -> holders.Wait | None:
+        """What a pending workload waits for, with ``code`` as ``explain`` gave it: the scope,
+        the running work holding it, the usage and the estimated start (gpupool.service.holders;
+        expected ends on this controller's clock, the backend's time scale applied)."""
+        with self.lock:
+            q = self.pending.get(name)
+            if q is None or code not in holders.CODES:
+                return None
+            scale = getattr(self.backend, "time_scale", 1.0)
+            reader = holders.WaitReader(self.engine, float(scale) if isinstance(scale, int | float) else 1.0)
+            return reader.read(q.model, code, self.clock())
 
     def running_view(self) -> dict[str, Running]:
         with self.lock:

@@ -18,6 +18,7 @@ from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests import KUEUE_QUEUE_LABEL
 from gpupool.model import Workload, WorkloadType
+from gpupool.service import holders
 from gpupool.service import openapi as oa
 from gpupool.service.admission import (
     backend_refusal,
@@ -47,7 +48,7 @@ from gpupool.service.routes.base import (
 )
 from gpupool.service.routes.paging import Order, make_continue, read_continue
 from gpupool.service.view import ConfigView
-from gpupool.store import StoreError, WorkloadRecord
+from gpupool.store import NotFound, StoreError, WorkloadRecord
 
 router = APIRouter()
 
@@ -293,11 +294,23 @@ def events(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     }
 
 
+def _owner(svc: Service, name: str) -> str | None:
+    try:
+        return svc.store.get_workload(name).owner
+    except NotFound:  # finished and forgotten since the controller's read
+        return None
+
+
 @router.get("/v1/workloads/{name}/explain", tags=["workloads"], **doc(oa.Explanation, *READ, 422))
 def explain(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
-    """Position in its queue and the engine's reason it waits."""
+    """Position in its queue and the engine's reason it waits; for a quota, capacity or
+    topology wait also its scope, the running work holding what it needs and the estimated
+    start (gpupool.service.holders)."""
     rec = svc.visible_workload(p, name)
     out = svc.controller.explain(rec)
+    wait = svc.controller.waiting_on(rec.name, out.get("code")) if rec.phase == "Pending" else None
+    if wait is not None:  # who holds what it needs, and when it should start
+        out.update(holders.present(wait, lambda q: svc.can_read_workload(p, q), lambda n: _owner(svc, n)))
     if rec.phase == "AwaitingApproval":
         out["approvals"] = [
             {"id": a.id, "state": a.state, "reason": a.reason, "expiresAt": a.expires_at.isoformat()}

@@ -24,6 +24,23 @@ function explanationText(e) {
   return parts.join(" — ");
 }
 
+// who holds what a waiting workload needs, and when it should start (docs/service.md, "Why a
+// workload waits"); the block is made here, under the reason, so the page's HTML stays as it is
+function waitBlock(e) {
+  let box = document.getElementById("wl-holders");
+  if (!box) { box = el("div", { id: "wl-holders" }); document.getElementById("wl-why").after(box); }
+  if (!e.holders) { box.replaceChildren(); return; }
+  const s = e.scope || {};
+  const where = s.kind === "pool" ? `pool ${s.name}` : `${s.kind} ${s.name} in pool ${s.pool}`;
+  const head = el("tr", {}, ...["workload", "owner", "queue", "GPUs", "expected end"].map((c) => el("th", {}, c)));
+  const rows = e.holders.map((h) => el("tr", { "data-name": h.name }, el("td", {}, h.name), el("td", {}, h.owner || ""),
+    el("td", {}, h.queue), el("td", {}, String(h.gpus)), el("td", {}, h.expectedEnd || "unknown")));
+  box.replaceChildren(el("p", { id: "wl-usage" }, e.usage || ""), el("p", { id: "wl-estimate" }, e.estimate || ""),
+    el("p", {}, e.holders.length ? `held by running work of ${where}:` : `nothing runs in ${where}`),
+    el("table", {}, el("thead", {}, head), el("tbody", {}, ...rows)),
+    ...(e.holdersNotShown ? [el("p", {}, `and ${e.holdersNotShown} more`)] : []));
+}
+
 async function showWorkloadPage(name) {
   const path = `/v1/workloads/${encodeURIComponent(name)}`;
   const [w, e, ev] = await Promise.all([api(path), api(`${path}/explain`), api(`${path}/events`)]);
@@ -32,6 +49,7 @@ async function showWorkloadPage(name) {
     ["pool", (w.placement || {}).pool || "—"], ["age", `${age(w.submittedAt)} (submitted ${w.submittedAt})`]];
   document.getElementById("wl-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v)]));
   document.getElementById("wl-why").textContent = explanationText(e);
+  waitBlock(e);
   document.getElementById("wl-next").textContent =
     w.phase === "Pending" || w.phase === "AwaitingApproval" ? (NEXT[e.code] || "") : "";
   const tries = [el("li", {}, `${w.attempts ?? 0} run(s) started`)];
