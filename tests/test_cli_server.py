@@ -188,12 +188,21 @@ def test_audit_checkpoint_witnesses_a_rewrite_the_anchor_hides(server: Server, t
     code, out = cli(server, "audit", "verify", "--checkpoint", str(forged), "--public-key", pub)
     assert code == 1 and "forged or altered" in out
 
-    # the writer rewrites record 2, the chain after it and the anchor: verify alone is fooled
+    # the server's own witness (gpupool serve's default: a file and a key in --state-dir)
+    witness, server_pub = server.state_dir / "audit-witness.jsonl", server.state_dir / "audit-witness.key.pub"
+    code, out = cli(server, "audit", "verify")
+    assert code == 0 and "matches the server's witness checkpoint" in out and str(witness) in out, out
+    code, out = cli(server, "audit", "verify", "--witness", str(witness), "--public-key", str(server_pub))
+    assert code == 0 and "matches 1 signed checkpoint" in out, out
+
+    # the writer rewrites record 2, the chain after it and the anchor: the witness catches it by default
     with server.client() as c:
         records = c.get("/v1/audit", params={"limit": 10_000}).json()["items"]
     _rewrite_record(server.state_dir / "gpupool.db", 2, records)
     code, out = cli(server, "audit", "verify")
-    assert code == 0 and "intact" in out, out
+    assert code == 1 and "was rewritten" in out and "witness checkpoint of seq" in out, out
+    code, out = cli(server, "audit", "verify", "--witness", str(witness), "--public-key", str(server_pub))
+    assert code == 1 and "was rewritten" in out, out
     code, out = cli(server, "audit", "verify", "--checkpoint", str(cp_file), "--public-key", pub)
     assert code == 1 and f"broken at seq {cp['count']}" in out and "was rewritten" in out, out
     assert httpx.get(server.base + "/readyz").status_code == 200

@@ -191,8 +191,7 @@ def verify(
         prev = rec.hash
         count += 1
     if checkpoint is not None and count < checkpoint[0]:
-        why = f"chain ends at seq {count} but the checkpoint records {checkpoint[0]}: records deleted"
-        return VerifyResult(False, count, prev, count + 1, why)
+        return VerifyResult(False, count, prev, count + 1, checkpoint_truncated(count, checkpoint[0]))
     if expected_count is not None and count != expected_count:
         if count < expected_count:
             why = f"chain ends at seq {count} but the anchor records {expected_count}: tail records deleted"
@@ -211,6 +210,13 @@ def checkpoint_mismatch(seq: int) -> str:
         f"seq {seq} does not have the hash the checkpoint records: a record at or before seq {seq} "
         "was rewritten (the chain and the anchor were recomputed to hide it)"
     )
+
+
+def checkpoint_truncated(count: int, witnessed: int) -> str:
+    """Why a chain shorter than a checkpoint fails it: its tail deleted, or all of it."""
+    if count == 0:
+        return f"the audit log is empty but the checkpoint records {witnessed} records: the log was wiped"
+    return f"chain ends at seq {count} but the checkpoint records {witnessed}: records deleted"
 
 
 def export_jsonl(records: Iterable[AuditRecord], out: TextIO) -> int:

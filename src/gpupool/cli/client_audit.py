@@ -36,6 +36,11 @@ def audit_verify(
         None, "--checkpoint", help="signed checkpoint file or checkpoint log (`audit checkpoint`)"
     ),
     public_key: Path | None = typer.Option(None, "--public-key", help="KEY.pub from `audit keygen`"),
+    witness: str | None = typer.Option(
+        None,
+        "--witness",
+        help="the server's witness (--audit-witness): a file or URL; its newest checkpoint is checked",
+    ),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     output: Format = OutOpt,
@@ -43,11 +48,17 @@ def audit_verify(
     """Check every record's hash and link; names the first bad record. Exit 1 when broken.
 
     With --checkpoint, every signed checkpoint in the file must verify with --public-key, and
-    each checkpoint's record must still have its hash (records appended since are fine).
+    each checkpoint's record must still have its hash (records appended since are fine). With
+    --witness, the newest checkpoint there is checked the same way. With neither, the server
+    checks the newest checkpoint of its own witness (gpupool serve --audit-witness).
     """
-    if (checkpoint is None) != (public_key is None):
-        fail("--checkpoint and --public-key go together", 2)
+    if checkpoint is not None and witness is not None:
+        fail("--checkpoint and --witness: give one", 2)
+    if (checkpoint is None and witness is None) != (public_key is None):
+        fail("--checkpoint or --witness goes with --public-key (KEY.pub beside the signing key)", 2)
     cps = _checked_checkpoints(checkpoint, public_key) if checkpoint and public_key else []
+    if witness is not None and public_key is not None:
+        cps = _newest_witness(witness, public_key)
     params: dict[str, Any] = {
         k: v
         for k, v in (("expected_count", expected_count), ("expected_head", expected_head))
@@ -66,6 +77,11 @@ def audit_verify(
         seen = (
             f"; matches {len(cps)} signed checkpoint(s), the latest at seq {latest.count}" if latest else ""
         )
+        if not cps and r.get("witness"):
+            w = r["witness"]
+            seen = (
+                f"; matches the server's witness checkpoint of seq {w['count']} ({w['at']}, in {w['where']})"
+            )
         console.print(
             f"[green]audit log intact[/]: {r['count']} records, head {r['headHash']}{seen}",
             highlight=False,
@@ -101,6 +117,23 @@ def _checked_checkpoints(path: Path, public_key: Path) -> list[ckpt.Checkpoint]:
     return out
 
 
+def _newest_witness(where: str, public_key: Path) -> list[ckpt.Checkpoint]:
+    """The newest checkpoint of a witness file or URL, its signature verified (none: exit 1)."""
+    from gpupool.service.audit_witness import WitnessError, sink_for
+
+    try:
+        pub = ckpt.load_public_key(public_key)
+        data = sink_for(where).newest()
+    except (ckpt.CheckpointError, WitnessError) as exc:
+        fail(str(exc), 2)
+    if data is None:
+        fail(f"--witness {where}: holds no checkpoint", 1)
+    try:
+        return [ckpt.check(data, pub)]
+    except ckpt.CheckpointError as exc:
+        fail(f"--witness {where}: newest checkpoint: {exc}", 1)
+
+
 def _against_checkpoints(api: Api, r: dict[str, Any], cps: list[ckpt.Checkpoint]) -> dict[str, Any]:
     """The server's verdict, failed where a checkpoint's record is gone or has another hash.
 
@@ -113,7 +146,7 @@ def _against_checkpoints(api: Api, r: dict[str, Any], cps: list[ckpt.Checkpoint]
             continue
         when = f" (checkpoint taken {cp.at})"
         if cp.count > r["count"]:
-            why = f"chain ends at seq {r['count']} but the checkpoint records {cp.count}: records deleted"
+            why = auditlog.checkpoint_truncated(r["count"], cp.count)
             return {**r, "ok": False, "firstBadSeq": r["count"] + 1, "problem": why + when}
         items = api.call("GET", "/v1/audit", params={"after": cp.count - 1, "limit": 1})["items"]
         if not items or items[0]["seq"] != cp.count or items[0]["hash"] != cp.head_hash:

@@ -11,12 +11,13 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
+from gpupool.cli import server_audit
 from gpupool.service.config import (
     DEFAULT_STATE_DIR,
     EXAMPLES,
@@ -61,7 +62,7 @@ def _fault_options(
     return out
 
 
-def _fail(msg: str) -> None:
+def _fail(msg: str) -> NoReturn:
     # the message is data (names, patterns, reasons): brackets in it are not styling
     err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
@@ -193,7 +194,6 @@ def _alerts_interval(value: float | None) -> float:
         return interval_from_env()
     except ValueError as exc:
         _fail(str(exc))
-        raise  # unreachable: _fail exits
 
 
 def _utilisation() -> UtilisationSettings:
@@ -202,7 +202,6 @@ def _utilisation() -> UtilisationSettings:
         return UtilisationSettings.from_env()
     except ValueError as exc:
         _fail(str(exc))
-        raise  # unreachable: _fail exits
 
 
 def _notifications(given: Path | None, state_dir: Path) -> Any:
@@ -396,6 +395,9 @@ def serve(
     alerts_interval: AlertsIntervalOpt = None,
     notifications: NotificationsOpt = None,
     replicas: ReplicasOpt = 1,
+    audit_checkpoint_every: server_audit.AuditEveryOpt = "10m",
+    audit_witness: server_audit.AuditWitnessOpt = None,
+    audit_key: server_audit.AuditKeyOpt = None,
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
     if backend not in ("virtual", "local", "kubernetes"):
@@ -403,14 +405,9 @@ def serve(
     if (store_problem := shared_store_problem(database_url, replicas)) is not None:
         _fail(store_problem)  # before connecting to a cluster or opening a store
     alerts_interval_s = _alerts_interval(alerts_interval)
+    extras = KubeExtras(wait_for_pods_ready, elastic, reclaim_local)
     kube = _kube_options(
-        backend,
-        kubeconfig,
-        kube_context,
-        namespace_queue,
-        restrict_namespace_queues,
-        lease_namespace,
-        KubeExtras(wait_for_pods_ready, elastic, reclaim_local),
+        backend, kubeconfig, kube_context, namespace_queue, restrict_namespace_queues, lease_namespace, extras
     )
     if time_scale <= 0:
         _fail("--time-scale must be > 0")
@@ -418,9 +415,9 @@ def serve(
     cfg_dir = _config_dir(config, local)
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
         _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
-    utilisation = _utilisation()
     cfg = ServiceConfig(
-        utilisation=utilisation,
+        utilisation=_utilisation(),
+        audit_witness=server_audit.settings(audit_checkpoint_every, audit_witness, audit_key, state_dir),
         metrics_public=metrics_public,
         max_body_bytes=max_body_bytes,
         advertise_url=advertise_url,
@@ -466,7 +463,6 @@ def _bootstrap(cfg: ServiceConfig, local: tuple[Any, Path | None] | None) -> tup
         store = Store.open(cfg.url)
     except Exception as exc:  # a bad URL or an unreachable database: one line, no traceback
         _fail(f"cannot open the database {cfg.url}: {str(exc).splitlines()[0]}")
-        raise  # unreachable: _fail exits
     try:
         try:
             seeded = seed_config(store, cfg.config_dir)
@@ -508,6 +504,7 @@ def _banner(
         console.print("a workload that runs a command on this host: docs/local.md")
     console.print(f"submit a job:  gpupool submit -f examples/workloads/demo.yaml{server_hint}")
     console.print(f"then:          gpupool get workloads{server_hint}")
+    console.print(server_audit.banner(cfg.audit_witness), markup=False)
 
 
 def _config_line(cfg: ServiceConfig, seeded: int, given: bool) -> None:

@@ -18,12 +18,14 @@ import gc
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from gpupool.service import openapi as oa
 from gpupool.service.alerts import RULES, AlertLoop
+from gpupool.service.audit_witness import AuditWitness, start_witness
 from gpupool.service.backends import Backend, make_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
@@ -99,9 +101,13 @@ def create_app(
             app.state.svc, interval_s=cfg.alerts_interval_s, rules=rules, on_change=told
         )
         app.state.alerts.start()
+        # signed audit checkpoints, leader only (gpupool.service.audit_witness)
+        witness = app.state.audit_witness = _start_witness(app.state.svc, cfg)
         try:
             yield
         finally:
+            if witness is not None:  # the shutdown checkpoint, while this replica still leads
+                witness.stop()
             app.state.alerts.stop()
             if notifier is not None:
                 notifier.stop()
@@ -183,6 +189,18 @@ def _start_service(
     gc.collect()
     gc.freeze()
     return st, ctl, batcher
+
+
+def _start_witness(svc: Service, cfg: ServiceConfig) -> AuditWitness | None:
+    """The audit witness, taking checkpoints only while this replica leads (or runs alone)."""
+    settings = cfg.audit_witness
+    if settings is not None:
+        settings = replace(settings, retry_s=cfg.lease_retry_s)
+
+    def leads() -> bool:
+        return svc.leader is None or svc.leader.is_leader
+
+    return start_witness(svc.store, settings, server=cfg.leader_url, is_leader=leads)
 
 
 def _submit_first(app: FastAPI) -> None:

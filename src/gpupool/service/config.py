@@ -13,6 +13,7 @@ from pathlib import Path
 
 from gpupool.audit import AuditEntry
 from gpupool.manifests import ManifestError, load_files
+from gpupool.service.audit_witness import WitnessSettings
 from gpupool.service.notify.config import NotificationSpec
 from gpupool.service.utilisation import UtilisationSettings
 from gpupool.store import OBJECT_KINDS, Store
@@ -88,6 +89,8 @@ class ServiceConfig:
     utilisation: UtilisationSettings | None = None
     #: where incidents are notified (None: nowhere; gpupool serve --notifications FILE)
     notifications: NotificationSpec | None = None
+    #: signed audit checkpoints taken by the server (None: off; gpupool serve turns it on)
+    audit_witness: WitnessSettings | None = None
 
     def __post_init__(self) -> None:
         problem = shared_store_problem(self.database_url, self.replicas)

@@ -244,17 +244,6 @@ class Explanation(BaseModel):
     #: an admitted workload's pods, and how many it asked for (partial admission admits fewer)
     admittedPods: int | None = None
     requestedPods: int | None = None
-    #: a quota, capacity or topology wait (gpupool.service.holders, docs/service.md "Why a
-    #: workload waits"): the scope ``{"kind": "pool" | "queue" | "cohort", "name", "pool"}``,
-    #: the running work holding it (largest first; "(another team)" where the caller may not
-    #: read it), the pool's and the queue's usage in one sentence, and the estimated start
-    scope: dict[str, Any] | None = None
-    holders: list[dict[str, Any]] | None = None
-    holdersNotShown: int | None = None
-    usage: str | None = None
-    estimatedStart: str | None = None
-    after: list[dict[str, Any]] | None = None
-    estimate: str | None = None
 
 
 class Approval(BaseModel):
@@ -345,12 +334,25 @@ class QuotaList(BaseModel):
     items: list[QuotaItem]
 
 
+class AuditWitnessView(BaseModel):
+    """The newest signed checkpoint of the server's audit witness, and where it is kept."""
+
+    count: int
+    headHash: str
+    at: str
+    server: str
+    keyId: str
+    signature: str
+    where: str
+
+
 class AuditVerify(BaseModel):
     ok: bool
     count: int
     headHash: str
     firstBadSeq: int | None
     problem: str
+    witness: AuditWitnessView | None = None
 
 
 class AuditRecordView(BaseModel):
