@@ -244,6 +244,17 @@ class Explanation(BaseModel):
     #: an admitted workload's pods, and how many it asked for (partial admission admits fewer)
     admittedPods: int | None = None
     requestedPods: int | None = None
+    #: a quota, capacity or topology wait (gpupool.service.holders, docs/service.md "Why a
+    #: workload waits"): the scope ``{"kind": "pool" | "queue" | "cohort", "name", "pool"}``,
+    #: the running work holding it (largest first; "(another team)" where the caller may not
+    #: read it), the pool's and the queue's usage in one sentence, and the estimated start
+    scope: dict[str, Any] | None = None
+    holders: list[dict[str, Any]] | None = None
+    holdersNotShown: int | None = None
+    usage: str | None = None
+    estimatedStart: str | None = None
+    after: list[dict[str, Any]] | None = None
+    estimate: str | None = None
 
 
 class Approval(BaseModel):
