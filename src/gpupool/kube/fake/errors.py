@@ -41,12 +41,22 @@ class ApiError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         }
+        if self.reason:  # the real server omits an unknown (empty) reason
+            out["reason"] = self.reason
         if self.details is not None:
             out["details"] = self.details
         return out
+
+
+def unwrapped(message: str) -> ApiError:
+    """An error the real server's storage returns as a plain Go error, not a ``StatusError``
+    (the binding subresource's field validation): it reaches the client as a 500 with no reason
+    and the bare message."""
+    err = ApiError(500, message)
+    err.reason = ""
+    return err
 
 
 def not_found(resource: str, name: str, group: str = "") -> ApiError:

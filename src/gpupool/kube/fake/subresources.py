@@ -24,10 +24,14 @@ def bind(ops: Ops, ns: str, name: str, body: Any) -> Obj:
         raise errors.bad_request("the request body must be a Binding object")
     target = body.get("target") or {}
     node = target.get("name")
+    # The real server's messages and status (500: its binding storage returns field errors as
+    # a plain error) for the two checks it makes.
     if not node:
-        raise errors.invalid("Binding", name, "target.name", "Required value")
+        raise errors.unwrapped("target.name: Required value")
     if target.get("kind") not in (None, "", "Node"):
-        raise errors.invalid("Binding", name, "target.kind", "must be empty or 'Node'")
+        raise errors.unwrapped(
+            f'target.kind: Unsupported value: "{target.get("kind")}": supported values: "Node"'
+        )
     store = ops.store
     pods = store.types["pods"]
     bmd = body.get("metadata") or {}
