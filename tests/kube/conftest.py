@@ -1,13 +1,32 @@
-"""The fake Kubernetes API server fixture shared by the Kubernetes tests."""
+"""The API server fixtures shared by the Kubernetes tests.
+
+``fake_server``: gpupool's fake API server, what most Kubernetes tests use.
+
+``kube_api``: the same test against both servers, parametrized ``fake`` and ``real`` (issue 24).
+The real one is etcd + kube-apiserver + kube-controller-manager built by ``make kube-bin``
+(``gpupool.kube.realcluster``), started once per test session (per xdist worker: it costs about
+12 s) and skipped, with the reason, when the binaries are not built. Each test gets its own
+namespace and node names, so tests sharing one real server do not see each other's objects.
+There is no kubelet and no scheduler on the real server: pods stay Pending unless a test binds
+them and writes their status as a kubelet would.
+"""
 
 from __future__ import annotations
 
+import secrets
+import ssl
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.fake import nodes as node_builders
+from gpupool.kube.realcluster import MissingBinaries, RealControlPlane, find_binaries
 
 
 @pytest.fixture
@@ -22,3 +41,102 @@ def fake_server(tmp_path: Path) -> Iterator[FakeApiServer]:
         yield srv
     finally:
         srv.stop()
+
+
+@pytest.fixture(scope="session")
+def real_control_plane() -> Iterator[RealControlPlane]:
+    """One real control plane for the whole session (per worker); skips when not built."""
+    try:
+        binaries = find_binaries()
+    except MissingBinaries as exc:
+        pytest.skip(f"real API server: {exc}")
+    with RealControlPlane(binaries) as cp:
+        yield cp
+
+
+@dataclass
+class KubeTarget:
+    """What a parity test needs of either server: a kubeconfig, an authenticated HTTP client,
+    a namespace of its own, and simulated GPU nodes (cleaned up after the test)."""
+
+    kind: str  # "fake" or "real"
+    kubeconfig: Path
+    http: httpx.Client
+    namespace: str
+    fake: FakeApiServer | None = None
+    _nodes: list[str] = field(default_factory=list)
+
+    def path(self, resource: str, name: str = "", group: str = "", version: str = "v1") -> str:
+        """The URL path of a namespaced ``resource`` (``name`` may carry a ``/subresource``)."""
+        base = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        return f"{base}/namespaces/{self.namespace}/{resource}" + (f"/{name}" if name else "")
+
+    def add_gpu_nodes(self, count: int, gpus: int = 8) -> list[str]:
+        """GPU nodes as the fake builds them (capacity/allocatable with ``nvidia.com/gpu``, a
+        Ready condition), created through the API on both servers: the real one keeps a Node's
+        status on create, as when a kubelet registers."""
+        prefix = f"gpu-{secrets.token_hex(3)}"
+        for node in node_builders.gpu_nodes(count, prefix, gpus=gpus, hami=False):
+            r = self.http.post("/api/v1/nodes", json=node)
+            assert r.status_code == 201, r.text
+            self._nodes.append(node["metadata"]["name"])
+        return self._nodes[-count:] if count else []
+
+    def set_pod_phase(self, name: str, phase: str) -> dict[str, Any]:
+        """Write a bound pod's phase through the status subresource, as a kubelet would."""
+        r = self.http.patch(
+            self.path("pods", f"{name}/status"),
+            json={"status": {"phase": phase}},
+            headers={"Content-Type": "application/merge-patch+json"},
+        )
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def cleanup(self) -> None:
+        for name in self._nodes:
+            self.http.delete(f"/api/v1/nodes/{name}")
+        self.http.delete(f"/api/v1/namespaces/{self.namespace}")
+        self.http.close()
+
+
+def _wait_for_default_service_account(target: KubeTarget, timeout: float = 60.0) -> None:
+    """The ServiceAccount admission plugin refuses pods until the controller has made the
+    namespace's ``default`` service account."""
+    deadline = time.monotonic() + timeout
+    while target.http.get(target.path("serviceaccounts", "default")).status_code != 200:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no default service account in {target.namespace} within {timeout:.0f} s")
+        time.sleep(0.2)
+
+
+def _real_target(cp: RealControlPlane) -> KubeTarget:
+    http = httpx.Client(
+        base_url=cp.server,
+        verify=ssl.create_default_context(cafile=str(cp.ca_file)),
+        headers={"Authorization": f"Bearer {cp.admin_token}"},
+        timeout=30,
+    )
+    return KubeTarget("real", cp.kubeconfig, http, f"t-{secrets.token_hex(4)}")
+
+
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.realkube)])
+def kube_api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeTarget]:
+    """The test's server, fake or real (see the module docstring)."""
+    srv: FakeApiServer | None = None
+    if request.param == "real":
+        target = _real_target(request.getfixturevalue("real_control_plane"))
+    else:
+        srv = FakeApiServer(time_scale=0.01, bookmark_interval_s=0.2, preload_crds=True)
+        srv.start()
+        http = httpx.Client(base_url=srv.url, timeout=30)
+        target = KubeTarget("fake", srv.write_kubeconfig(tmp_path / "kubeconfig"), http, "parity", srv)
+    try:
+        r = target.http.post("/api/v1/namespaces", json={"metadata": {"name": target.namespace}})
+        assert r.status_code == 201, r.text
+        if target.kind == "real":
+            _wait_for_default_service_account(target)
+        yield target
+    finally:
+        target.cleanup()
+        if srv is not None:
+            srv.stop()
