@@ -11,10 +11,16 @@ from datetime import datetime
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpupool.cli import app
-from gpupool.service.holders import HIDDEN, NO_DURATION
+from gpupool.engine import Engine
+from gpupool.model import Snapshot
+from gpupool.service.holders import HIDDEN, NO_DURATION, Wait, WaitReader
+from tests.engine.clusters import POOL, nodes, queues, running
+from tests.engine.clusters import job as engine_job
 from tests.test_service_support import Api, running_app, wait_for, wl
 
 H100 = "h100-training"
@@ -180,3 +186,48 @@ def test_without_declared_durations_there_is_no_estimate(capacity_api: Api) -> N
     assert ex["estimate"] == NO_DURATION == "no estimate: running work declares no duration"
     assert {h["name"] for h in ex["holders"]} <= {"n-r1", "n-v1"} and ex["holders"]
     assert all(h["expectedEnd"] is None for h in ex["holders"])
+
+
+# ---------------------------------------------------------------------- the reader, pure
+def _wait(
+    runs: list[tuple[float, float | None]], pods: int, code: str, scale: float, now: float, k: float
+) -> Wait | None:
+    """One 8-GPU job per node (admitted at, duration), every time multiplied by ``k``; a gang of
+    ``pods`` 8-GPU pods waits with ``code`` (the cohort is full for a quota wait)."""
+    full = len(runs) * 8 if code == "QuotaExceeded" else 100
+    eng = Engine(Snapshot(nodes(len(runs)), (POOL,), queues({"a": 8 * len(runs)}, root_gpus=full)))
+    for i, (at, d) in enumerate(runs):
+        w = engine_job(f"r{i}", "a", 8, expected_duration_s=None if d is None else d * k)
+        eng.add_running(running(w, f"n{i}", tuple(range(8)), at=at * k))
+    return WaitReader(eng, scale).read(engine_job("w", "a", 8, replicas=pods), code, now * k)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    runs=st.lists(
+        st.tuples(
+            st.floats(0, 100, allow_nan=False), st.one_of(st.none(), st.floats(1, 1000, allow_nan=False))
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    pods=st.integers(1, 4),
+    code=st.sampled_from(["QuotaExceeded", "InsufficientCapacity"]),
+    scale=st.sampled_from([1.0, 60.0]),
+)
+def test_scaling_every_time_names_the_same_workloads(
+    runs: list[tuple[float, float | None]], pods: int, code: str, scale: float
+) -> None:
+    """Scaling every time by 1000 names the same holders and waits for the same ones; the
+    estimate is the expected end of the first workload it waits for, never before now."""
+    pods = min(pods, len(runs))
+    one, big = (_wait(runs, pods, code, scale, 100.0, k) for k in (1.0, 1000.0))
+    assert one is not None and big is not None
+    assert [h.name for h in one.holders] == [h.name for h in big.holders]
+    assert [h.name for h in one.after] == [h.name for h in big.after]
+    assert one.why_none == big.why_none and (one.start is None) == (big.start is None)
+    if one.start is not None and big.start is not None:
+        assert big.start == pytest.approx(one.start * 1000)
+        assert one.start >= 100.0 and one.after and one.after[0].end is not None
+        assert one.start == max(one.after[0].end, 100.0)
+        assert all(h.end is not None and h.end <= one.start for h in one.after)
