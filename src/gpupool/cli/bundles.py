@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from gpupool.cli.files import STDIN, FileProblem, expand, read_text
+from gpupool.manifests import safe_yaml
 
 
 @dataclass(slots=True)
@@ -30,7 +31,7 @@ class ValidationSets:
 def _scenario_files(path: Path, text: str) -> list[Path] | None:
     """The cluster files a Scenario document names, or None when ``text`` is no scenario."""
     try:
-        raw = next((d for d in yaml.safe_load_all(text) if d is not None), None)
+        raw = next((d for d in safe_yaml.load_all(text) if d is not None), None)
     except yaml.YAMLError:
         return None
     if not isinstance(raw, dict) or raw.get("kind") != "Scenario":

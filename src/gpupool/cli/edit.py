@@ -25,7 +25,7 @@ from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
 from gpupool.cli.client_objects import CONFIG_RESOURCES, path, resource
 from gpupool.cli.client_output import Out, console, err_console, fail
 from gpupool.cli.preview_text import print_preview
-from gpupool.manifests import Document
+from gpupool.manifests import Document, safe_yaml
 
 HEADER = (
     "# Edit the object below and save; lines beginning with '#' are ignored. Closing the editor\n"
@@ -98,7 +98,7 @@ def _edited(file: Path, current: dict[str, Any], api: Api) -> Document | None:
     """The edited object, checked as ``apply -f`` checks it; None when nothing was changed.
     It must stay the one object that was opened (kind and name)."""
     try:
-        edited = yaml.safe_load(file.read_text(encoding="utf-8"))
+        edited = safe_yaml.load(file.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         edited = None  # not readable: load_set names the problem
     if edited == current:

@@ -25,6 +25,7 @@ from gpupool.manifests import (
     build,
     collect_documents,
     default_priority_classes,
+    safe_yaml,
 )
 
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -114,7 +115,7 @@ def _converted(text: str, source: str) -> tuple[str, list[tuple[str, dict[str, A
     Why rewrite the text: the documents keep their numbers, so every problem still names the
     document the user wrote."""
     try:
-        raw_docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        raw_docs = [d for d in safe_yaml.load_all(text) if d is not None]
     except yaml.YAMLError:
         return text, [], []  # collect_documents reports where the YAML breaks
     out: list[Any] = []

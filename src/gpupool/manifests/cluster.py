@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from gpupool import quantity as qty
 from gpupool.manifests.base import (
@@ -25,6 +25,7 @@ from gpupool.manifests.base import (
     ManifestErrors,
     StrictModel,
 )
+from gpupool.manifests.limits import MAX_CLUSTER_NODES
 from gpupool.manifests.task_types import TaskTypeSpec
 from gpupool.model import ACCELERATORS, GPU, Node, PlacementPolicy, ResourcePool, Taint
 
@@ -91,6 +92,17 @@ class ClusterSpec(StrictModel):
     fairSharing: FairSharingSpec = Field(default_factory=FairSharingSpec)
     #: defaults by workload type (docs/engine.md, "Task types"), over the packaged ones
     taskTypes: dict[str, TaskTypeSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> ClusterSpec:
+        """At most MAX_CLUSTER_NODES nodes: each is placed, watched and shown on every cycle."""
+        total = sum(g.count for g in self.nodeGroups) + len(self.nodes)
+        if total > MAX_CLUSTER_NODES:
+            raise ValueError(
+                f"{total:,} nodes (nodeGroups[].count plus nodes) is more than a Cluster may have: "
+                f"{MAX_CLUSTER_NODES:,} (the limit MAX_CLUSTER_NODES)"
+            )
+        return self
 
 
 class PoolSpec(StrictModel):

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from gpupool.manifests import safe_yaml
 from gpupool.manifests.base import API_VERSION, KINDS, Document, ManifestError, Metadata
 from gpupool.manifests.cluster import ClusterSpec, PoolSpec
 from gpupool.manifests.queues import PriorityClassSpec, QueueSpec
@@ -61,7 +62,7 @@ def collect_documents(text: str, source: str = "<input>") -> tuple[list[Document
     kind of mistake."""
     errors: list[str] = []
     try:
-        raw_docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        raw_docs = [d for d in safe_yaml.load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from gpupool.audit import AuditEntry, canonical_json
 from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests import Document, ManifestError
+from gpupool.manifests.limits import MAX_APPLY_OBJECTS
 from gpupool.service import openapi as oa
 from gpupool.service import preview as pv
 from gpupool.service.convert import (
@@ -334,6 +335,13 @@ def apply(
     come together) before anything is written; then configuration objects are written in one
     transaction and the workloads submitted (idempotent by name). With ``dryRun`` nothing is
     written: the answer is the change's impact preview (gpupool.service.preview)."""
+    if len(body.items) > MAX_APPLY_OBJECTS:  # before any validation: its cost grows with the set
+        raise ApiError(
+            413,
+            f"{len(body.items):,} objects in one apply; at most {MAX_APPLY_OBJECTS:,} (the limit "
+            f"MAX_APPLY_OBJECTS): split the set",
+            [{"field": "items", "problem": f"more than {MAX_APPLY_OBJECTS:,} objects"}],
+        )
     why = body.reason or reason
     if body.dryRun or dry_run:
         return _preview_set(svc, p, body.items, why)
