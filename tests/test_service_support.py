@@ -155,10 +155,12 @@ class Server:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = state_dir / "server.log"
+        self.scheme = "http"  # "https" for a server started with --tls-cert (tests/test_tls.py)
+        self.verify: Any = True  # httpx's verify= for it: an ssl.SSLContext trusting the test's CA
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -189,7 +191,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise AssertionError(f"server exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(self.base + "/readyz", timeout=1.0).status_code == 200:
+                if httpx.get(self.base + "/readyz", timeout=1.0, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -218,7 +220,10 @@ class Server:
 
     def client(self) -> httpx.Client:
         return httpx.Client(
-            base_url=self.base, headers={"Authorization": f"Bearer {self.token}"}, timeout=10.0
+            base_url=self.base,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=10.0,
+            verify=self.verify,
         )
 
 

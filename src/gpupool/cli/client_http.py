@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ DEFAULT_STATE_DIR = Path(".gpupool")  # what `gpupool serve` uses without --stat
 TOKEN_FILE_NAME = "admin-token"  # the bootstrap token `gpupool serve` writes in its state dir
 DEFAULT_TOKEN_FILE = DEFAULT_STATE_DIR / TOKEN_FILE_NAME
 STATE_DIR_ENV = "GPUPOOL_STATE_DIR"
+CA_ENV = "GPUPOOL_CA"
 CONFIG_FILE = Path("~/.config/gpupool/config.yaml")
 
 ServerOpt = typer.Option(None, "--server", "-s", help="server URL (env GPUPOOL_SERVER)")
@@ -104,6 +106,32 @@ def find_token(token: str | None, cfg: dict[str, Any]) -> TokenSource:
     return TokenSource(looked=[str(f.absolute()) for f in files])
 
 
+def server_verify(cfg: dict[str, Any]) -> ssl.SSLContext | bool:
+    """How an https server's certificate is checked: against ``gpupool --ca-file``, then
+    ``GPUPOOL_CA``, then the config's ``caFile``, else the system's trust store (True)."""
+    chosen = invocation.ca_file or os.environ.get(CA_ENV) or cfg.get("caFile")
+    if not chosen:
+        return True
+    path = Path(str(chosen)).expanduser()
+    try:
+        return ssl.create_default_context(cafile=str(path))
+    except FileNotFoundError:
+        fail(f"--ca-file {path}: no such file", 2)
+    except (ssl.SSLError, OSError) as exc:
+        fail(f"--ca-file {path}: not a PEM CA certificate ({exc})", 2)
+    return True  # unreachable: fail exits
+
+
+def unverified(exc: BaseException) -> str | None:
+    """Why the server's certificate was refused, when that is what ``exc`` (an httpx error) is."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return str(seen.verify_message or seen.reason)
+        seen = seen.__cause__ or seen.__context__
+    return "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in str(exc) else None
+
+
 def resolve(server: str | None, token: str | None) -> tuple[str, str | None]:
     """Server and token from flag, environment, config file, then the defaults."""
     srv, source = _resolve(server, token)
@@ -123,7 +151,8 @@ class Api:
         self.server, self.source = _resolve(server, token)
         self.token = self.source.token
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0)
+        self.verify = server_verify(config_file())
+        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0, verify=self.verify)
 
     def call(
         self,
@@ -145,9 +174,16 @@ class Api:
                 # a standby replica names the leader: send the write there, once
                 err_console.print(f"note: {self.server} is a standby; sending to the leader {leader}")
                 self.server = leader
-                self.http = httpx.Client(base_url=leader, headers=self.http.headers, timeout=30.0)
+                self.http = httpx.Client(
+                    base_url=leader, headers=self.http.headers, timeout=30.0, verify=self.verify
+                )
                 r = self.http.request(method, path, **kw)
-        except httpx.ConnectError:
+        except httpx.ConnectError as exc:
+            if (why := unverified(exc)) is not None:
+                fail(
+                    f"cannot verify the TLS certificate of {self.server} ({why}): pass the CA that "
+                    f"signed it with `gpupool --ca-file FILE ...` or GPUPOOL_CA"
+                )
             fail(
                 f"cannot reach the gpupool server at {self.server} (is `gpupool serve` running? set --server or GPUPOOL_SERVER)"
             )

@@ -29,6 +29,7 @@ class Invocation:
     run; set again by every run (so one test's value never reaches the next)."""
 
     state_dir: str | None = None
+    ca_file: str | None = None
 
 
 invocation = Invocation()

@@ -150,9 +150,16 @@ def _top(
         envvar="GPUPOOL_STATE_DIR",
         help="client commands: the `gpupool serve --state-dir` whose admin-token to use",
     ),
+    ca_file: str | None = typer.Option(
+        None,
+        "--ca-file",
+        envvar="GPUPOOL_CA",
+        help="client commands: the PEM CA certificate(s) that signed an https server's certificate",
+    ),
 ) -> None:
     """gpupool: a governed GPU compute scheduling platform."""
     invocation.state_dir = state_dir
+    invocation.ca_file = ca_file
 
 
 def main() -> None:

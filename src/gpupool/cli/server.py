@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from gpupool.cli import server_audit
+from gpupool.cli.server_tls import TlsCertOpt, TlsKeyOpt, UvicornTls, scheme, uvicorn_tls
 from gpupool.service.config import (
     DEFAULT_STATE_DIR,
     EXAMPLES,
@@ -395,6 +396,8 @@ def serve(
     alerts_interval: AlertsIntervalOpt = None,
     notifications: NotificationsOpt = None,
     replicas: ReplicasOpt = 1,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
     audit_checkpoint_every: server_audit.AuditEveryOpt = "10m",
     audit_witness: server_audit.AuditWitnessOpt = None,
     audit_key: server_audit.AuditKeyOpt = None,
@@ -413,6 +416,9 @@ def serve(
         _fail("--time-scale must be > 0")
     local = _local_backend(backend, state_dir, config, fake_gpus, allow_unenforced, stop_grace)
     cfg_dir = _config_dir(config, local)
+    tls = uvicorn_tls(tls_cert, tls_key)
+    if tls and advertise_url is None:  # other replicas name this one with the scheme it answers
+        advertise_url = f"https://{host}:{port}"
     if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
         _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
     cfg = ServiceConfig(
@@ -438,9 +444,9 @@ def serve(
     if not _port_free(host, port):
         _fail(f"cannot listen on {host}:{port}: the address is in use (pick another with --port)")
     seeded, token = _bootstrap(cfg, local)
-    _banner(cfg, seeded, token, local)
+    _banner(cfg, seeded, token, local, scheme(tls))
     _config_line(cfg, seeded, given=config is not None)
-    _run(cfg, kube, local, log_level)
+    _run(cfg, kube, local, log_level, tls)
 
 
 def _config_dir(config: Path | None, local: tuple[Any, Path | None] | None) -> Path:
@@ -478,10 +484,14 @@ def _bootstrap(cfg: ServiceConfig, local: tuple[Any, Path | None] | None) -> tup
 
 
 def _banner(
-    cfg: ServiceConfig, seeded: int, token: str | None, local: tuple[Any, Path | None] | None
+    cfg: ServiceConfig,
+    seeded: int,
+    token: str | None,
+    local: tuple[Any, Path | None] | None,
+    url_scheme: str = "http",
 ) -> None:
     """Where it serves, the configuration, where the token is, and the next command to run."""
-    url = f"http://{cfg.host}:{cfg.port}"
+    url = f"{url_scheme}://{cfg.host}:{cfg.port}"
     console.print(
         f"[bold]gpupool[/] serving on {url}  (dashboard {url}/, API docs {url}/docs, database {cfg.url})"
     )
@@ -522,7 +532,13 @@ def _config_line(cfg: ServiceConfig, seeded: int, given: bool) -> None:
         console.print("configuration: the stored one (`gpupool get pools`, `gpupool get queues` show it)")
 
 
-def _run(cfg: ServiceConfig, kube: Any, local: tuple[Any, Path | None] | None, log_level: str) -> None:
+def _run(
+    cfg: ServiceConfig,
+    kube: Any,
+    local: tuple[Any, Path | None] | None,
+    log_level: str,
+    tls: UvicornTls,
+) -> None:
     """Serve until interrupted: the Kubernetes runtime's app, or the app over the virtual or
     local backend."""
     import uvicorn
@@ -533,10 +549,10 @@ def _run(cfg: ServiceConfig, kube: Any, local: tuple[Any, Path | None] | None, l
         if kube is not None:
             from gpupool.kube.wiring import kube_app
 
-            uvicorn.run(kube_app(cfg, kube), host=cfg.host, port=cfg.port, log_level=log_level)
+            uvicorn.run(kube_app(cfg, kube), host=cfg.host, port=cfg.port, log_level=log_level, **tls)
             return
         app = create_app(cfg, backend=local[0] if local else None)
-        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level)
+        uvicorn.run(app, host=cfg.host, port=cfg.port, log_level=log_level, **tls)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

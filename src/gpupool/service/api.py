@@ -31,6 +31,7 @@ from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
 from gpupool.service.controller import Controller
 from gpupool.service.guard import RequestGuard
+from gpupool.service.hsts import StrictTransport
 from gpupool.service.leader import install_standby_guard, start_leader
 from gpupool.service.metrics import Metrics
 from gpupool.service.notify.dispatch import start_notifier
@@ -130,6 +131,7 @@ def create_app(
     install_errors(app)
     install_standby_guard(app)
     app.add_middleware(RequestGuard, max_body=cfg.max_body_bytes, max_depth=cfg.max_json_depth)
+    app.add_middleware(StrictTransport)  # outermost: the guard's own answers carry it too
     for area in AREAS:
         _add_routes(app, area.router)
     _submit_first(app)
