@@ -179,7 +179,9 @@ def check_task_type_refs(b: Bundle, err: ManifestErrors, sources: Mapping[str, s
                 err.add(f"{where}.priorityClass", f"unknown priority class {spec.priorityClass!r}")
             for i, p in enumerate(spec.preferredPools or ()):
                 if pools and not any(pl.answers_to(p) for pl in b.pools):
-                    err.add(f"{where}.preferredPools[{i}]", f"no pool is named {p!r} or has environment {p!r}")
+                    err.add(
+                        f"{where}.preferredPools[{i}]", f"no pool is named {p!r} or has environment {p!r}"
+                    )
 
 
 def resolve_workload(doc: Document, queue: str, types: TaskTypeTable | None, err: ManifestErrors) -> Resolved:
