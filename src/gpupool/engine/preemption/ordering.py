@@ -14,7 +14,7 @@ from gpupool.model import PreemptionPolicy, Running, Workload
 
 def candidate_order(
     victim: Running, preemptor_queue: str, now: float | None = None
-) -> tuple[int, int, float, float, float, str]:
+) -> tuple[int, int, float, float, float, float, str]:
     """Sort key of a preemption candidate: the smallest key is evicted first.
 
     1. Work of *other* queues (reclaimed or borrowed capacity) before work of the preemptor's own
@@ -24,11 +24,15 @@ def candidate_order(
     3. With ``now`` (the cost model, ``victim_cost.cost_key``): the least lost work per unit
        freed first (run time x (1 + earlier evictions)), then the most left to run.
     4. Most recently admitted first: it has lost the least progress.
-    5. The name: a total order, so the choice never depends on how the candidates were found.
+    5. Among work admitted at the same time (the same cycle), the latest arrival first (Kueue
+       and Volcano break this tie by creation order, the UID-like sequence; gpupool's is
+       ``arrival``): the last submitted is the least entitled to stay.
+    6. The name: a total order, so the choice never depends on how the candidates were found.
     """
     v = victim.workload
     cost = (0.0, 0.0) if now is None else cost_key(victim, now)
-    return (int(v.queue == preemptor_queue), v.priority, *cost, -victim.admission.admitted_at, v.name)
+    tier = int(v.queue == preemptor_queue)
+    return (tier, v.priority, *cost, -victim.admission.admitted_at, -v.arrival, v.name)
 
 
 def within_queue_victim(w: Workload, v: Workload, newer_equal: bool) -> bool:
