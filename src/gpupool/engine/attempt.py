@@ -14,7 +14,7 @@ from typing import Literal
 
 from gpupool.engine.decisions import Decisions, Pending, PendingCode
 from gpupool.engine.facts import WorkloadFacts
-from gpupool.engine.feasible import beyond_pool, unsatisfiable
+from gpupool.engine.feasible import beyond_capacity, beyond_pool, unsatisfiable
 from gpupool.engine.holds import plan_hold
 from gpupool.engine.partial import PartialAdmitter, is_partial, reduced
 from gpupool.engine.preemption.search import Preemptor
@@ -142,6 +142,11 @@ class Attempt:
                 continue
             if borrowing and (not allow_borrow or rounds.beyond_round(w, pool, vec)):
                 wants_borrow.append(pool)
+                continue
+            too_big = beyond_capacity(w, vec, pool, ssn.cluster)
+            if too_big is not None:  # O(1): a placement would try its pods until one fails
+                fail_cache[ckey] = (PendingCode.UNSATISFIABLE, too_big)
+                reasons.append((pool, PendingCode.UNSATISFIABLE, too_big))
                 continue
             res = placer.place(w, pool, ssn.config.max_domain_tries)
             if res.pods is not None:
