@@ -129,7 +129,9 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
     def _windowed(self, ws: list[Workload], now: float) -> Decisions:
         """The cycle over windows of the pending set (gpupool.service.windows): the same
         decisions as over all of it, at the cost of the few workloads that can move."""
-        d, self._left_out = windowed_cycle(self.engine, ws, now, self.window_stats)
+        eng = self.engine
+        d, self._left_out = windowed_cycle(eng, ws, now, self.window_stats, self.hopeless.of(eng))
+        self.hopeless.learn(eng, d, ws)
         return d
 
     def _isolate(self, bad: Mapping[str, str], now: float) -> None:

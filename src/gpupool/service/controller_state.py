@@ -29,7 +29,7 @@ from gpupool.service.adoption import Adoption
 from gpupool.service.backends import Backend
 from gpupool.service.convert import workload_model
 from gpupool.service.view import ConfigLookups
-from gpupool.service.windows import WindowStats
+from gpupool.service.windows import Hopeless, WindowStats
 from gpupool.store import PhaseChange, Store, WorkloadRecord
 
 SCHEDULER = "scheduler"
@@ -116,6 +116,8 @@ class ControllerState(ConfigLookups):
         #: reasons of the pending workloads the last cycle's windows left out, and its figures
         self._left_out: dict[str, Pending] = {}
         self.window_stats = WindowStats()
+        #: workloads Unsatisfiable everywhere, kept out of cycles until the engine changes
+        self.hopeless = Hopeless()
         self.parents: dict[str, str | None] = {}
         self.children: dict[str, list[str]] = {}
         #: per-configuration lookups for the submit path (rebuilt in ``_install``)
@@ -143,6 +145,11 @@ class ControllerState(ConfigLookups):
         self.cycles = 0
         self.last_cycle_at = 0.0
         self.last_error = ""
+
+    @property
+    def inbox(self) -> deque[_Queued]:
+        """Committed submissions not yet taken into ``pending`` (gpupool.service.limits counts them)."""
+        return self._inbox
 
     def _manifest_of(self, name: str) -> Mapping[str, Any]:
         return self.store.get_workload(name).manifest

@@ -17,6 +17,14 @@ left out get their class witness's reason. ``tests/test_windows.py`` checks on g
 clusters and backlogs that the decisions equal those of a cycle given everything. This is the
 simulator's window rule (gpupool.sim.simulator), restricted to classes that include the
 declared duration, which makes the backfill cases it handles separately identical.
+
+Workloads the engine found ``Unsatisfiable`` in every pool they may use (``Hopeless``) are kept
+out of the cycles that follow, with that reason, until the controller installs a new engine
+(nodes, health, cordons, configuration or quota changed): such a workload cannot run even with
+nothing else running, so no admission or eviction changes that, and it holds and evicts
+nothing. Its pod shapes stay in the fragmentation mix (as a window's hidden members do), so
+the others' decisions are those of a cycle given it. Why: a gang of 100,000 pods was tried
+every cycle, at the cost of every other team's wait.
 """
 
 from __future__ import annotations
@@ -68,13 +76,47 @@ class _Plan:
     pulled: int = 0
 
 
+class Hopeless:
+    """The workloads Unsatisfiable in every pool they may use, valid for one engine (an
+    engine is rebuilt whenever the inventory or the configuration changes)."""
+
+    __slots__ = ("_engine", "known")
+
+    def __init__(self) -> None:
+        self._engine: Engine | None = None
+        self.known: dict[str, Pending] = {}
+
+    def of(self, engine: Engine) -> dict[str, Pending]:
+        """The reasons known for ``engine`` (none after it changed)."""
+        if engine is not self._engine:
+            self._engine, self.known = engine, {}
+        return self.known
+
+    def learn(self, engine: Engine, d: Decisions, pending: Sequence[Workload]) -> None:
+        known = self.of(engine)
+        by_name = {w.name: w for w in pending}
+        for p in d.pending:
+            w = by_name.get(p.workload)
+            if p.code is PendingCode.UNSATISFIABLE and w is not None:
+                pools = engine.candidate_pools(w)
+                # one pool: its code; several: "[pool] reason; ..." with each pool's own
+                if len(pools) == 1 or p.reason.count(_NEVER) == len(pools):
+                    known[p.workload] = p
+
+
+#: how every reason ``engine.feasible`` gives starts, per pool
+_NEVER = "can never run in pool"
+
+
 def _classes(
-    pending: Sequence[Workload], engine: Engine
+    pending: Sequence[Workload], engine: Engine, known: Mapping[str, Pending] | None = None
 ) -> tuple[list[Workload], dict[Shape, list[Workload]]]:
     whole: list[Workload] = []
     classes: dict[Shape, list[Workload]] = {}
     queues = engine.quota.queues
     for w in pending:
+        if known and w.name in known:
+            continue
         q = queues.get(w.queue)
         if q is None or q.strategy is QueueingStrategy.STRICT_FIFO:
             whole.append(w)
@@ -95,12 +137,16 @@ def _plan(whole: list[Workload], classes: dict[Shape, list[Workload]], k: Mappin
     return plan
 
 
-def _hide(engine: Engine, classes: dict[Shape, list[Workload]], plan: _Plan) -> None:
+def _hide(
+    engine: Engine, classes: dict[Shape, list[Workload]], plan: _Plan, hopeless: Sequence[Workload] = ()
+) -> None:
     if not isinstance(engine, MixEngine) or add_shapes is None:
         return
     hidden: Counter[object] = Counter()
     for c, names in plan.windows.items():
         add_shapes(hidden, classes[c][len(names) :])  # type: ignore[arg-type]
+    if hopeless:
+        add_shapes(hidden, hopeless)  # type: ignore[arg-type]
     engine.hidden = hidden or None
 
 
@@ -116,17 +162,23 @@ def _witnessed(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]]) 
 
 
 def windowed_cycle(
-    engine: Engine, pending: Sequence[Workload], now: float, stats: WindowStats | None = None
+    engine: Engine,
+    pending: Sequence[Workload],
+    now: float,
+    stats: WindowStats | None = None,
+    known: Mapping[str, Pending] | None = None,
 ) -> tuple[Decisions, dict[str, Pending]]:
     """The engine's decisions for ``pending`` (as if given whole), and the reasons of the members
-    left out (their class witness's, under their own name)."""
-    whole, classes = _classes(pending, engine)
+    left out (their class witness's, under their own name; those in ``known``, hopeless for
+    this engine (``Hopeless``), their known reason)."""
+    whole, classes = _classes(pending, engine, known)
+    hopeless = [w for w in pending if w.name in known] if known else []
     k: dict[Shape, int] = {}
     use_more = True
     stats = stats or WindowStats()
     while True:
         plan = _plan(whole, classes, k)
-        _hide(engine, classes, plan)
+        _hide(engine, classes, plan, hopeless)
 
         def more(w: Workload, plan: _Plan = plan) -> Workload | None:
             c = scheduling_signature(w)
@@ -158,7 +210,9 @@ def windowed_cycle(
             k[c] = len(classes[c]) if d.preempted else max(2 * len(plan.windows[c]), k.get(c, 1) * 2)
     stats.passed = len(plan.passed) + plan.pulled
     stats.hidden = len(pending) - stats.passed
-    return d, _hidden_reasons(d, plan, classes)
+    out = _hidden_reasons(d, plan, classes)
+    out.update({w.name: known[w.name] for w in hopeless} if known else {})
+    return d, out
 
 
 def _hidden_reasons(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]]) -> dict[str, Pending]:
@@ -175,4 +229,4 @@ def _hidden_reasons(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workloa
     return out
 
 
-__all__ = ["WindowStats", "windowed_cycle"]
+__all__ = ["Hopeless", "WindowStats", "windowed_cycle"]
