@@ -22,6 +22,7 @@ from gpupool import audit_checkpoint as ckpt
 from gpupool.audit import GENESIS_HASH, AuditEntry, verify
 from gpupool.service.audit_witness import (
     AuditWitness,
+    ConfigMapSink,
     FileSink,
     HttpSink,
     WitnessError,
@@ -286,3 +287,58 @@ def test_any_rewrite_at_or_before_the_checkpoint_is_caught(data: st.DataObject) 
     m = data.draw(st.integers(0, k - 1), label="kept")
     res = verify(recs[:m], checkpoint=cp)
     assert not res.ok and res.first_bad_seq == m + 1
+
+
+# ------------------------------------------------------------------ a ConfigMap, on the fake API server
+
+
+def test_configmap_witness_keeps_the_newest_and_catches_a_rewrite(store: Store, tmp_path: Path) -> None:
+    from gpupool.kube.client import make_client
+    from gpupool.kube.fake.server import FakeApiServer
+
+    srv = FakeApiServer(controllers=False, kubelet=False)
+    srv.start()
+    try:
+        client = make_client(str(srv.write_kubeconfig(tmp_path / "kubeconfig")))
+        httpx.post(
+            srv.url + "/api/v1/namespaces", json={"metadata": {"name": "audit-witness"}}
+        ).raise_for_status()
+        sink = ConfigMapSink("audit-witness", "gpupool", keep=2, client=client)
+        assert sink.newest() is None and sink.where == "configmap://audit-witness/gpupool"
+        key = tmp_path / "k"
+        ckpt.generate_key(key)
+        w = AuditWitness(store, sink, ckpt.load_private_key(key), server="http://test")
+        for n in (2, 3, 4):
+            _fill(store, n)
+            assert w.take_now() is not None
+        cm = httpx.get(srv.url + "/api/v1/namespaces/audit-witness/configmaps/gpupool").json()
+        assert sorted(cm["data"]) == [f"cp-{5:020d}", f"cp-{9:020d}"]  # the oldest dropped
+        _edit_middle(store)
+        r, seen = w.verify()
+        assert seen is not None and seen.count == 9 and not r.ok and "was rewritten" in r.problem
+        assert "configmap://audit-witness/gpupool" in r.problem
+    finally:
+        srv.stop()
+
+
+def test_a_malformed_configmap_target_is_named(tmp_path: Path) -> None:
+    for bad in ("configmap://", "configmap://ns", "configmap://ns/a/b"):
+        with pytest.raises(ValueError, match=r"--audit-witness .*configmap://NAMESPACE/NAME"):
+            settings_from_options("10m", bad, None, tmp_path)
+    assert settings_from_options("10m", "configmap://ns/cm", None, tmp_path) is not None
+
+
+def test_verify_names_a_malformed_witness_before_asking_the_server(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from gpupool.cli import app
+
+    pub = ckpt.generate_key(tmp_path / "k")
+    args = ["audit", "verify", "--witness", "configmap://ns", "--public-key", str(pub)]
+    r = CliRunner().invoke(app, args, env={"GPUPOOL_SERVER": "http://127.0.0.1:9"})
+    assert (
+        r.exit_code == 2
+        and "--witness 'configmap://ns': a ConfigMap is configmap://NAMESPACE/NAME" in r.output
+    )
+    r = CliRunner().invoke(app, ["audit", "verify", "--witness", str(tmp_path / "w.jsonl")])
+    assert r.exit_code == 2 and "--public-key" in r.output

@@ -39,7 +39,7 @@ def audit_verify(
     witness: str | None = typer.Option(
         None,
         "--witness",
-        help="the server's witness (--audit-witness): a file or URL; its newest checkpoint is checked",
+        help="the server's witness (--audit-witness): a file, URL or configmap://NS/NAME; its newest checkpoint is checked",
     ),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
@@ -124,8 +124,8 @@ def _newest_witness(where: str, public_key: Path) -> list[ckpt.Checkpoint]:
     try:
         pub = ckpt.load_public_key(public_key)
         data = sink_for(where).newest()
-    except (ckpt.CheckpointError, WitnessError) as exc:
-        fail(str(exc), 2)
+    except (ckpt.CheckpointError, WitnessError, ValueError) as exc:  # ValueError: a malformed target
+        fail(str(exc).replace("--audit-witness", "--witness"), 2)
     if data is None:
         fail(f"--witness {where}: holds no checkpoint", 1)
     try:

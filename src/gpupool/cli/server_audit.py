@@ -31,8 +31,8 @@ AuditWitnessOpt = Annotated[
     str | None,
     typer.Option(
         "--audit-witness",
-        help="where checkpoints go: a file (append-only JSON lines) or an http(s):// URL "
-        "(default: audit-witness.jsonl in --state-dir)",
+        help="where checkpoints go: a file (append-only JSON lines), an http(s):// URL or "
+        "configmap://NAMESPACE/NAME (default: audit-witness.jsonl in --state-dir)",
     ),
 ]
 AuditKeyOpt = Annotated[

@@ -12,9 +12,9 @@ rewritten since is never signed (that would launder the rewrite), and the newest
 stays the one taken before it. Records written after the newest checkpoint are protected by
 the anchor only until the next one.
 
-Where checkpoints go (a :class:`WitnessSink`): a file (append-only JSON lines, fsync after each)
-or an HTTP endpoint (POST one checkpoint; GET answers the checkpoints, one JSON object or one
-per line). A Kubernetes ConfigMap is not offered yet.
+Where checkpoints go (a :class:`WitnessSink`): a file (append-only JSON lines, fsync after each),
+an HTTP endpoint (POST one checkpoint; GET answers the checkpoints, one JSON object or one per
+line), or a Kubernetes ConfigMap (one key per checkpoint, in a namespace of its own).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 #: where ``gpupool serve`` puts the witness and its key when not told (both under --state-dir)
 DEFAULT_FILE = "audit-witness.jsonl"
 DEFAULT_KEY = "audit-witness.key"
+#: the --audit-witness prefix that names a ConfigMap
+CONFIGMAP = "configmap://"
 #: how much of a witness file's end is read to find its newest checkpoint (a line is ~300 bytes)
 _TAIL_BYTES = 64 * 1024
 
@@ -162,10 +164,82 @@ class HttpSink:
         return max(items, key=lambda c: c.get("count", -1) if isinstance(c.get("count"), int) else -1)
 
 
+class ConfigMapSink:
+    """A ConfigMap (``configmap://NAMESPACE/NAME``), best in a namespace the database's operators
+    cannot write: one key per checkpoint (``cp-`` and the count, zero-padded so keys sort by
+    count), merge-patched in; the oldest beyond ``keep`` are dropped in the same patch, so the
+    object stays far below the 1 MiB a ConfigMap may hold (only the newest is ever needed).
+
+    The client is made on first use (the kubeconfig, else the pod's service account), so an API
+    server away at start is a failed pass, retried, not a failed start."""
+
+    def __init__(self, namespace: str, name: str, *, keep: int = 200, client: Any = None) -> None:
+        self.namespace, self.name, self.keep = namespace, name, keep
+        self.where = f"{CONFIGMAP}{namespace}/{name}"
+        self._client = client
+
+    def _api(self) -> Any:
+        if self._client is None:
+            from gpupool.kube.client import make_client
+
+            self._client = make_client()
+        return self._client
+
+    def _get(self) -> Any:
+        """The ConfigMap, or None when it does not exist yet."""
+        from lightkube import ApiError
+        from lightkube.resources.core_v1 import ConfigMap
+
+        try:
+            return self._api().get(ConfigMap, self.name, namespace=self.namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise WitnessError(f"{self.where}: {exc.status.code} {exc.status.message}") from exc
+        except Exception as exc:  # no kubeconfig, the server away: named, the pass retried
+            raise WitnessError(f"{self.where}: cannot read: {type(exc).__name__}: {exc}") from exc
+
+    def append(self, cp: ckpt.Checkpoint) -> None:
+        from lightkube.models.meta_v1 import ObjectMeta
+        from lightkube.resources.core_v1 import ConfigMap
+        from lightkube.types import PatchType
+
+        key, value = f"cp-{cp.count:020d}", canonical_json(cp.to_dict())
+        cm = self._get()
+        try:
+            if cm is None:
+                meta = ObjectMeta(name=self.name, namespace=self.namespace)
+                self._api().create(ConfigMap(metadata=meta, data={key: value}))
+                return
+            old = sorted(k for k in (cm.data or {}) if k.startswith("cp-") and k != key)
+            drop = {k: None for k in old[: max(0, len(old) + 1 - self.keep)]}
+            patch = {"data": {**drop, key: value}}
+            self._api().patch(
+                ConfigMap, self.name, patch, namespace=self.namespace, patch_type=PatchType.MERGE
+            )
+        except Exception as exc:
+            raise WitnessError(f"{self.where}: cannot write: {type(exc).__name__}: {exc}") from exc
+
+    def newest(self) -> dict[str, Any] | None:
+        cm = self._get()
+        keys = sorted(k for k in ((cm.data or {}) if cm is not None else {}) if k.startswith("cp-"))
+        if not keys:
+            return None
+        try:
+            return ckpt.read_checkpoints(cm.data[keys[-1]])[-1]
+        except ckpt.CheckpointError as exc:
+            raise WitnessError(f"{self.where}: key {keys[-1]}: {exc}") from exc
+
+
 def sink_for(target: str) -> WitnessSink:
-    """A URL is an HTTP endpoint; anything else a file path."""
+    """A URL is an HTTP endpoint, ``configmap://NAMESPACE/NAME`` a ConfigMap, anything else a file."""
     if target.startswith(("http://", "https://")):
         return HttpSink(target)
+    if target.startswith(CONFIGMAP):
+        namespace, _, name = target.removeprefix(CONFIGMAP).partition("/")
+        if not namespace or not name or "/" in name:
+            raise ValueError(f"--audit-witness {target!r}: a ConfigMap is configmap://NAMESPACE/NAME")
+        return ConfigMapSink(namespace, name)
     return FileSink(Path(target))
 
 
@@ -204,7 +278,9 @@ def settings_from_options(
     if every_s <= 0:
         raise ValueError(f"--audit-checkpoint-every {every!r}: must be > 0 (or off)")
     if target is not None and not target.strip():
-        raise ValueError("--audit-witness: give a file path or an http(s):// URL")
+        raise ValueError("--audit-witness: give a file path, an http(s):// URL or configmap://NAMESPACE/NAME")
+    if target is not None:
+        sink_for(target)  # a malformed configmap:// target is named now, not at the first pass
     return WitnessSettings(target or str(state_dir / DEFAULT_FILE), key or state_dir / DEFAULT_KEY, every_s)
 
 
