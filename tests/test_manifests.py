@@ -201,14 +201,8 @@ kind: Workload
 metadata: {name: c}
 spec: {queue: q, podGroups: [{resources: {nvidia.com/gpumem: 8000}}]}
 """
-    with pytest.raises(ManifestError) as ei:
-        build(parse_documents(text, "w.yaml"))
-    assert (
-        len(ei.value.errors) == 1
-        and "Workload/c" in ei.value.errors[0]
-        and "needs a compute share" in ei.value.errors[0]
-    )
-    docs = parse_documents(text.rsplit("---", 1)[0], "w.yaml")
-    a, b = build(docs).workloads
+    a, b, c = build(parse_documents(text, "w.yaml")).workloads
     assert (a.pod_groups[0].request.gpu_milli, a.pod_groups[0].request.gpu_memory_mib) == (500, 10000)
     assert (b.pod_groups[0].request.gpu_milli, b.pod_groups[0].request.gpu_memory_mib) == (300, 8000)
+    # GPU memory alone is a memory-only share (KAI's gpu-memory): the engine makes it a fraction
+    assert (c.pod_groups[0].request.gpu_milli, c.pod_groups[0].request.gpu_memory_mib) == (0, 8000)

@@ -28,6 +28,7 @@ from gpupool.engine.decay import set_decayed_usage
 from gpupool.engine.decisions import Decisions
 from gpupool.engine.facts import WorkloadFacts
 from gpupool.engine.hints import BlockedHints
+from gpupool.engine.memory_share import MemoryShares
 from gpupool.engine.partial import PartialAdmitter
 from gpupool.engine.passes import QueuePasses
 from gpupool.engine.placement import SCORERS
@@ -71,6 +72,7 @@ class Engine:
         #: the running workloads (the running set's dict, kept in step with its indexes)
         self.running: dict[str, Running] = ssn.runs.by_name
         self.facts = WorkloadFacts(ssn.quota, ssn.pools, ssn.cluster)
+        self.shares = MemoryShares(ssn.cluster.nodes)  # KAI's gpu-memory-only requests
         self.mix = ShapeMix(snapshot, ssn.placer)
         self.rounds = BorrowRounds(ssn.quota, ssn.pools)
         self.preemptor = Preemptor(ssn, CandidateFinder(ssn))
@@ -123,7 +125,7 @@ class Engine:
             self.remove_running(v)
         out = []
         for a in decisions.admitted:
-            w = by_name[a.workload]
+            w = self.shares.resolve(by_name[a.workload])  # the request it was placed as
             r = Running(w, Admission(a.pool, a.pods, a.borrowing, now))
             self.add_running(r)
             out.append(r)
@@ -195,7 +197,7 @@ class Engine:
         admitted first would only be reclaimed (evicted) by a guaranteed workload later."""
         out = Decisions()
         passes = self.passes
-        by_queue = passes.by_queue(pending, out)
+        by_queue = passes.by_queue([self.shares.resolve(w) for w in pending], out)
         self.facts.trim()
         self.mix.prepare(self.cluster, by_queue.values())
         self.placer.reserved = {}

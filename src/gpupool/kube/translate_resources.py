@@ -10,9 +10,12 @@ the kubelet does and writes each GPU request in the one form the manifest reads 
   container's);
 - a share of one GPU (HAMi ``nvidia.com/gpucores`` and/or ``nvidia.com/gpumem`` beside
   ``nvidia.com/gpu: 1``, or KAI's annotations): ``nvidia.com/gpu: <milli>m`` (or
-  ``nvidia.com/gpucores: 100``) plus ``nvidia.com/gpumem: <MiB>``. A memory limit with no
-  compute share gets the whole device's compute (HAMi: no core limit), so gpupool never
-  counts a pod as using less than it may.
+  ``nvidia.com/gpucores: 100``) plus ``nvidia.com/gpumem: <MiB>``. A HAMi memory limit with
+  no compute share gets the whole device's compute (HAMi: no core limit), so gpupool never
+  counts a pod as using less than it may;
+- KAI's ``gpu-memory`` alone (no ``gpu-fraction``): ``nvidia.com/gpumem: <MiB>`` alone, a
+  memory-only share the engine counts as that memory's fraction of a device
+  (``engine/memory_share.py``).
 """
 
 from __future__ import annotations
@@ -124,8 +127,9 @@ def _gpu(spec: Mapping[str, Any], annotations: Mapping[str, Any], path: str) -> 
     whole = max(whole, init_whole)
     kai = _kai_share(annotations, join(path, "metadata.annotations"))
     if kai is not None:
-        if whole or shares:
-            raise KubeWorkloadError(join(path, f"metadata.annotations.{KAI_FRACTION}"), _BOTH)
+        if whole or shares:  # located at the KAI key the user wrote
+            key = KAI_FRACTION if KAI_FRACTION in annotations else KAI_MEMORY
+            raise KubeWorkloadError(join(path, f"metadata.annotations.{key}"), _BOTH)
         shares.append(("", *kai))
     if len(shares) > 1:
         raise KubeWorkloadError(shares[1][0], "only one container of a pod may share a GPU")
@@ -148,6 +152,10 @@ _BOTH = "a pod takes whole GPUs or a share of one GPU, not both"
 
 
 def _share_form(milli: int, memory: int) -> dict[str, Any]:
+    """A share in the manifest's form; ``milli`` 0 is KAI's memory-only share, written as
+    ``nvidia.com/gpumem`` alone (the engine turns it into a fraction of a device it fits)."""
+    if not milli:
+        return {HAMI_MEM: memory}
     out: dict[str, Any] = {GPU: f"{milli}m"} if milli < 1000 else {HAMI_CORES: 100}
     if memory:
         out[HAMI_MEM] = memory
@@ -187,17 +195,20 @@ def _parse(parse: Any, values: Mapping[str, Any], key: str, where: str) -> int:
 
 
 def _kai_share(ann: Mapping[str, Any], where: str) -> tuple[int, int] | None:
-    """KAI's fraction annotations as (milli, memory MiB), or None when absent."""
+    """KAI's fraction annotations as (milli, memory MiB), or None when absent; ``gpu-memory``
+    alone is a memory-only share (milli 0)."""
     if KAI_FRACTION not in ann and KAI_MEMORY not in ann:
         return None
     if KAI_DEVICES in ann and str(ann[KAI_DEVICES]).strip() not in ("", "1"):
         raise KubeWorkloadError(f"{where}.{KAI_DEVICES}", "a share of more than one GPU is not supported")
-    milli = 1000
+    milli = 0
     if KAI_FRACTION in ann:
         milli = _parse(qty.gpu_milli, ann, KAI_FRACTION, where)
         if not 0 < milli < 1000:
             raise KubeWorkloadError(f"{where}.{KAI_FRACTION}", "must be a fraction between 0 and 1")
     memory = _parse(qty.mib_value, ann, KAI_MEMORY, where) if KAI_MEMORY in ann else 0
+    if KAI_MEMORY in ann and memory <= 0:
+        raise KubeWorkloadError(f"{where}.{KAI_MEMORY}", "must be a positive amount of GPU memory (MiB)")
     return milli, memory
 
 

@@ -99,7 +99,9 @@ def _pod_request(
     res: Mapping[str, object], ann: Mapping[str, str], where: str, err: ManifestErrors
 ) -> PodRequest:
     """One pod's request from its resources (whole GPUs, a share, HAMi's cores and memory) and
-    the document's KAI annotations; located errors for what cannot be read or combined."""
+    the document's KAI annotations; located errors for what cannot be read or combined.
+    GPU memory with no compute share (``nvidia.com/gpumem`` or KAI's ``gpu-memory`` alone) is a
+    memory-only share: the engine counts it as a fraction of a device (``engine/memory_share.py``)."""
     gpus = milli = gmem = cpu = mem = rdma = storage = net = 0
     kind = GPU
     for k, v in res.items():
@@ -134,11 +136,6 @@ def _pod_request(
     milli, gmem = _kai_share(ann, src, milli, gmem, err)
     if gpus and (milli or gmem):
         err.add(where, "a pod takes whole GPUs or a fraction of one GPU, not both")
-    if gmem and not milli and not gpus:
-        err.add(
-            where,
-            f"a GPU memory request ({HAMI_MEM}) needs a compute share too: set {GPU} below 1 or {HAMI_CORES}",
-        )
     if kind != GPU and (milli or gmem) and not gpus:
         shared = "" if ACCELERATORS[kind].shareable else f" ({kind} cannot be shared)"
         err.add(where, f"a GPU share ({HAMI_CORES}, {HAMI_MEM} or KAI's annotations) is for {GPU}{shared}")
@@ -179,6 +176,11 @@ def _kai_share(
     if KAI_MEMORY in ann:
         try:
             gmem = qty.mib_value(ann[KAI_MEMORY])
+            if gmem <= 0:
+                err.add(
+                    f"{src}: metadata.annotations.{KAI_MEMORY}",
+                    "must be a positive amount of GPU memory (MiB)",
+                )
         except qty.QuantityError as exc:
             err.add(f"{src}: metadata.annotations.{KAI_MEMORY}", str(exc))
     return milli, gmem
