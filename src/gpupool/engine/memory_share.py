@@ -50,7 +50,11 @@ class MemoryShares:
     def resolve(self, w: Workload) -> Workload:
         """``w`` with each memory-only pod group turned into a fractional one (``w`` itself when
         it has none)."""
-        if not any(memory_only(g.request) for g in w.pod_groups):
+        for g in w.pod_groups:  # hot (every pending workload, every cycle): a plain loop
+            r = g.request
+            if r.gpu_memory_mib and not r.gpu_milli and not r.gpus:
+                break
+        else:
             return w
         got = self._memo.get(w.name)
         if got is not None and got[0] is w:
