@@ -183,11 +183,17 @@ def test_the_chart_runs_the_scheduler_with_the_generators_arguments() -> None:
     subst = {
         "{{ .Values.scheduler.logLevel }}": v["scheduler"]["logLevel"],
         "{{ .Values.replicaCount | quote }}": str(v["replicaCount"]),
+        '{{ ternary "https" "http" (not (empty .Values.tls.secretName)) }}://$(POD_IP):8080': "http://$(POD_IP):8080",
     }
     args = []
+    tls_block = False  # the --tls-cert/--tls-key block: tls.secretName is empty by default
     for ln in block.splitlines():
         item = ln.strip().removeprefix("- ")
         item = subst.get(item, item)
+        tls_block = tls_block or item == "{{- if .Values.tls.secretName }}"
+        if tls_block:
+            tls_block = item != "{{- end }}"
+            continue
         if item.startswith("{{"):  # if/range/end, and extraArgs (empty by default)
             continue
         args.append(str(yaml.safe_load(item)))

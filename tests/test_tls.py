@@ -9,15 +9,19 @@ The certificates are made here (trustme): a CA, and a server certificate it sign
 from __future__ import annotations
 
 import ssl
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from typer.testing import CliRunner
 
 from gpupool.cli.main import app
+from gpupool.deploy.values import NAMESPACE, RELEASE, default_values
 from gpupool.service.hsts import HSTS_VALUE
+from tests.test_deploy_failover import CHART, HELM, _helm, _objs, _rendered, _values
 from tests.test_service_support import Server, running_app
 
 trustme = pytest.importorskip("trustme")
@@ -128,3 +132,44 @@ def test_serve_refuses_half_a_tls_pair_or_a_wrong_key_naming_the_flag(tmp_path: 
         r = runner.invoke(app, ["serve", *state, *args], env={"COLUMNS": "300"})
         assert r.exit_code == 2 and words in r.output and "Traceback" not in r.output, (args, r.output)
     assert not (tmp_path / "state" / "gpupool.db").exists()  # refused before anything started
+
+
+# -- the chart and manifests: tls.secretName ------------------------------------------------------
+def _scheduler_pod(v: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    dep = _objs(v)[("Deployment", RELEASE)]
+    pod = dep["spec"]["template"]["spec"]
+    return pod, next(c for c in pod["containers"] if c["name"] == "scheduler")
+
+
+def test_the_manifests_mount_the_secret_and_pass_the_flags() -> None:
+    pod, c = _scheduler_pod(_values(**{"tls.secretName": "gpupool-api-tls"}))
+    args = c["args"]
+    assert args[args.index("--tls-cert") + 1] == "/etc/gpupool/api-tls/tls.crt"
+    assert args[args.index("--tls-key") + 1] == "/etc/gpupool/api-tls/tls.key"
+    assert args[args.index("--advertise-url") + 1] == "https://$(POD_IP):8080"
+    assert c["livenessProbe"]["httpGet"]["scheme"] == c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert {"name": "api-tls", "mountPath": "/etc/gpupool/api-tls", "readOnly": True} in c["volumeMounts"]
+    assert {"name": "api-tls", "secret": {"secretName": "gpupool-api-tls"}} in pod["volumes"]
+    pod, c = _scheduler_pod(default_values())  # by default: HTTP, nothing mounted
+    assert "--tls-cert" not in c["args"] and c["readinessProbe"]["httpGet"]["scheme"] == "HTTP"
+    assert all(vol["name"] != "api-tls" for vol in pod["volumes"])
+
+
+@HELM
+def test_helm_renders_the_tls_deployment_the_generator_does() -> None:
+    v = _values(**{"tls.secretName": "gpupool-api-tls"})
+    rendered = _rendered(_helm("tls.secretName=gpupool-api-tls"))
+    assert rendered[("Deployment", RELEASE)] == _objs(v)[("Deployment", RELEASE)]
+
+
+@HELM
+def test_helm_servicemonitor_scrapes_https_verified_with_the_secrets_ca() -> None:
+    cmd = ["helm", "template", RELEASE, str(CHART), "--namespace", NAMESPACE]
+    cmd += ["--api-versions", "monitoring.coreos.com/v1", "--set", "tls.secretName=gpupool-api-tls"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    endpoint = _rendered(out)[("ServiceMonitor", RELEASE)]["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["tlsConfig"] == {
+        "serverName": f"{RELEASE}.{NAMESPACE}.svc",
+        "ca": {"secret": {"name": "gpupool-api-tls", "key": "ca.crt"}},
+    }

@@ -16,6 +16,8 @@ WEBHOOK_SERVICE = f"{RELEASE}-webhook"
 STATE_DIR = "/var/lib/gpupool"
 CONFIG_DIR = "/etc/gpupool/config"
 TLS_DIR = "/etc/gpupool/tls"
+#: the API's own certificate and key (tls.secretName), when it serves HTTPS
+API_TLS_DIR = "/etc/gpupool/api-tls"
 UID = 10001
 #: the bundled PostgreSQL's StatefulSet, Service and Secret (gpupool.deploy.database)
 POSTGRES = f"{RELEASE}-postgresql"
@@ -117,13 +119,24 @@ def _probe(path: str, port: str, scheme: str = "HTTP", period: int = 10) -> dict
 
 
 def scheduler_args(v: dict[str, Any]) -> list[str]:
-    """``gpupool serve`` on the Kubernetes backend; the Lease is in the pod's own namespace."""
+    """``gpupool serve`` on the Kubernetes backend; the Lease is in the pod's own namespace.
+    With ``tls.secretName`` it serves HTTPS only, with the Secret's certificate."""
     s = v["scheduler"]
+    scheme = "https" if v["tls"]["secretName"] else "http"
     args = ["serve", "--backend", "kubernetes", "--host", "0.0.0.0", "--port", "8080"]
-    args += ["--state-dir", STATE_DIR, "--config", CONFIG_DIR, "--advertise-url", "http://$(POD_IP):8080"]
+    args += [
+        "--state-dir",
+        STATE_DIR,
+        "--config",
+        CONFIG_DIR,
+        "--advertise-url",
+        f"{scheme}://$(POD_IP):8080",
+    ]
     args += ["--replicas", str(v["replicaCount"]), "--log-level", s["logLevel"]]
     if v["metrics"]["public"]:
         args.append("--metrics-public")
+    if v["tls"]["secretName"]:
+        args += ["--tls-cert", f"{API_TLS_DIR}/tls.crt", "--tls-key", f"{API_TLS_DIR}/tls.key"]
     return args + list(s["extraArgs"])
 
 
@@ -150,6 +163,14 @@ def _env(v: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def scheduler_container(v: dict[str, Any]) -> dict[str, Any]:
+    scheme = "HTTPS" if v["tls"]["secretName"] else "HTTP"  # the kubelet does not verify it
+    mounts: list[dict[str, Any]] = [
+        {"name": "state", "mountPath": STATE_DIR},
+        {"name": "tmp", "mountPath": "/tmp"},
+        {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+    ]
+    if v["tls"]["secretName"]:
+        mounts.append({"name": "api-tls", "mountPath": API_TLS_DIR, "readOnly": True})
     return {
         "name": "scheduler",
         "image": _image(v),
@@ -157,15 +178,11 @@ def scheduler_container(v: dict[str, Any]) -> dict[str, Any]:
         "args": scheduler_args(v),
         "env": _env(v),
         "ports": [{"name": "http", "containerPort": 8080, "protocol": "TCP"}],
-        "livenessProbe": _probe("/healthz", "http", period=20),
-        "readinessProbe": _probe("/readyz", "http"),
+        "livenessProbe": _probe("/healthz", "http", scheme, period=20),
+        "readinessProbe": _probe("/readyz", "http", scheme),
         "resources": v["scheduler"]["resources"],
         "securityContext": _container_security(),
-        "volumeMounts": [
-            {"name": "state", "mountPath": STATE_DIR},
-            {"name": "tmp", "mountPath": "/tmp"},
-            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        ],
+        "volumeMounts": mounts,
     }
 
 
@@ -224,6 +241,8 @@ def deployment(v: dict[str, Any], ns: str) -> dict[str, Any]:
     }
     if v["imagePullSecrets"]:
         pod_spec["imagePullSecrets"] = v["imagePullSecrets"]
+    if v["tls"]["secretName"]:
+        pod_spec["volumes"].append({"name": "api-tls", "secret": {"secretName": v["tls"]["secretName"]}})
     spec: dict[str, Any] = {"replicas": v["replicaCount"]}
     if state_claim(v) is not None:
         spec["strategy"] = {"type": "Recreate"}

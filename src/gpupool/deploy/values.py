@@ -45,6 +45,7 @@ _DEFAULTS: dict[str, Any] = {
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
     },
     "certManager": {"enabled": False},
+    "tls": {"secretName": ""},
     "crdUpgrade": {"enabled": True},
     "metrics": {"public": True},
     "serviceMonitor": {"enabled": True, "interval": "30s"},
