@@ -31,7 +31,7 @@ spec:
       - name: main
         image: busybox
         resources:
-          limits: {{nvidia.com/gpu: 1}}
+          limits: {{nvidia.com/gpu: "1"}}  # quoted: a number is stored as "1", so re-apply would read configured
 """
 DEPLOYMENT = """apiVersion: apps/v1
 kind: Deployment

@@ -86,3 +86,48 @@ def apply_defaults(key: str, obj: Obj) -> None:
     fn = DEFAULTERS.get(key)
     if fn is not None:
         fn(obj)
+
+
+_TEMPLATED = {"jobs.batch", "deployments.apps", "replicasets.apps", "statefulsets.apps"}
+
+
+def _quantity(value: Any) -> Any:
+    """A number written as a quantity (``nvidia.com/gpu: 1``) as the real server stores it: a
+    string (``"1"``, ``0.5`` as ``"500m"``); strings are kept as sent."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{round(value * 1000)}m"
+
+
+def _canonical(resources: Any) -> None:
+    if isinstance(resources, dict):
+        for key, value in resources.items():
+            resources[key] = _quantity(value)
+
+
+def canonical_quantities(key: str, obj: Obj) -> None:
+    """Resource quantities of built-in kinds as strings, on every write (in place).
+
+    Why: the real server decodes them into its quantity type and encodes them back as strings,
+    so ``kubectl apply`` of a manifest with ``nvidia.com/gpu: 1`` reads ``configured`` again on
+    a second apply (its patch sends the number, the object holds ``"1"``), and clients reading
+    the object see strings. Custom resources keep what was sent, as their schema says."""
+    if key == "nodes":
+        status = obj.get("status") or {}
+        _canonical(status.get("capacity"))
+        _canonical(status.get("allocatable"))
+        return
+    spec = obj.get("spec")
+    if key in _TEMPLATED and isinstance(spec, dict):
+        spec = (spec.get("template") or {}).get("spec")
+    elif key != "pods":
+        return
+    if not isinstance(spec, dict):
+        return
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or []:
+            if isinstance(container, dict) and isinstance(container.get("resources"), dict):
+                _canonical(container["resources"].get("limits"))
+                _canonical(container["resources"].get("requests"))

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from gpupool.kube.fake import errors
-from gpupool.kube.fake.defaults import apply_defaults
+from gpupool.kube.fake.defaults import apply_defaults, canonical_quantities
 from gpupool.kube.fake.patch import apply_patch
 from gpupool.kube.fake.resources import BUILTINS, ResourceType, from_crd
 from gpupool.kube.fake.storage import Obj, Store, new_metadata, now_rfc3339
@@ -62,6 +62,7 @@ class Ops:
             if self.store.find(rt, ns, md["name"]) is not None:
                 raise errors.already_exists(rt.plural, md["name"], rt.group)
             apply_defaults(rt.key, obj)
+            canonical_quantities(rt.key, obj)
             if rt.key == "pods":
                 self._admit_priority(obj)
             if rt.key == "customresourcedefinitions.apiextensions.k8s.io" and not self.store.dry_run:
@@ -218,6 +219,7 @@ class Ops:
             return self._write(rt, cur, new, sub)
 
     def _write(self, rt: ResourceType, cur: Obj, new: Obj, sub: str) -> Obj:
+        canonical_quantities(rt.key, new)
         if sub == "status":
             new = {**cur, "status": new.get("status", {})}
         else:
