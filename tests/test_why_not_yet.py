@@ -231,3 +231,11 @@ def test_scaling_every_time_names_the_same_workloads(
         assert one.start >= 100.0 and one.after and one.after[0].end is not None
         assert one.start == max(one.after[0].end, 100.0)
         assert all(h.end is not None and h.end <= one.start for h in one.after)
+
+
+def test_work_past_its_expected_end_is_not_called_too_few_nodes() -> None:
+    """A run whose declared duration has passed (its end not yet reported) gives no estimate,
+    and the sentence says the GPUs are past their expected end, not that no nodes could free."""
+    got = _wait([(0.0, 10.0), (0.0, 10.0)], 2, "InsufficientCapacity", 1.0, 100.0, 1.0)
+    assert got is not None and got.start is None and got.after == []
+    assert "past their expected end" in got.why_none and [h.name for h in got.holders] == ["r0", "r1"]

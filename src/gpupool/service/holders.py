@@ -171,8 +171,11 @@ class WaitReader:
         wait = Wait(scope, holders, self._usage(w, pool, w.queue), now)
         if plan is None and any(pg.request.gpus == 0 for pg in w.pod_groups):
             wait.why_none = "no estimate: only whole-GPU requests are estimated"
-        elif plan is None:  # free GPUs are there (CPU, memory or topology block it), or too few
-            wait.why_none = "no estimate: no set of the pool's nodes is expected to free enough for it"
+        elif plan is None:  # the devices are free or overdue (plan_hold), or no domain is large enough
+            wait.why_none = (
+                "no estimate: the GPUs it needs are free or past their expected end, or no group of"
+                " the pool's nodes is large enough; CPU, memory, topology or late work holds it"
+            )
         elif plan[1] == float("inf"):
             wait.why_none = NO_DURATION
         else:
