@@ -244,6 +244,18 @@ class PreemptionPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingLimits:
+    """How much one queue (its whole subtree) or one user in it may have Pending at once
+    (``spec.limits``, like Slurm's ``MaxSubmitJobs``; None: no limit). Why: a tenant's
+    backlog costs every cycle and delays everyone; gpupool.service.limits counts and refuses."""
+
+    workloads: int | None = None
+    pods: int | None = None
+    workloads_per_user: int | None = None
+    pods_per_user: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Queue:
     """A node of the queue tree (队列): org -> team -> project. Workloads go to leaves."""
 
@@ -258,6 +270,8 @@ class Queue:
     #: a cohort root only: preempt borrowers for fair sharing (``spec.fairSharing.preemption``,
     #: engine/preemption/fair_sharing.py)
     fair_sharing_preemption: bool = False
+    #: ``spec.limits``: what may be Pending at once in this queue's subtree
+    pending_limits: PendingLimits = PendingLimits()
 
     def quota(self, pool: str) -> PoolQuota | None:
         for q in self.quotas:

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from gpupool.cli import server_audit
+from gpupool.cli import server_audit, server_limits
 from gpupool.cli.server_tls import TlsCertOpt, TlsKeyOpt, UvicornTls, scheme, uvicorn_tls
 from gpupool.service.config import (
     DEFAULT_STATE_DIR,
@@ -398,6 +398,9 @@ def serve(
     replicas: ReplicasOpt = 1,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
+    pending_limit: server_limits.PendingLimitOpt = [],  # noqa: B006 (typer copies list defaults)
+    submit_rate: server_limits.SubmitRateOpt = None,
+    submit_burst: server_limits.SubmitBurstOpt = None,
     audit_checkpoint_every: server_audit.AuditEveryOpt = "10m",
     audit_witness: server_audit.AuditWitnessOpt = None,
     audit_key: server_audit.AuditKeyOpt = None,
@@ -431,6 +434,7 @@ def serve(
         alerts_interval_s=alerts_interval_s,
         notifications=_notifications(notifications, state_dir),
         replicas=replicas,
+        tenant_limits=server_limits.tenant_limits(pending_limit, submit_rate, submit_burst),
         state_dir=state_dir,
         database_url=database_url,
         config_dir=cfg_dir,

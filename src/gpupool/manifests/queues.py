@@ -28,6 +28,7 @@ from gpupool.model import (
     NO_LIMIT,
     STORAGE,
     UNLIMITED,
+    PendingLimits,
     PoolQuota,
     PreemptionPolicy,
     PriorityClass,
@@ -90,6 +91,24 @@ class FairSharingSpec(StrictModel):
     preemption: bool = False
 
 
+class LimitsSpec(StrictModel):
+    """What may be Pending at once in the queue's subtree, and per user in it (unset: no limit;
+    the server's ``--pending-limit`` defaults apply to a leaf queue that sets none)."""
+
+    maxPendingWorkloads: StrictInt | None = Field(default=None, ge=0, le=10**9)
+    maxPendingPods: StrictInt | None = Field(default=None, ge=0, le=10**9)
+    maxPendingWorkloadsPerUser: StrictInt | None = Field(default=None, ge=0, le=10**9)
+    maxPendingPodsPerUser: StrictInt | None = Field(default=None, ge=0, le=10**9)
+
+    def model(self) -> PendingLimits:
+        return PendingLimits(
+            self.maxPendingWorkloads,
+            self.maxPendingPods,
+            self.maxPendingWorkloadsPerUser,
+            self.maxPendingPodsPerUser,
+        )
+
+
 class QueueSpec(StrictModel):
     parent: str | None = None
     description: str = ""
@@ -102,6 +121,8 @@ class QueueSpec(StrictModel):
     fairSharing: FairSharingSpec | None = None
     #: this queue's defaults by workload type, over the Cluster's (docs/engine.md, "Task types")
     typeDefaults: dict[str, TaskTypeSpec] = Field(default_factory=dict)
+    #: pending limits (gpupool.service.limits, docs/service.md "Pending limits")
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
 
 
 class PriorityClassSpec(StrictModel):
@@ -186,6 +207,7 @@ def build_queue(doc: Document, err: ManifestErrors) -> Queue:
         s.requiresApproval,
         s.description,
         fair_sharing_preemption=_fair_sharing(doc, err),
+        pending_limits=s.limits.model(),
     )
 
 

@@ -26,6 +26,7 @@ from gpupool.quantity import QuantityError, format_cpu, format_mib, parse_durati
 
 if TYPE_CHECKING:
     from gpupool.service.controller import Controller
+    from gpupool.service.limits import PendingCounter, QueueTree
     from gpupool.service.view import ConfigView
 
 
@@ -165,11 +166,13 @@ def over_limit(model: Workload, ctl: Controller | ConfigView) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """Why a submission is refused (a 422): the field to fix, the problem, the whole message."""
+    """Why a submission is refused: the field to fix, the problem, the whole message, and the
+    HTTP status (422: fix the request; 429: try again once some pending work has started)."""
 
     field: str
     problem: str
     message: str
+    status: int = 422
 
 
 def queue_refusal(queue: str, ctl: Controller | ConfigView) -> Refusal | None:
@@ -222,6 +225,32 @@ def request_refusal(
     return None
 
 
+def pending_refusal(
+    name: str, model: Workload, owner: str, counter: PendingCounter, tree: QueueTree
+) -> Refusal | None:
+    """The queue's (or the server's default) pending limits: 429 while ``owner``'s or the
+    queue's pending work is at a limit, 422 when the workload alone passes it (it never could
+    be accepted). Checked last, after authorization (the counts are the queue's business), and
+    on the one path the API, apply and the Kubernetes source share."""
+    hit = counter.over(name, model, owner, tree)
+    if hit is None:
+        return None
+    what = "pods" if "Pods" in hit.field else "workloads"
+    where = f"queue {hit.queue}'s" + (" default" if hit.default else " spec.limits")
+    whose = f"user {hit.user} has" if hit.user else f"queue {hit.queue} has"
+    if hit.never:
+        problem = (
+            f"it has {hit.adds} {what}, more than {where} {hit.field} {hit.limit} allows pending at once"
+        )
+        return Refusal("spec.podGroups", problem, f"spec.podGroups: {problem}")
+    problem = (
+        f"{whose} {hit.current} {what} pending and {where} {hit.field} is {hit.limit}"
+        f"{'' if hit.adds == 1 else f'; this workload adds {hit.adds}'}: submit again once some has started"
+        " or cancel some"
+    )
+    return Refusal("spec.queue", problem, f"spec.queue: {problem}", status=429)
+
+
 __all__ = [
     "Refusal",
     "approval_reason",
@@ -229,6 +258,7 @@ __all__ = [
     "is_exception",
     "needs_approval",
     "over_limit",
+    "pending_refusal",
     "queue_refusal",
     "request_refusal",
     "unfit",

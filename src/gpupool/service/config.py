@@ -14,6 +14,7 @@ from pathlib import Path
 from gpupool.audit import AuditEntry
 from gpupool.manifests import ManifestError, load_files
 from gpupool.service.audit_witness import WitnessSettings
+from gpupool.service.limits import TenantLimits
 from gpupool.service.notify.config import NotificationSpec
 from gpupool.service.utilisation import UtilisationSettings
 from gpupool.store import OBJECT_KINDS, Store
@@ -89,6 +90,8 @@ class ServiceConfig:
     utilisation: UtilisationSettings | None = None
     #: where incidents are notified (None: nowhere; gpupool serve --notifications FILE)
     notifications: NotificationSpec | None = None
+    #: pending limits' defaults and the submit rate per token (gpupool.service.limits)
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
     #: signed audit checkpoints taken by the server (None: off; gpupool serve turns it on)
     audit_witness: WitnessSettings | None = None
 

@@ -43,6 +43,7 @@ from gpupool.service.convert import (
     error_items,
 )
 from gpupool.service.leader import LeaderElector
+from gpupool.service.limits import PendingCounter, TokenBuckets, controller_waiting
 from gpupool.service.metrics import Metrics
 from gpupool.service.readmodel import ControllerReadModel
 from gpupool.service.view import ConfigLookups
@@ -60,11 +61,18 @@ MAX_ID = 2**63 - 1
 class ApiError(Exception):
     """An error the client can act on; becomes the JSON error body."""
 
-    def __init__(self, status: int, message: str, errors: list[dict[str, str]] | None = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        errors: list[dict[str, str]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.errors = errors or []
+        self.headers = headers  # e.g. Retry-After of a 429
 
 
 class Denied(ApiError):
@@ -75,9 +83,13 @@ class Denied(ApiError):
         self.entry = entry
 
 
-def _err(status: int, message: str, errors: list[dict[str, str]] | None = None) -> JSONResponse:
+def _err(
+    status: int, message: str, errors: list[dict[str, str]] | None = None, extra: dict[str, str] | None = None
+) -> JSONResponse:
     body = {"error": {"status": status, "message": message, "errors": errors or []}}
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if extra:
+        headers = {**(headers or {}), **extra}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -102,6 +114,13 @@ class Service:
         self.read = ControllerReadModel(self.controller)
         #: single sign-on (gpupool.oidc): ID tokens from the configured issuer; None when off
         self.oidc = oidc.from_env()
+        #: fair to everyone (gpupool.service.limits): pending work per queue and user, and the
+        #: submit rate per token (None: unlimited)
+        lim = self.config.tenant_limits
+        ctl = self.controller
+        self.pending_limits = PendingCounter(lim.default, controller_waiting(ctl), lambda: ctl.cycles)
+        rate = lim.submit_rate
+        self.submit_rate = TokenBuckets(rate, lim.submit_burst) if rate else None
 
     # -- auth ---------------------------------------------------------------------------------
     def authenticate(self, header: str | None) -> Principal:
@@ -274,13 +293,13 @@ def _not_object(value: Any) -> str:
 
 
 def refusal_error(r: Refusal) -> ApiError:
-    return ApiError(422, r.message, [{"field": r.field, "problem": r.problem}])
+    return ApiError(r.status, r.message, [{"field": r.field, "problem": r.problem}])
 
 
 def install_errors(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return _err(exc.status, exc.message, exc.errors)
+        return _err(exc.status, exc.message, exc.errors, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from gpupool.service.admission import (
     backend_refusal,
     is_exception,
     needs_approval,
+    pending_refusal,
     queue_refusal,
     request_refusal,
 )
@@ -34,6 +36,7 @@ from gpupool.service.convert import (
 )
 from gpupool.service.failures import history_view
 from gpupool.service.guard import PARSED_KEY
+from gpupool.service.limits import TokenBuckets
 from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
 from gpupool.service.routes.base import (
     MAX_ID,
@@ -118,6 +121,8 @@ def prepare(svc: Service, p: Principal, body: Mapping[str, Any], view: ConfigVie
         refused = request_refusal(model, body, ctl)
     if refused is None:
         refused = backend_refusal(doc.name, p.name, svc.controller.backend)
+    if refused is None:  # last: it reserves the workload's place until ``after`` or ``failed``
+        refused = pending_refusal(doc.name, model, p.name, svc.pending_limits, ctl)
     if refused is not None:
         raise refusal_error(refused)
     exception = is_exception(body)
@@ -134,6 +139,25 @@ def prepare(svc: Service, p: Principal, body: Mapping[str, Any], view: ConfigVie
 
 def after(svc: Service, prep: Prepared, rec: WorkloadRecord, created: bool) -> WorkloadRecord:
     """Hand a committed submission to the controller (or open its approval request)."""
+    try:
+        out = _handed(svc, prep, rec, created)
+    except BaseException:
+        failed(svc, prep)
+        raise
+    if created and not prep.approval:
+        svc.pending_limits.handed(prep.model.name)  # counted until the controller holds it
+    else:
+        failed(svc, prep)  # unchanged, or awaiting approval: not new pending work
+    return out
+
+
+def failed(svc: Service, prep: Prepared) -> None:
+    """A prepared submission adds no pending work (not committed, unchanged, or awaiting
+    approval): it no longer counts against the limits."""
+    svc.pending_limits.release(prep.model.name)
+
+
+def _handed(svc: Service, prep: Prepared, rec: WorkloadRecord, created: bool) -> WorkloadRecord:
     if not created:
         return rec
     svc.metrics.submits.labels(prep.queue).inc()
@@ -158,9 +182,28 @@ def submit_prepared(svc: Service, p: Principal, prep: Prepared) -> dict[str, str
             resolved_class=prep.model.priority_class or None,
         ).result()
     except StoreError as exc:
+        failed(svc, prep)
         return {"kind": "Workload", "name": prep.model.name, "result": "failed", "error": str(exc)}
     after(svc, prep, rec, created)
     return {"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"}
+
+
+def rate_limit(buckets: TokenBuckets, p: Principal) -> None:
+    """429 with Retry-After (whole seconds, rounded up) when this token's bucket is empty."""
+    wait = buckets.take(p.token_id if p.token_id is not None else p.name)
+    if wait is None:
+        return
+    secs = max(1, math.ceil(wait))
+    problem = (
+        f"this token may submit {buckets.rate:g} workloads a second (a burst of {buckets.burst}); "
+        f"try again in {secs} s"
+    )
+    raise ApiError(
+        429,
+        f"submit rate limit: {problem}",
+        [{"field": "submit-rate", "problem": problem}],
+        headers={"Retry-After": str(secs)},
+    )
 
 
 @router.post(
@@ -171,6 +214,11 @@ def submit_prepared(svc: Service, p: Principal, prep: Prepared) -> dict[str, str
     responses={
         **doc(oa.WorkloadView, *BODY, status=201, description="created")["responses"],
         200: {"model": oa.WorkloadView, "description": "already submitted, unchanged"},
+        429: {
+            "model": oa.ErrorBody,
+            "description": "the token's submit rate (Retry-After says when) or a pending limit of the "
+            "queue or user is reached; the limit is named",
+        },
     },
     openapi_extra={
         "requestBody": {
@@ -187,6 +235,8 @@ async def submit(request: Request) -> Response:
     dependency and body models, which cost as much CPU as the rest of the request."""
     svc: Service = request.app.state.svc
     p = await principal(request)
+    if svc.submit_rate is not None:
+        rate_limit(svc.submit_rate, p)
     parsed = request.scope.get(PARSED_KEY)  # the guard parsed it already
     manifest = (
         parsed
@@ -206,7 +256,11 @@ async def submit(request: Request) -> Response:
         audit=prep.audit,
         resolved_class=prep.model.priority_class or None,
     )
-    rec, created = await asyncio.wrap_future(fut)
+    try:
+        rec, created = await asyncio.wrap_future(fut)
+    except BaseException:
+        failed(svc, prep)
+        raise
     if created and prep.approval:
         rec = await run_in_threadpool(after, svc, prep, rec, created)
     else:
