@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from gpupool.cli import app
 from gpupool.engine import Engine
-from gpupool.model import Snapshot
+from gpupool.model import PoolQuota, Queue, Snapshot, devices_only
 from gpupool.service.holders import HIDDEN, NO_DURATION, Wait, WaitReader
 from tests.engine.clusters import POOL, nodes, queues, running
 from tests.engine.clusters import job as engine_job
@@ -239,3 +239,25 @@ def test_work_past_its_expected_end_is_not_called_too_few_nodes() -> None:
     got = _wait([(0.0, 10.0), (0.0, 10.0)], 2, "InsufficientCapacity", 1.0, 100.0, 1.0)
     assert got is not None and got.start is None and got.after == []
     assert "past their expected end" in got.why_none and [h.name for h in got.holders] == ["r0", "r1"]
+
+
+def test_a_queue_wait_names_only_that_queues_subtree_and_its_figures() -> None:
+    """Queue a (16 guaranteed, no borrowing) is full; b's work in the same cohort holds none of
+    a's quota, so it is not named; the estimate is a's first end."""
+    qs = (
+        Queue("root", quotas=(PoolQuota("p0", devices_only(100_000)),)),
+        Queue("a", parent="root", quotas=(PoolQuota("p0", devices_only(16_000), devices_only(0)),)),
+        Queue("b", parent="root", quotas=(PoolQuota("p0", devices_only(16_000)),)),
+    )
+    eng = Engine(Snapshot(nodes(4), (POOL,), qs))
+    for name, q, node, d in (
+        ("a-long", "a", "n0", 50.0),
+        ("a-short", "a", "n1", 20.0),
+        ("b-big", "b", "n2", 5.0),
+    ):
+        eng.add_running(running(engine_job(name, q, 8, expected_duration_s=d), node, tuple(range(8))))
+    got = WaitReader(eng, 1.0).read(engine_job("w", "a", 8), "QuotaExceeded", 1.0)
+    assert got is not None and got.scope == {"kind": "queue", "name": "a", "pool": "p0"}
+    assert [h.name for h in got.holders] == ["a-long", "a-short"]
+    assert got.start == 20.0 and [h.name for h in got.after] == ["a-short"]
+    assert got.usage == "pool p0: 24 of 32 GPUs allocated; queue a: in use 16 of guarantee 16"
