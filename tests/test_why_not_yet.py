@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from gpupool.cli import app
 from gpupool.engine import Engine
 from gpupool.model import PoolQuota, Queue, Snapshot, devices_only
-from gpupool.service.holders import HIDDEN, NO_DURATION, Wait, WaitReader
+from gpupool.service.holders import HIDDEN, NO_DURATION, Holder, Wait, WaitReader, present
 from tests.engine.clusters import POOL, nodes, queues, running
 from tests.engine.clusters import job as engine_job
 from tests.test_service_support import Api, running_app, wait_for, wl
@@ -261,3 +261,12 @@ def test_a_queue_wait_names_only_that_queues_subtree_and_its_figures() -> None:
     assert [h.name for h in got.holders] == ["a-long", "a-short"]
     assert got.start == 20.0 and [h.name for h in got.after] == ["a-short"]
     assert got.usage == "pool p0: 24 of 32 GPUs allocated; queue a: in use 16 of guarantee 16"
+
+
+def test_the_top_five_holders_are_shown_and_the_rest_counted() -> None:
+    hs = [Holder(f"h{i}", "a", (10 - i) * 1000, None) for i in range(7)]
+    wait = Wait({"kind": "queue", "name": "a", "pool": "p0"}, hs, "u", 0.0, why_none=NO_DURATION)
+    out = present(wait, lambda q: True, lambda n: "o")
+    assert [h["name"] for h in out["holders"]] == ["h0", "h1", "h2", "h3", "h4"]
+    assert out["holdersNotShown"] == 2 and out["estimatedStart"] is None and out["estimate"] == NO_DURATION
+    assert out["holders"][0] == {"name": "h0", "queue": "a", "owner": "o", "gpus": 10, "expectedEnd": None}
