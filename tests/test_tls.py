@@ -89,6 +89,8 @@ def test_the_cli_verifies_with_ca_file_or_gpupool_ca(https: tuple[Server, Certs]
     assert code == 0, out
     code, out = cli(srv, "get", "queues", GPUPOOL_CA=str(certs.ca))
     assert code == 0, out
+    code, out = cli(srv, "--ca-file", str(certs.ca), "wait-ready", "--timeout", "60")
+    assert code == 0 and "is ready" in out, out
 
 
 @pytest.mark.parametrize("ca", [None, "other"], ids=["system-trust", "wrong-ca"])

@@ -46,13 +46,14 @@ def _get(url: str) -> str | None:
 
 def wait_ready(server: str | None = ServerOpt, timeout: float = TimeoutOpt) -> None:
     """Wait until gpupool serve answers /readyz (store, controller and backend ready)."""
-    from gpupool.cli.client_http import resolve
+    from gpupool.cli.client_http import config_file, resolve, server_verify
 
     base, _ = resolve(server, None)
+    verify = server_verify(config_file())  # an https server is checked as every command checks it
 
     def probe() -> str | None:
         try:
-            r = httpx.get(base + "/readyz", timeout=2.0)
+            r = httpx.get(base + "/readyz", timeout=2.0, verify=verify)
         except httpx.HTTPError as exc:
             return f"{base}: {type(exc).__name__}"
         return None if r.status_code == 200 else f"{base}/readyz: HTTP {r.status_code} {r.text[:200]}"
