@@ -291,7 +291,10 @@ def _replay_rules(before: Snapshot, d: Decisions) -> list[str]:
         f = fit_depth(q, w.queue, POOL, ZERO)
         pol = q.queues[w.queue].preemption
         fair_victims = [v for v in p.victims if v.rule is PreemptRule.FAIR_SHARE]
-        if f is None and pol.borrow_within_cohort is ReclaimPolicy.NEVER and not fair_victims:
+        # only its own queue's victims: it may end borrowing what is idle (Kueue's last attempt)
+        own_only = all(v.rule is PreemptRule.WITHIN_QUEUE for v in p.victims)
+        borrow_ok = pol.borrow_within_cohort is not ReclaimPolicy.NEVER or own_only
+        if f is None and not borrow_ok and not fair_victims:
             errs.append(f"{w.name}: preempted and ends above every guarantee without borrowWithinCohort")
         for v in fair_victims:
             lca = q.common_ancestor(w.queue, v.queue)

@@ -76,7 +76,8 @@ class CandidateFinder:
         candidates and reclaim from the cohort go together (Kueue: "preempt from all
         ClusterQueues in cohort"): reclaim is open when ``w`` could end within a guarantee once
         its own candidates are gone. With no guarantee in reach and ``borrowWithinCohort:
-        Never`` there is nothing to preempt for (docs/engine.md, "Quota and preemption semantics").
+        Never`` only its own queue's work is a candidate (docs/engine.md, "Quota and preemption
+        semantics").
         """
         ssn = self.ssn
         if not ssn.runs.by_pq or not ssn.pools[pool].preemptible:
@@ -88,8 +89,12 @@ class CandidateFinder:
         best = fit_depth(ssn.quota, w.queue, pool, vsub(vec, freed))
         fair = self.fair_sharing(w, pool)
         if best is None and not self.may_borrow_preempting(w, pool) and not fair:
-            return own[:0]  # it would stay above every guarantee: only borrowWithinCohort allows that
-        out = own + self._cohort(w, pool, vec, best, fair)
+            # it would stay above every guarantee: only its own queue's work may go (Kueue's last
+            # attempt, "only candidates from the same queue, but with borrowing"), and never for
+            # non-preemptible work, which never borrows
+            out = own if w.preemptible and ssn.pools[pool].preemptible else own[:0]
+        else:
+            out = own + self._cohort(w, pool, vec, best, fair)
         if bounds.SEARCH_SHORTCUTS and bounds.device_bounds(ssn.cluster, w, pool, vec, out) is False:
             return out[:0]  # even with all of them gone it would not fit: no order makes room
         mine = w.queue

@@ -8,6 +8,7 @@ evicted until the whole result has been simulated.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpupool.engine.cohorts import borrowing_below, fit_depth
@@ -83,12 +84,14 @@ class Preemptor:
         vec: Vec,
         reclaim_depth: int = 1 << 30,
         sides: list[tuple[str, str]] | None = None,
+        own_only: bool = False,
     ) -> bool:
         """Would ``w`` pass quota, keep the search's rules (``_legal``) and be placed in the
-        current state? The placement trial is undone."""
+        current state? ``own_only``: every victim so far is of ``w``'s own queue. The placement
+        trial is undone."""
         ssn = self.ssn
         if not ssn.quota.check(w.queue, pool, vec)[0] or not self._legal(
-            w, pool, vec, reclaim_depth, sides or []
+            w, pool, vec, reclaim_depth, sides or [], own_only
         ):
             return False
         cp = ssn.stmt.checkpoint()
@@ -97,13 +100,23 @@ class Preemptor:
         return res.pods is not None
 
     def _legal(
-        self, w: Workload, pool: str, vec: Vec, reclaim_depth: int, sides: list[tuple[str, str]]
+        self,
+        w: Workload,
+        pool: str,
+        vec: Vec,
+        reclaim_depth: int,
+        sides: list[tuple[str, str]],
+        own_only: bool = False,
     ) -> bool:
         """Would admitting ``w`` now keep the search's rules? It ends within the guarantee of a
         queue below every reclaimed victim's common ancestor with it (``reclaim_depth``: the
         lowest such ancestor's depth), and above every guarantee only where
-        ``borrowWithinCohort`` allows or for fair sharing; non-preemptible work ends within every
-        guarantee; every fair-sharing victim's side keeps a larger share than ``w``'s."""
+        ``borrowWithinCohort`` allows, for fair sharing, or when every victim is of its own
+        queue (``own_only``: Kueue's last attempt, "only candidates from the same queue, but
+        with borrowing": it then borrows only what is idle, reclaimable as any borrowing, and
+        evicting more of its own work to stay within its guarantee would not be minimal);
+        non-preemptible work ends within every guarantee; every fair-sharing victim's side keeps
+        a larger share than ``w``'s."""
         q = self.ssn.quota
         if not (w.preemptible and self.ssn.pools[pool].preemptible):
             return not q.check(w.queue, pool, vec)[1]
@@ -112,7 +125,7 @@ class Preemptor:
         f = fit_depth(q, w.queue, pool, vec)
         if f is None:
             return reclaim_depth > len(q.path[w.queue]) and (
-                self.candidates.may_borrow_preempting(w, pool) or bool(sides)
+                own_only or self.candidates.may_borrow_preempting(w, pool) or bool(sides)
             )
         return f < reclaim_depth
 
@@ -158,7 +171,7 @@ class Preemptor:
             room = slots is None or slots.enough(c)  # whole free devices for every pod, by count
             if not room or free_gpu + freed < vec[0] or not quota.check(w.queue, pool, vec)[0]:
                 continue  # a placement trial cannot succeed yet
-            if self.fits_now(w, pool, vec, depth, sides):
+            if self.fits_now(w, pool, vec, depth, sides, _own_only(removed)):
                 return removed
         ssn.stmt.rollback(cp)
         return None
@@ -193,7 +206,9 @@ class Preemptor:
             kept = (*victims, *rest, removed[-1])
             depth = min((x.depth for x in kept if x.rule is PreemptRule.RECLAIM), default=1 << 30)
             sides = [x.sides for x in kept if x.sides is not None]
-            if (slots is not None and not slots.enough(c)) or not self.fits_now(w, pool, vec, depth, sides):
+            own = _own_only(kept)
+            room = slots is None or slots.enough(c)
+            if not room or not self.fits_now(w, pool, vec, depth, sides, own):
                 ssn.discharge(c.running)
                 if slots is not None:
                     slots.enough(c)
@@ -201,6 +216,11 @@ class Preemptor:
         victims.append(removed[-1])
         victims.reverse()
         return victims
+
+
+def _own_only(victims: Sequence[Candidate]) -> bool:
+    """Is every victim of the preemptor's own queue (``withinQueue``)?"""
+    return all(c.rule is PreemptRule.WITHIN_QUEUE for c in victims)
 
 
 def _decide_preemption(
