@@ -1,13 +1,15 @@
 """gpupool's own readers on objects the fake and the real API server return (issue 24): a GPU
 node reads as inventory with its devices, and a suspended GPU Job (with the server's defaults
-and quantities as strings) reads as the same workload on both."""
+and quantities as strings) reads as the same workload on both; the informers sync and follow."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from gpupool.kube import inventory, workloads
 from gpupool.kube.client import RESOURCES, KubeApi, make_client
+from gpupool.kube.informer import Informers
 from tests.kube.conftest import KubeTarget
 
 
@@ -56,3 +58,23 @@ def test_a_suspended_gpu_job_reads_as_the_same_workload(kube_api: KubeTarget) ->
     kw = workloads.workload_from_object(created)
     assert kw is not None and kw.ref.name == "train" and kw.suspendable and kw.pod_count == 2
     assert kw.manifest["spec"]["queue"] == "research"
+
+
+def test_the_informers_sync_and_follow_a_new_pod(kube_api: KubeTarget) -> None:
+    """gpupool's informers (list, then watch from the list's resourceVersion) on both servers:
+    synced, and a pod created afterwards reaches the cache."""
+    node = kube_api.add_gpu_nodes(1)[0]
+    infs = Informers(KubeApi(make_client(str(kube_api.kubeconfig))), kinds=("nodes", "pods", "jobs"))
+    infs.start()
+    try:
+        assert infs.wait_synced(120), infs.stats()
+        assert infs.nodes.get("", node) is not None
+        pod = {"metadata": {"name": "seen"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        assert kube_api.http.post(kube_api.path("pods"), json=pod).status_code == 201
+        deadline = time.monotonic() + 60
+        while infs.pods.get(kube_api.namespace, "seen") is None:
+            assert time.monotonic() < deadline, f"the pod never reached the informer: {infs.stats()}"
+            time.sleep(0.1)
+    finally:
+        infs.stop()
+        infs.api.close()
