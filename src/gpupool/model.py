@@ -131,6 +131,9 @@ class ReclaimPolicy(StrEnum):
     #: ``withinQueue`` only (Kueue's ``withinClusterQueue``): lower priority, or equal priority
     #: and queued after the preemptor
     LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+    #: ``reclaimWithinCohort`` only: borrowers of lower or equal priority (not within a queue,
+    #: where equals would evict each other back and forth)
+    LOWER_OR_EQUAL_PRIORITY = "LowerOrEqualPriority"
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +244,9 @@ class PreemptionPolicy:
     #: Kueue's ``borrowWithinCohort.maxPriorityThreshold``: while borrowing, only victims of at
     #: most this priority (None: any lower priority)
     borrow_max_priority: int | None = None
+    #: ``guaranteeFloor``: another queue's preemption never takes this queue below its
+    #: guarantee (YuniKorn's rule; engine/preemption/floor.py)
+    guarantee_floor: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,9 @@ _BORROW_SCHEMA = {
 
 class PreemptionSpec(StrictModel):
     withinQueue: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] = "LowerPriority"
-    reclaimWithinCohort: Literal["Never", "LowerPriority", "Any"] = "Any"
+    reclaimWithinCohort: Literal["Never", "LowerPriority", "LowerOrEqualPriority", "Any"] = "Any"
+    #: another queue's preemption never takes this queue below its guarantee (YuniKorn)
+    guaranteeFloor: bool = False
     #: ``Never``, ``LowerPriority``, or the object form with a priority threshold
     borrowWithinCohort: Annotated[BorrowWithinCohortSpec, WithJsonSchema(_BORROW_SCHEMA)] = Field(
         default_factory=BorrowWithinCohortSpec
@@ -196,6 +198,7 @@ def build_queue(doc: Document, err: ManifestErrors) -> Queue:
         ReclaimPolicy(s.preemption.reclaimWithinCohort),
         ReclaimPolicy(borrow.policy),
         borrow.maxPriorityThreshold,
+        s.preemption.guaranteeFloor,
     )
     return Queue(
         doc.name,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import PreemptRule
 from gpupool.engine.preemption import bounds, fair_sharing, ordering
-from gpupool.engine.preemption.ordering import within_queue_victim, within_threshold
+from gpupool.engine.preemption.ordering import reclaimable, within_queue_victim, within_threshold
 from gpupool.model import ZERO, ReclaimPolicy, Running, Vec, Workload, vadd, vsub
 
 if TYPE_CHECKING:
@@ -182,13 +182,11 @@ class CandidateFinder:
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible:
                     continue
-                if reclaim and (pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority):
+                if reclaim and reclaimable(pol.reclaim_within_cohort, w, v):
                     rule = PreemptRule.RECLAIM
                 elif borrow and v.priority < w.priority and within_threshold(pol, v):
                     rule = PreemptRule.BORROW
-                elif sides is not None and (
-                    pol.reclaim_within_cohort is ReclaimPolicy.ANY or v.priority < w.priority
-                ):
+                elif sides is not None and reclaimable(pol.reclaim_within_cohort, w, v):
                     rule = PreemptRule.FAIR_SHARE
                 else:
                     continue

@@ -9,7 +9,7 @@ decides who goes first.
 from __future__ import annotations
 
 from gpupool.engine.preemption.victim_cost import cost_key
-from gpupool.model import PreemptionPolicy, Running, Workload
+from gpupool.model import PreemptionPolicy, ReclaimPolicy, Running, Workload
 
 
 def candidate_order(
@@ -49,3 +49,14 @@ def within_threshold(pol: PreemptionPolicy, v: Workload) -> bool:
     Kueue's guard: borrowing may displace only work at or below a set priority, so a team that
     borrows never evicts another team's important work however high its own priority."""
     return pol.borrow_max_priority is None or v.priority <= pol.borrow_max_priority
+
+
+def reclaimable(policy: ReclaimPolicy, w: Workload, v: Workload) -> bool:
+    """May ``w`` take back borrowed capacity from ``v`` under ``reclaimWithinCohort``: ``Any``,
+    ``LowerOrEqualPriority`` (not higher than ``w``: a borrower of equal importance gives way
+    to the guarantee's owner, a more important one does not) or ``LowerPriority``."""
+    if policy is ReclaimPolicy.ANY:
+        return True
+    if policy is ReclaimPolicy.LOWER_OR_EQUAL_PRIORITY:
+        return v.priority <= w.priority
+    return policy is ReclaimPolicy.LOWER_PRIORITY and v.priority < w.priority

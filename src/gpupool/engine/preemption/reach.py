@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpupool.engine.decisions import PreemptRule
+from gpupool.engine.preemption.floor import floored
 from gpupool.model import Running, Vec
 
 if TYPE_CHECKING:
@@ -31,14 +32,15 @@ def reachable(q: QuotaState, pool: str, cands: list[Candidate]) -> list[Running]
     """The workloads the search would remove, in order, if no placement trial ever succeeded
     (so it went through every candidate): its rule, each candidate of another queue skipped
     unless that queue still borrows below the common ancestor (``cohorts.borrowing_below``)
-    after the removals before it. None when a candidate is a fair-sharing victim."""
+    after the removals before it. None when a candidate is a fair-sharing victim or of a queue
+    under a guarantee floor (``floor``)."""
     U, G, path = q.U, q.G, q.path
     usage: dict[tuple[str, str], Vec] = {}  # the usage changed by the removals so far
     gone: list[Running] = []
     within = PreemptRule.WITHIN_QUEUE
     for c in cands:
-        if c.sides is not None:
-            return None
+        if c.sides is not None or (c.rule is not within and floored(q, c.running.workload.queue)):
+            return None  # a fair-sharing victim, or a guarantee floor the simulation does not know
         r = c.running
         nodes = path[r.workload.queue]
         if c.rule is not within and not _borrowing(nodes, pool, c.lca, U, G, usage):

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
-from gpupool.engine.preemption import bounds, fair_sharing
+from gpupool.engine.preemption import bounds, fair_sharing, floor
 from gpupool.engine.preemption.candidates import Candidate, CandidateFinder
 from gpupool.engine.preemption.slots import WholeSlots
 from gpupool.engine.preemption.victim_cost import choose_victims, should_wait
@@ -140,7 +140,8 @@ class Preemptor:
     ) -> list[Candidate] | None:
         """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back).
         A victim of another queue is skipped once its queue no longer borrows (earlier victims
-        gave back what it borrowed): reclaim never takes a queue's own guarantee. ``steps``
+        gave back what it borrowed), or when its removal would take a queue with
+        ``guaranteeFloor`` below its guarantee (``floor``). ``steps``
         records every candidate released and whether it stayed released (``_replay``)."""
         ssn = self.ssn
         quota = ssn.quota
@@ -151,8 +152,11 @@ class Preemptor:
         sides: list[tuple[str, str]] = []
         removed: list[Candidate] = []
         for c in cands:
-            if c.rule is not PreemptRule.WITHIN_QUEUE and not borrowing_below(
-                quota, c.running.workload.queue, pool, c.lca
+            if c.rule is not PreemptRule.WITHIN_QUEUE and (
+                not borrowing_below(quota, c.running.workload.queue, pool, c.lca)
+                or floor.breaks_floor(
+                    quota, c.running.workload.queue, pool, c.lca, c.running.admission.quota_vec()
+                )
             ):
                 continue
             share = fair_sharing.weighted_share(quota, c.sides[1]) if c.sides is not None else 0.0
