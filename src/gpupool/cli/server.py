@@ -11,13 +11,46 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from gpupool.cli import server_audit, server_limits
+from gpupool.cli.server_options import (
+    AdvertiseOpt,
+    AlertsIntervalOpt,
+    BackendOpt,
+    BackoffOpt,
+    ConfigOpt,
+    ContextOpt,
+    DatabaseOpt,
+    ElasticOpt,
+    FailureRateOpt,
+    FakeGpusOpt,
+    HostOpt,
+    KubeconfigOpt,
+    LeaseNamespaceOpt,
+    LogLevelOpt,
+    MaxBackoffOpt,
+    MaxBodyOpt,
+    MetricsPublicOpt,
+    MtbfOpt,
+    NamespaceQueueOpt,
+    NotificationsOpt,
+    PodsReadyOpt,
+    PortOpt,
+    ReclaimOpt,
+    RepairOpt,
+    ReplicasOpt,
+    RestrictOpt,
+    StateDirOpt,
+    StopGraceOpt,
+    TickOpt,
+    TimeScaleOpt,
+    UnenforcedOpt,
+)
 from gpupool.cli.server_tls import TlsCertOpt, TlsKeyOpt, UvicornTls, scheme, uvicorn_tls
 from gpupool.service.config import (
     DEFAULT_STATE_DIR,
@@ -221,149 +254,6 @@ def _notifications(given: Path | None, state_dir: Path) -> Any:
 
 
 # -- serve's options: one named declaration each, so the command reads as its outline --------
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", help="directory of Cluster/ResourcePool/Queue manifests applied on first start"),
-]
-DatabaseOpt = Annotated[
-    str | None,
-    typer.Option("--database-url", envvar="GPUPOOL_DATABASE_URL", help="default: sqlite under --state-dir"),
-]
-BackendOpt = Annotated[str, typer.Option("--backend", help="virtual (simulated nodes), local or kubernetes")]
-HostOpt = Annotated[str, typer.Option("--host")]
-PortOpt = Annotated[int, typer.Option("--port")]
-StateDirOpt = Annotated[
-    Path, typer.Option("--state-dir", envvar="GPUPOOL_STATE_DIR", help="database, token and backend state")
-]
-ReplicasOpt = Annotated[
-    int,
-    typer.Option(
-        "--replicas", min=1, help="replicas of this service that run (2+ need a shared --database-url)"
-    ),
-]
-TimeScaleOpt = Annotated[float, typer.Option("--time-scale", help="virtual seconds per real second")]
-TickOpt = Annotated[float, typer.Option("--tick", help="controller tick in seconds")]
-FailureRateOpt = Annotated[
-    list[str],
-    typer.Option(
-        "--failure-rate",
-        help="virtual backend: abnormal exits per running hour, TYPE=RATE or RATE (repeatable)",
-    ),
-]
-MtbfOpt = Annotated[
-    str | None,
-    typer.Option("--node-mtbf", help="virtual backend: mean time between node failures, e.g. 400h"),
-]
-RepairOpt = Annotated[
-    str, typer.Option("--node-repair", help="virtual backend: time to repair a failed node")
-]
-BackoffOpt = Annotated[
-    str | None, typer.Option("--retry-backoff", help="first retry delay for every task type")
-]
-MaxBackoffOpt = Annotated[
-    str | None, typer.Option("--retry-max-backoff", help="retry delay cap for every task type")
-]
-AdvertiseOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--advertise-url",
-        help="URL other replicas name as the leader's when they refuse a write (default http://HOST:PORT)",
-    ),
-]
-ReclaimOpt = Annotated[
-    bool,
-    typer.Option(
-        "--lease-reclaim-local/--no-lease-reclaim-local",
-        help="take the leader lease over at once when its holder is a dead process on this host",
-    ),
-]
-MetricsPublicOpt = Annotated[
-    bool,
-    typer.Option("--metrics-public", help="serve /metrics without a token (it names every queue and pool)"),
-]
-MaxBodyOpt = Annotated[
-    int, typer.Option("--max-body-bytes", min=1024, help="largest request body accepted (413 beyond)")
-]
-LogLevelOpt = Annotated[str, typer.Option("--log-level")]
-# the local backend (docs/local.md)
-FakeGpusOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--fake-gpus", help="local backend: declare GPUs that do not exist, e.g. 8xH100-80GB (shown as fake)"
-    ),
-]
-UnenforcedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-unenforced", help="local backend: run fractional GPUs WITHOUT isolation (demos only)"
-    ),
-]
-StopGraceOpt = Annotated[
-    str, typer.Option("--stop-grace", help="local backend: SIGTERM, then SIGKILL after this")
-]
-# the kubernetes backend (docs/kubernetes.md; assembled in gpupool.kube.wiring)
-KubeconfigOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--kubeconfig", help="kubernetes backend: kubeconfig file (default: in-cluster, else $KUBECONFIG)"
-    ),
-]
-ContextOpt = Annotated[str | None, typer.Option("--context", help="kubernetes backend: kubeconfig context")]
-NamespaceQueueOpt = Annotated[
-    list[str],
-    typer.Option(
-        "--namespace-queue",
-        help="kubernetes backend: NS=QUEUE, the queue of a namespace's objects (repeatable)",
-    ),
-]
-RestrictOpt = Annotated[
-    bool,
-    typer.Option(
-        "--restrict-namespace-queues", help="kubernetes backend: a namespace may use only its mapped queues"
-    ),
-]
-LeaseNamespaceOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--lease-namespace", help="kubernetes backend: namespace of the leader Lease (default: the pod's)"
-    ),
-]
-
-
-PodsReadyOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--wait-for-pods-ready",
-        help="kubernetes backend: evict and requeue a gang not all Ready this long after admission "
-        "(Kueue's waitForPodsReady), e.g. 5m; off to disable",
-    ),
-]
-ElasticOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--elastic/--no-elastic",
-        help="kubernetes backend: split gpupool.io/min-replicas Deployments into a guaranteed base "
-        "and preemptible extras (default: $GPUPOOL_KUBE_ELASTIC, else off)",
-    ),
-]
-AlertsIntervalOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--alerts-interval",
-        help="seconds between the leader's alert evaluations (default: $GPUPOOL_ALERTS_INTERVAL_S, else 30)",
-    ),
-]
-
-NotificationsOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--notifications",
-        help="NotificationConfig YAML: sinks (webhook, Alertmanager, e-mail) and routes for incidents "
-        "(default: $GPUPOOL_NOTIFICATIONS, else notifications.yaml in --state-dir if present)",
-    ),
-]
-
-
 def serve(
     config: ConfigOpt = None,
     database_url: DatabaseOpt = None,
@@ -406,24 +296,16 @@ def serve(
     audit_key: server_audit.AuditKeyOpt = None,
 ) -> None:
     """Run the gpupool control plane: REST API, controller loop and store."""
-    if backend not in ("virtual", "local", "kubernetes"):
-        _fail(f"unknown backend {backend!r}; available: virtual, local, kubernetes")
-    if (store_problem := shared_store_problem(database_url, replicas)) is not None:
-        _fail(store_problem)  # before connecting to a cluster or opening a store
+    _check_start(backend, database_url, replicas, time_scale)
     alerts_interval_s = _alerts_interval(alerts_interval)
     extras = KubeExtras(wait_for_pods_ready, elastic, reclaim_local)
     kube = _kube_options(
         backend, kubeconfig, kube_context, namespace_queue, restrict_namespace_queues, lease_namespace, extras
     )
-    if time_scale <= 0:
-        _fail("--time-scale must be > 0")
     local = _local_backend(backend, state_dir, config, fake_gpus, allow_unenforced, stop_grace)
     cfg_dir = _config_dir(config, local)
     tls = uvicorn_tls(tls_cert, tls_key)
-    if tls and advertise_url is None:  # other replicas name this one with the scheme it answers
-        advertise_url = f"https://{host}:{port}"
-    if advertise_url is not None and not advertise_url.startswith(("http://", "https://")):
-        _fail(f"--advertise-url {advertise_url!r}: must be an http:// or https:// URL")
+    advertise_url = _advertise(advertise_url, tls, host, port)
     cfg = ServiceConfig(
         utilisation=_utilisation(),
         audit_witness=server_audit.settings(audit_checkpoint_every, audit_witness, audit_key, state_dir),
@@ -451,6 +333,25 @@ def serve(
     _banner(cfg, seeded, token, local, scheme(tls))
     _config_line(cfg, seeded, given=config is not None)
     _run(cfg, kube, local, log_level, tls)
+
+
+def _check_start(backend: str, database_url: str | None, replicas: int, time_scale: float) -> None:
+    """What ``serve`` refuses before it connects to a cluster or opens a store."""
+    if backend not in ("virtual", "local", "kubernetes"):
+        _fail(f"unknown backend {backend!r}; available: virtual, local, kubernetes")
+    if (store_problem := shared_store_problem(database_url, replicas)) is not None:
+        _fail(store_problem)
+    if time_scale <= 0:
+        _fail("--time-scale must be > 0")
+
+
+def _advertise(url: str | None, tls: Any, host: str, port: int) -> str | None:
+    """The URL other replicas name this one by: given, else https with TLS (the scheme it answers)."""
+    if tls and url is None:
+        url = f"https://{host}:{port}"
+    if url is not None and not url.startswith(("http://", "https://")):
+        _fail(f"--advertise-url {url!r}: must be an http:// or https:// URL")
+    return url
 
 
 def _config_dir(config: Path | None, local: tuple[Any, Path | None] | None) -> Path:
