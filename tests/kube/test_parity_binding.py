@@ -124,3 +124,22 @@ def test_deleting_an_unbound_pod_is_immediate_a_bound_one_graceful(kube_api: Kub
     kube_api.http.post(kube_api.path("pods", "bound/binding"), json=binding("bound", node))
     out = kube_api.http.delete(kube_api.path("pods", "bound")).json()
     assert out["metadata"]["deletionTimestamp"] and out["metadata"]["deletionGracePeriodSeconds"] == 30
+
+
+def test_a_pods_requests_default_to_its_limits(kube_api: KubeTarget) -> None:
+    made = create(
+        kube_api,
+        pod(
+            "r",
+            containers=[
+                {
+                    "name": "c",
+                    "image": "x",
+                    "resources": {"limits": {"nvidia.com/gpu": 2, "cpu": "4"}, "requests": {"cpu": "1"}},
+                }
+            ],
+        ),
+    )
+    resources = made["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == {"cpu": "1", "nvidia.com/gpu": "2"}
+    assert resources["limits"] == {"cpu": "4", "nvidia.com/gpu": "2"}

@@ -21,12 +21,29 @@ def _pod(obj: Obj) -> None:
     for i, c in enumerate(spec["containers"]):
         if not isinstance(c, dict) or not c.get("name"):
             raise errors.invalid("Pod", name, f"spec.containers[{i}].name", "Required value")
+    for field in ("containers", "initContainers"):
+        for c in spec.get(field) or []:
+            _requests_from_limits(c)
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("restartPolicy", "Always")
     status = obj.setdefault("status", {})
     status.setdefault("phase", "Pending")
     status.setdefault("qosClass", "BestEffort")
+
+
+def _requests_from_limits(container: Any) -> None:
+    """The real server's pod defaulting: a resource with a limit and no request is requested
+    at its limit (so readers of ``requests`` see what the container is given)."""
+    res = container.get("resources") if isinstance(container, dict) else None
+    if not isinstance(res, dict) or not isinstance(res.get("limits"), dict):
+        return
+    limits = res["limits"]
+    requests = res.get("requests")
+    if not isinstance(requests, dict):
+        requests = res["requests"] = {}
+    for key, value in limits.items():
+        requests.setdefault(key, value)
 
 
 def _job(obj: Obj) -> None:
