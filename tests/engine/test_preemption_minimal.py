@@ -58,9 +58,11 @@ def _cases(draw: st.DrawFn) -> tuple[Snapshot, Workload]:
     queues = (Queue("org", quotas=_g(16)), *leaves)
     nodes = tuple(Node(f"n{i}", "H100", 8, 81920, 64000, 524288) for i in range(2))
 
-    def workload(k: int, classes: tuple[PriorityClass, ...] = CLASSES) -> Workload:
+    def workload(
+        k: int, classes: tuple[PriorityClass, ...] = CLASSES, sizes: tuple[int, ...] = (1, 2, 4)
+    ) -> Workload:
         pc = draw(st.sampled_from(classes))
-        req = PodRequest(gpus=draw(st.sampled_from((1, 2, 4, 8))))
+        req = PodRequest(gpus=draw(st.sampled_from(sizes)))
         pods = draw(st.integers(1, 2))
         queue = draw(st.sampled_from(LEAVES))
         return Workload(
@@ -73,10 +75,11 @@ def _cases(draw: st.DrawFn) -> tuple[Snapshot, Workload]:
             arrival=float(k),
         )
 
-    wave = tuple(workload(k) for k in range(draw(st.integers(2, 8))))
+    # small running jobs and a larger preemptor: sets of several victims, where one may be spare
+    wave = tuple(workload(k) for k in range(draw(st.integers(3, 10))))
     snap = Snapshot(nodes, (ResourcePool(POOL),), queues, CLASSES, pending=wave, now=0.0)
     after = apply_decisions(snap, decide(snap), now=0.0)
-    return replace(after, pending=(), now=1.0), workload(100, PREEMPTORS)
+    return replace(after, pending=(), now=1.0), workload(100, PREEMPTORS, (2, 4, 8))
 
 
 def _issue_case() -> tuple[Snapshot, Workload]:
