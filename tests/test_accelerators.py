@@ -254,7 +254,9 @@ def test_a_kind_the_pool_lacks_is_the_reason() -> None:
 
 def test_the_reason_calls_npus_npus() -> None:
     d = decide(snap([node("npu-1", ASCEND, count=4)], [wl("big", PodRequest(gpus=8, accelerator=ASCEND))]))
-    assert "needs 8 free Ascend910B NPUs on one node" in d.pending[0].reason
+    # 4-NPU nodes: it can never run there (engine/feasible.py), and the reason says NPUs
+    assert "needs 1 pod(s) of 8 Ascend910B NPUs on one node each" in d.pending[0].reason
+    assert "healthy NPUs" in d.pending[0].reason and "GPU" not in d.pending[0].reason
 
 
 def test_a_workload_on_gpus_and_npus_at_once_places_each_group_on_its_kind() -> None:

@@ -36,12 +36,20 @@ def unsatisfiable(w: Workload, pool: str, st: ClusterState, ok: Callable[[int], 
         need = g.replicas
         slots = sum(st.healthy_gpus(i) // g.request.gpus for i in mine)
         if slots < need:
+            head = f"can never run in pool {pool} as it is now, even with nothing else running: pod group {g.name}"
+            if not idxs:  # the kind (or model) itself is missing: say that, as the placer does
+                models = f" and GPU model {', '.join(w.gpu_models)}" if w.gpu_models else ""
+                kinds = ", ".join(st.kinds(pool)) or "none"
+                return (
+                    f"{head} asks for {g.request.accelerator}; pool {pool} has no schedulable nodes of that "
+                    f"kind{models} (its kinds: {kinds})"
+                )
             noun = device_noun(g.request.accelerator)
+            what = f"{g.request.gpus} {'/'.join(ix.model for ix in idxs)} {noun}s"
             hosts = sum(1 for i in mine if st.healthy_gpus(i) >= g.request.gpus)
             return (
-                f"can never run in pool {pool} as it is now, even with nothing else running: pod group "
-                f"{g.name} needs {need} pods of {g.request.gpus} {noun}s on one node each, and "
-                f"{hosts} node(s) there have {g.request.gpus} healthy {noun}s{_withheld(st, mine)}"
+                f"{head} needs {need} pod(s) of {what} on one node each, and {hosts} node(s) there have "
+                f"{g.request.gpus} healthy {noun}s{_withheld(st, mine)}"
             )
     return _topology(w, pool, st, ok, groups)
 
