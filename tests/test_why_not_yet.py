@@ -270,3 +270,26 @@ def test_the_top_five_holders_are_shown_and_the_rest_counted() -> None:
     assert [h["name"] for h in out["holders"]] == ["h0", "h1", "h2", "h3", "h4"]
     assert out["holdersNotShown"] == 2 and out["estimatedStart"] is None and out["estimate"] == NO_DURATION
     assert out["holders"][0] == {"name": "h0", "queue": "a", "owner": "o", "gpus": 10, "expectedEnd": None}
+
+
+def test_describe_workload_prints_the_estimate_and_the_holders_too(
+    quota_world: tuple[Api, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``describe workload`` fetches the same explanation; it printed only the reason."""
+    api, tok = quota_world
+    explained(api, "a-wait", "QuotaExceeded")
+
+    class Through:
+        def __init__(self, server: str | None, token: str | None) -> None:
+            pass
+
+        def call(self, method: str, path: str, **kw: Any) -> Any:
+            r = api.req(method, path, token=tok["alice"], **kw)
+            assert r.status_code == 200, r.text
+            return r.json()
+
+    monkeypatch.setattr("gpupool.cli.client_objects.Api", Through)
+    res = CliRunner().invoke(app, ["describe", "workload", "a-wait"])
+    assert res.exit_code == 0, res.output
+    assert f"  held by running work of cohort ai-org in pool {H100}:" in res.stdout.splitlines()
+    assert any(x.startswith("  estimated start ") for x in res.stdout.splitlines())

@@ -18,6 +18,7 @@ from gpupool.cli.client_listing import labels_of, list_all, parse_selector, watc
 from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail, show, table
 from gpupool.cli.client_pools import describe_pool, with_catalog
 from gpupool.cli.client_rows import rows_for
+from gpupool.cli.client_workloads import wait_lines
 
 RESOURCES = {
     "pool": "pools",
@@ -186,6 +187,8 @@ def describe_workload(data: dict[str, Any]) -> None:
         )
     if ex.get("code"):
         sys.stdout.write(f"why: {ex.get('code')}: {ex.get('reason')}\n")
+    if ex.get("holders") is not None:  # what it waits for and when it should start
+        wait_lines(ex)
     write_attempts(obj)
     show(
         table(
