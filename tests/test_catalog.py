@@ -137,3 +137,26 @@ def test_an_unhealthy_gpu_shows_in_get_nodes_and_describe_node(
         res = runner.invoke(app, ["describe", "node", node])
         assert res.exit_code == 0, res.output
         assert "unhealthy: XID 79" in res.stdout
+
+
+def test_allowed_task_types_are_read_checked_and_shown() -> None:
+    from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, parse_documents
+    from gpupool.service.catalog import CatalogEntry, entry_json
+    from gpupool.service.readmodel import PoolUsage
+
+    def pool(types: str) -> Bundle:
+        text = (
+            "{apiVersion: gpupool.io/v1alpha1, kind: ResourcePool, metadata: {name: inf}, "
+            f"spec: {{allowedTaskTypes: {types}}}}}\n"
+        )
+        return build(
+            parse_documents(text, "p.yaml"), Bundle(priority_classes=list(default_priority_classes()))
+        )
+
+    (p,) = pool("[inference]").pools
+    assert p.allowed_types == ("inference",) and p.takes_type("inference") and not p.takes_type("training")
+    entry = CatalogEntry(p, PoolUsage(p, 8000, 0, 1), 0, (), (), ())
+    assert entry_json(entry)["allowedTaskTypes"] == ["inference"]
+    with pytest.raises(ManifestError) as exc:
+        pool("[notebooks]")
+    assert "spec.allowedTaskTypes" in str(exc.value)

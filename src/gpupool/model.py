@@ -206,6 +206,12 @@ class ResourcePool:
     environment: str = ""
     #: the accelerator kinds (resource names) whose nodes it takes; empty: any kind
     accelerators: tuple[str, ...] = ()
+    #: the task types (``Workload.type``) it takes; empty: every type (``spec.allowedTaskTypes``)
+    allowed_types: tuple[str, ...] = ()
+
+    def takes_type(self, wtype: str) -> bool:
+        """A workload of type ``wtype`` may run here (an inference pool may refuse notebooks)."""
+        return not self.allowed_types or str(wtype) in self.allowed_types
 
     def answers_to(self, preferred: str) -> bool:
         """A task type's ``preferredPools`` entry names this pool: by its name, or by its

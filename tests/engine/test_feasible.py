@@ -93,3 +93,44 @@ def test_a_request_larger_than_the_pool_is_unsatisfiable_not_waiting_for_quota()
     (p,) = d.pending
     assert p.code is PendingCode.UNSATISFIABLE, p
     assert "requests 16 GPUs and the pool has 8 healthy in all" in p.reason
+
+
+def test_a_pool_that_takes_only_some_task_types_refuses_the_others() -> None:
+    """spec.allowedTaskTypes (issue 29, the catalog's "allowed task types"): an inference pool
+    takes inference only; training goes to the other pool, and a training job that names the
+    inference pool waits saying why."""
+    from gpupool.model import (
+        PodGroup,
+        PodRequest,
+        PoolQuota,
+        Queue,
+        ResourcePool,
+        Workload,
+        WorkloadType,
+        devices_only,
+    )
+
+    inf = ResourcePool("inf", (("pool", "p0"),), allowed_types=("inference",))
+    train = ResourcePool("train", (("pool", "p1"),))
+    ns = nodes(1) + tuple(replace(n, name="m0", labels=(("pool", "p1"),)) for n in nodes(1))
+    q = Queue("a", quotas=(PoolQuota("inf", devices_only(8000)), PoolQuota("train", devices_only(8000))))
+    eng = Engine(Snapshot(ns, (inf, train), (q,)))
+    req = PodRequest(gpus=1, cpu_milli=100, memory_mib=64)
+
+    def wl(name: str, t: WorkloadType, pool: str | None = None) -> Workload:
+        return Workload(name, "a", (PodGroup("main", 1, req),), "c", 0, True, type=t, pool=pool)
+
+    d = eng.cycle(
+        [
+            wl("srv", WorkloadType.INFERENCE),
+            wl("tr", WorkloadType.TRAINING),
+            wl("pin", WorkloadType.TRAINING, "inf"),
+        ],
+        now=0.0,
+    )
+    placed = {a.workload: a.pool for a in d.admitted}
+    assert placed == {"srv": "inf", "tr": "train"}
+    (p,) = d.pending
+    assert (
+        p.code is PendingCode.NO_POOL and "pool inf takes task types inference only, not training" in p.reason
+    )

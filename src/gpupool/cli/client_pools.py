@@ -87,7 +87,8 @@ def describe_pool(entry: dict[str, Any]) -> None:
         f"{_gpus(entry['gpuUnpromised'])} unpromised\n"
     )
     first = ", ".join(entry["preferredByTaskTypes"]) or "(none)"
-    sys.stdout.write(f"task types: {entry['allowedTaskTypes']}; sent here first: {first}\n")
+    allowed = ", ".join(entry["allowedTaskTypes"]) or "any"
+    sys.stdout.write(f"task types: {allowed}; sent here first: {first}\n")
     sys.stdout.write("needs approval:\n" + "".join(f"  - {r}\n" for r in entry["approvalRules"]))
     show(
         table(

@@ -64,6 +64,8 @@ class WorkloadFacts:
                     order = listed
                     break
             self._pool_order[w.queue] = order
+        if any(self.pools[p].allowed_types for p in order):  # pools that take only some types
+            order = [p for p in order if self.pools[p].takes_type(w.type)]
         if w.pool is not None:
             return [w.pool] if w.pool in order else []
         if w.preferred_pools:  # its task type's pools first, in their order (docs/engine.md)

@@ -7,10 +7,10 @@ Placement reasons come from the placer, victims' reasons from ``preemption.Candi
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Mapping
 
 from gpupool.engine.state.quota import QuotaState
-from gpupool.model import GPU, UNLIMITED, Vec, Workload, device_noun
+from gpupool.model import GPU, UNLIMITED, ResourcePool, Vec, Workload, device_noun
 from gpupool.quantity import format_cpu, format_gpu, format_mbps, format_mib
 
 _DIM_NAMES = ("GPU", "CPU", "memory", "ephemeral-storage", "network bandwidth")
@@ -61,14 +61,24 @@ def workload_kind(w: Workload) -> str:
     return GPU
 
 
-def no_pool_reason(w: Workload, pools: Container[str]) -> str:
-    """Why ``w`` has no pool to try: the one it names is unknown or not in its queue's quota,
-    or no pool its queue may use offers the GPU models it asks for."""
+def no_pool_reason(w: Workload, pools: Mapping[str, ResourcePool]) -> str:
+    """Why ``w`` has no pool to try: the one it names is unknown, not in its queue's quota or
+    refuses its task type, or no pool its queue may use offers its GPU models and takes its type."""
     if w.pool is not None:
-        if w.pool in pools:
-            return f"queue {w.queue} has no quota in pool {w.pool}"
-        return f"pool {w.pool} does not exist"
+        if w.pool not in pools:
+            return f"pool {w.pool} does not exist"
+        if not pools[w.pool].takes_type(w.type):
+            return (
+                f"pool {w.pool} takes task types {', '.join(pools[w.pool].allowed_types)} only, not {w.type}"
+            )
+        return f"queue {w.queue} has no quota in pool {w.pool}"
     models = ", ".join(w.gpu_models) or "any GPU model"
+    refusing = sorted(p.name for p in pools.values() if not p.takes_type(w.type))
+    if refusing:
+        return (
+            f"queue {w.queue} has no quota in any pool offering {models} that takes task type {w.type} "
+            f"({', '.join(refusing)} take other types only)"
+        )
     return f"queue {w.queue} has no quota in any pool offering {models}"
 
 

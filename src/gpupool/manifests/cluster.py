@@ -27,7 +27,7 @@ from gpupool.manifests.base import (
 )
 from gpupool.manifests.limits import MAX_CLUSTER_NODES
 from gpupool.manifests.task_types import TaskTypeSpec
-from gpupool.model import ACCELERATORS, GPU, Node, PlacementPolicy, ResourcePool, Taint
+from gpupool.model import ACCELERATORS, GPU, Node, PlacementPolicy, ResourcePool, Taint, WorkloadType
 
 
 class TaintSpec(StrictModel):
@@ -117,6 +117,8 @@ class PoolSpec(StrictModel):
     placement: PlacementPolicy = PlacementPolicy.DEFAULT
     slaTier: str = ""
     environment: str = ""
+    #: the task types the pool takes (spec.type of a workload); empty: every type
+    allowedTaskTypes: list[WorkloadType] = Field(default_factory=list, max_length=16)
 
     @field_validator("accelerators")
     @classmethod
@@ -296,4 +298,5 @@ def build_pool(doc: Document) -> ResourcePool:
         s.slaTier,
         s.environment,
         accelerators=tuple(s.accelerators),
+        allowed_types=tuple(str(t) for t in s.allowedTaskTypes),
     )

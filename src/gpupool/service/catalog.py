@@ -137,7 +137,7 @@ def entry_json(e: CatalogEntry) -> dict[str, Any]:
         "gpuGuaranteed": e.guaranteed_gpu_milli / 1000,
         "gpuUnpromised": max(0, cap - e.guaranteed_gpu_milli) / 1000,
         "preferredByTaskTypes": list(e.preferred_by),
-        "allowedTaskTypes": "any",
+        "allowedTaskTypes": list(p.allowed_types),
         "requiresApproval": p.requires_approval,
         "approvalRules": list(e.approval_rules),
         "queues": [

@@ -38,7 +38,7 @@ class CatalogEntryView(BaseModel):
     gpuGuaranteed: float = Field(description="devices the root queues are guaranteed in the pool")
     gpuUnpromised: float = Field(description="capacity no queue is guaranteed (shared by borrowing)")
     preferredByTaskTypes: list[str] = Field(description="task types whose defaults send work here first")
-    allowedTaskTypes: str
+    allowedTaskTypes: list[str] = Field(description="the task types the pool takes; empty: every type")
     requiresApproval: bool
     approvalRules: list[str]
     queues: list[CatalogQueue] = Field(

@@ -14,7 +14,7 @@ function catalogCard(e) {
       e.preemptible ? "work here may be preempted" : "work here is never preempted"),
     el("p", { class: "capacity" }, `${fmt(e.gpus)} GPUs: ${fmt(e.gpuAllocated)} allocated, ${fmt(e.gpuFree)} free; `
       + `${fmt(e.gpuGuaranteed)} guaranteed to queues, ${fmt(e.gpuUnpromised)} unpromised`, bar(e.gpus ? e.gpuAllocated / e.gpus : 0)),
-    el("p", {}, `task types: ${e.allowedTaskTypes}; sent here first: ${e.preferredByTaskTypes.join(", ") || "(none)"}`),
+    el("p", {}, `task types: ${e.allowedTaskTypes.join(", ") || "any"}; sent here first: ${e.preferredByTaskTypes.join(", ") || "(none)"}`),
     el("h4", {}, "Who may use it"), queues,
     el("h4", {}, "Needs approval"), el("ul", {}, ...e.approvalRules.map((r) => el("li", {}, r))));
 }
