@@ -68,3 +68,25 @@ def test_bad_cluster_file_is_a_message_not_a_traceback(tmp_path: Path) -> None:
     r = CliRunner().invoke(app, ["kube", "fake", "--cluster", str(bad), "--kubeconfig", str(tmp_path / "kc")])
     assert r.exit_code == 2 and "nodeGroups[0].name is required" in r.output
     assert not isinstance(r.exception, ValueError | KeyError)
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_ctrl_c_and_sigterm_stop_it_even_when_started_with_sigint_ignored(tmp_path: Path) -> None:
+    """A process started with SIGINT ignored (``cmd &`` in a script; this suite's workers in CI)
+    inherits that; the fake then ignored Ctrl-C and this file's tests timed out in stop()."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from gpupool.cli import main; main()", "kube", "fake", "--port", "0",
+             "--nodes", "1", "--kubeconfig", str(tmp_path / "kc")],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sigint,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        assert proc.stdout.readline() and proc.stdout.readline().startswith("export KUBECONFIG=")
+        proc.send_signal(sig)
+        try:
+            assert proc.wait(20) == 0, sig
+        finally:
+            proc.kill()

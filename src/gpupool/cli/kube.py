@@ -7,6 +7,7 @@ the fake server's modules.
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -70,12 +71,25 @@ def fake(
     typer.echo(f"fake Kubernetes API server at {url} with {len(made)} nodes")
     typer.echo(f"export KUBECONFIG={cfg.resolve()}")
     try:
+        _stop_on_signals()
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
         typer.echo("stopping")
     finally:
         srv.stop()
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM stop the server cleanly. Why explicit: a process started with SIGINT
+    ignored (``cmd &`` in a script, some test runners) inherits that, and Python then installs
+    no KeyboardInterrupt handler, so Ctrl-C did nothing; SIGTERM (``kill``) skipped the cleanup."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
