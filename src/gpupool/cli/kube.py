@@ -67,11 +67,11 @@ def fake(
     except OSError as exc:
         typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
         raise typer.Exit(2) from None
-    cfg = srv.write_kubeconfig(kubeconfig)
-    typer.echo(f"fake Kubernetes API server at {url} with {len(made)} nodes")
-    typer.echo(f"export KUBECONFIG={cfg.resolve()}")
     try:
-        _stop_on_signals()
+        _stop_on_signals()  # before saying it is up: a signal sent on that line must be honoured
+        cfg = srv.write_kubeconfig(kubeconfig)
+        typer.echo(f"fake Kubernetes API server at {url} with {len(made)} nodes")
+        typer.echo(f"export KUBECONFIG={cfg.resolve()}")
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
