@@ -13,6 +13,7 @@ them and writes their status as a kubelet would.
 
 from __future__ import annotations
 
+import os
 import secrets
 import ssl
 import time
@@ -49,6 +50,10 @@ def real_control_plane() -> Iterator[RealControlPlane]:
     try:
         binaries = find_binaries()
     except MissingBinaries as exc:
+        # CI builds the binaries and sets GPUPOOL_REQUIRE_KUBE=1: there a missing real tier is a
+        # failure, not a quiet skip (issue 24); elsewhere the tests skip with the reason.
+        if os.environ.get("GPUPOOL_REQUIRE_KUBE") == "1":
+            pytest.fail(f"GPUPOOL_REQUIRE_KUBE=1 but the real API server cannot start: {exc}")
         pytest.skip(f"real API server: {exc}")
     with RealControlPlane(binaries) as cp:
         yield cp
