@@ -59,6 +59,22 @@ def test_bound_pod_runs_then_succeeds(fake_server: FakeApiServer) -> None:
     assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
 
+def test_start_time_stays_when_the_kubelet_first_took_the_pod(fake_server: FakeApiServer) -> None:
+    """A kubelet sets ``startTime`` once, when it takes the pod (still ``ContainerCreating``);
+    the fake overwrote it when the containers started."""
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("slow", annotations={"fake.gpupool.io/start-seconds": "150"}))  # 1.5 s at 0.01
+    srv.bind("default", "slow", node)
+    creating = srv.wait_for(
+        lambda: srv.get("pods", "default", "slow")["status"].get("startTime"), what="take"
+    )
+    running = srv.wait_for(
+        lambda: phase(srv, "slow") == "Running" and srv.get("pods", "default", "slow"), what="run"
+    )
+    assert running["status"]["startTime"] == creating
+
+
 def test_pod_without_run_seconds_keeps_running(fake_server: FakeApiServer) -> None:
     srv = fake_server
     node = srv.add_gpu_nodes(1, hami=False)[0]

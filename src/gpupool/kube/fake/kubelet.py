@@ -9,25 +9,30 @@ tests that decide themselves when work ends (the scenario parity suite's ``finis
 
 Why it writes straight to the store: it is part of the server process, and going through HTTP
 would double the benchmark's request count with traffic no real scheduler would cause.
-A NotReady node's pods are parked and resume when it is Ready again.
+A NotReady node's pods are parked and resume when it is Ready again. The statuses it writes and
+the annotations above are ``gpupool.kube.kubelet_status``'s, which the HTTP node agent
+(``gpupool.kube.nodeagent``, the kubelet of ``gpupool kube cluster up``) shares.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpupool.kube.fake import hami
 from gpupool.kube.fake.resources import ResourceType
 from gpupool.kube.fake.storage import Obj, now_rfc3339
+from gpupool.kube.kubelet_status import EXIT_CODE, RUN_SECONDS, START_SECONDS
+from gpupool.kube.kubelet_status import creating_status as _creating_status
+from gpupool.kube.kubelet_status import failed_status as _failed_status
+from gpupool.kube.kubelet_status import running_status as _running_status
+from gpupool.kube.kubelet_status import terminated_status as _terminated_status
 
 if TYPE_CHECKING:
     from gpupool.kube.fake.runtime import Runtime
     from gpupool.kube.fake.server import FakeApiServer
 
-RUN_SECONDS = "fake.gpupool.io/run-seconds"
-EXIT_CODE = "fake.gpupool.io/exit-code"
-START_SECONDS = "fake.gpupool.io/start-seconds"
+__all__ = ["EXIT_CODE", "RUN_SECONDS", "START_SECONDS", "Kubelet", "install", "kubelet_of"]
 
 
 class Kubelet:
@@ -276,101 +281,6 @@ def _wants_gpu(pod: Obj) -> bool:
     return any(
         hami.gpu_request(c) > 0 for c in list(spec.get("initContainers") or []) + spec.get("containers", [])
     )
-
-
-def _conditions(pod: Obj, ready: bool) -> list[dict[str, Any]]:
-    now = now_rfc3339()
-    s = "True" if ready else "False"
-    kept = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"]
-    return kept + [
-        {"type": t, "status": v, "lastProbeTime": None, "lastTransitionTime": now}
-        for t, v in (("Initialized", "True"), ("Ready", s), ("ContainersReady", s))
-    ]
-
-
-def _creating_status(pod: Obj) -> Obj:
-    """Admitted, devices allocated, containers not started (``ContainerCreating``)."""
-    cs = [
-        {
-            "name": c["name"],
-            "image": c.get("image", ""),
-            "ready": False,
-            "restartCount": 0,
-            "imageID": "",
-            "started": False,
-            "state": {"waiting": {"reason": "ContainerCreating"}},
-        }
-        for c in pod["spec"].get("containers", [])
-    ]
-    return {
-        **(pod.get("status") or {}),
-        "phase": "Pending",
-        "startTime": now_rfc3339(),
-        "hostIP": "10.0.0.1",
-        "conditions": _conditions(pod, False),
-        "containerStatuses": cs,
-    }
-
-
-def _running_status(pod: Obj) -> Obj:
-    now = now_rfc3339()
-    cs = [
-        {
-            "name": c["name"],
-            "image": c.get("image", ""),
-            "ready": True,
-            "restartCount": 0,
-            "imageID": "",
-            "started": True,
-            "state": {"running": {"startedAt": now}},
-        }
-        for c in pod["spec"].get("containers", [])
-    ]
-    return {
-        **(pod.get("status") or {}),
-        "phase": "Running",
-        "startTime": now,
-        "hostIP": "10.0.0.1",
-        "podIP": "10.1.0.1",
-        "conditions": _conditions(pod, True),
-        "containerStatuses": cs,
-    }
-
-
-def _terminated_status(pod: Obj, code: int) -> Obj:
-    now = now_rfc3339()
-    reason = "Completed" if code == 0 else "Error"
-    started = (pod.get("status") or {}).get("startTime", now)
-    cs = [
-        {
-            "name": c["name"],
-            "image": c.get("image", ""),
-            "ready": False,
-            "restartCount": 0,
-            "imageID": "",
-            "started": False,
-            "state": {
-                "terminated": {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now}
-            },
-        }
-        for c in pod["spec"].get("containers", [])
-    ]
-    return {
-        **(pod.get("status") or {}),
-        "phase": "Succeeded" if code == 0 else "Failed",
-        "conditions": _conditions(pod, False),
-        "containerStatuses": cs,
-    }
-
-
-def _failed_status(pod: Obj, message: str) -> Obj:
-    return {
-        **(pod.get("status") or {}),
-        "phase": "Failed",
-        "reason": "UnexpectedAdmissionError",
-        "message": f"Pod was rejected: Allocate failed due to {message}, which is unexpected",
-        "startTime": now_rfc3339(),
-    }
 
 
 def install(runtime: Runtime, use_hami: bool) -> None:
