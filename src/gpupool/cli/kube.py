@@ -14,12 +14,14 @@ from pathlib import Path
 import typer
 import yaml
 
+from gpupool.cli.kube_cluster import cluster_app
 from gpupool.cli.ready import kube_wait
 
 kube_app = typer.Typer(
     help="Kubernetes helpers: a fake API server to run the Kubernetes backend against.", no_args_is_help=True
 )
 kube_app.command("wait")(kube_wait)
+kube_app.add_typer(cluster_app, name="cluster")
 
 
 def _cluster_docs(path: Path) -> list[dict[str, object]]:

@@ -1,0 +1,126 @@
+"""``gpupool kube cluster up``: a real local Kubernetes control plane (etcd, kube-apiserver,
+kube-controller-manager from ``make kube-bin``) with simulated GPU nodes, in the foreground
+until Ctrl-C or SIGTERM, like ``gpupool kube fake`` (issue 24).
+
+Why the work is imported inside the command: ``gpupool --help`` must not pay for the control
+plane's certificate code or the node builders.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import typer
+import yaml
+
+if TYPE_CHECKING:
+    from gpupool.kube.realcluster import RealControlPlane
+
+cluster_app = typer.Typer(
+    help="A real local Kubernetes control plane with simulated GPU nodes (needs `make kube-bin`).",
+    no_args_is_help=True,
+)
+
+
+@cluster_app.command("up")
+def cluster_up(
+    nodes: int = typer.Option(
+        0, "--nodes", min=0, help="this many 8-GPU H100 nodes (ignored with --cluster)"
+    ),
+    cluster: Path | None = typer.Option(
+        None, "--cluster", help="Cluster manifest file or directory (nodeGroups)"
+    ),
+    kubeconfig: Path = typer.Option(
+        Path(".gpupool/kube-kubeconfig"), "--kubeconfig", help="kubeconfig to write once the nodes are Ready"
+    ),
+    time_scale: float = typer.Option(
+        1.0, "--time-scale", min=0.0001, help="multiply run times and grace periods"
+    ),
+    heartbeat: float = typer.Option(
+        10.0, "--heartbeat-seconds", min=0.1, help="how often each node renews its Lease"
+    ),
+) -> None:
+    """Run etcd, kube-apiserver, kube-controller-manager and a node agent (the nodes' kubelets)
+    until Ctrl-C. No kube-scheduler runs: pods wait until something binds them (gpupool).
+    Kueue (`--with-kueue`) is not offered yet."""
+    from gpupool.cli.kube import _cluster_docs, _stop_on_signals
+    from gpupool.kube.client import KubeApi, load_config
+    from gpupool.kube.fake import nodes as builders
+    from gpupool.kube.nodeagent import NodeAgent
+    from gpupool.kube.realcluster import (
+        KUBERNETES_VERSION,
+        MissingBinaries,
+        RealClusterError,
+        RealControlPlane,
+    )
+
+    try:
+        objs = builders.nodes_from_cluster(_cluster_docs(cluster)) if cluster else builders.gpu_nodes(nodes)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--cluster") from None
+    try:
+        cp = RealControlPlane()
+    except MissingBinaries as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    agent: NodeAgent | None = None
+    api: KubeApi | None = None
+    _stop_on_signals()  # first: a Ctrl-C during the ~15 s start must still stop what started
+    try:
+        cp.start()
+        api = KubeApi(load_config(str(cp.kubeconfig)))
+        agent = NodeAgent(api, objs, time_scale=time_scale, heartbeat_s=heartbeat)
+        agent.start()
+        agent.wait_ready(120)
+        cfg = _write_kubeconfig(cp, kubeconfig)
+        typer.echo(
+            f"up: Kubernetes {KUBERNETES_VERSION} API server at {cp.server} with {len(objs)} nodes Ready"
+            " (etcd, kube-apiserver, kube-controller-manager, node agent; no kube-scheduler)"
+        )
+        typer.echo(f"export KUBECONFIG={cfg.resolve()}")
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        typer.echo("stopping")
+    except (RealClusterError, TimeoutError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        _ignore_signals()  # the cleanup itself must not be cut short by a second signal
+        if agent is not None:
+            agent.stop()
+        if api is not None:
+            api.close()
+        cp.stop()
+
+
+def _ignore_signals() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+def _write_kubeconfig(cp: RealControlPlane, path: Path) -> Path:
+    """The admin kubeconfig, self-contained (the CA embedded: the control plane's own files
+    are in a temporary directory that goes with it)."""
+    ca = base64.b64encode(cp.ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "gpupool-local", "cluster": {"server": cp.server, "certificate-authority-data": ca}}
+        ],
+        "users": [{"name": "admin", "user": {"token": cp.admin_token}}],
+        "contexts": [{"name": "gpupool-local", "context": {"cluster": "gpupool-local", "user": "admin"}}],
+        "current-context": "gpupool-local",
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+    return path
