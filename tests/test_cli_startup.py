@@ -45,7 +45,18 @@ def test_make_run_says_it_is_installing_and_shows_pip_progress() -> None:
 
 
 # -- the CLI answers at once: what the client leaves unimported (gpupool.cli.main says why) ----
-SERVER_SIDE = ("sqlalchemy", "alembic", "fastapi", "uvicorn", "numpy", "gpupool.store", "gpupool.service")
+# the server's own third-party packages, then its parts in gpupool (the client is gpupool.cli,
+# the manifest models, the audit log's verifier and the model/quantities they build on)
+SERVER_SIDE = (
+    *("sqlalchemy", "alembic", "psycopg", "fastapi", "starlette", "uvicorn", "numpy"),
+    *("sortedcontainers", "plotly", "statsmodels", "lightkube", "prometheus_client", "jwt"),
+    *("gpupool.store", "gpupool.service", "gpupool.engine", "gpupool.sim", "gpupool.kube"),
+    *("gpupool.cost", "gpupool.web", "gpupool.fragbench", "gpupool.bench", "gpupool.deploy"),
+    *("gpupool.migrations", "gpupool.auth", "gpupool.oidc"),
+)
+#: what only writing a set of manifests or verifying the audit log needs: reading commands
+#: (get, describe, explain, cancel) load neither (the models were two thirds of `get`'s start)
+NOT_FOR_READING = ("gpupool.manifests", "gpupool.audit", "gpupool.audit_checkpoint", "cryptography")
 
 _PROBE = """
 import json, sys
@@ -57,9 +68,9 @@ print(json.dumps({"codes": codes, "modules": sorted(sys.modules)}))
 """
 
 
-def _loaded_after(*commands: str) -> tuple[list[int], list[str]]:
-    """Exit codes of ``gpupool COMMAND`` for each command (one process), and the server-side
-    modules that process imported."""
+def _loaded_after(*commands: str, heavy: tuple[str, ...] = SERVER_SIDE) -> tuple[list[int], list[str]]:
+    """Exit codes of ``gpupool COMMAND`` for each command (one process), and the modules of
+    ``heavy`` (packages or modules) that process imported."""
     import json
     import subprocess
     import sys
@@ -68,8 +79,8 @@ def _loaded_after(*commands: str) -> tuple[list[int], list[str]]:
         [sys.executable, "-c", _PROBE, *commands], capture_output=True, text=True, cwd=REPO, check=True
     )
     res = json.loads(out.stdout.splitlines()[-1])
-    heavy = [m for m in res["modules"] if any(m == s or m.startswith(s + ".") for s in SERVER_SIDE)]
-    return res["codes"], heavy
+    found = [m for m in res["modules"] if any(m == s or m.startswith(s + ".") for s in heavy)]
+    return res["codes"], found
 
 
 def test_importing_the_cli_and_asking_its_version_import_nothing_server_side() -> None:
@@ -78,16 +89,57 @@ def test_importing_the_cli_and_asking_its_version_import_nothing_server_side() -
     assert heavy == [], heavy
 
 
+DEAD = "--server http://127.0.0.1:9 --token t"  # refused at once: the command runs to its end
+
+
 def test_the_client_commands_import_nothing_server_side() -> None:
-    dead = "--server http://127.0.0.1:9 --token t"  # refused at once: the command runs to its end
     codes, heavy = _loaded_after(
-        f"get workloads {dead}",
-        f"explain w {dead}",
-        f"submit -f examples/workloads/demo.yaml {dead}",
-        f"cancel w {dead}",
+        f"get workloads {DEAD}",
+        f"describe workload w {DEAD}",
+        f"explain w {DEAD}",
+        f"submit -f examples/workloads/demo.yaml {DEAD}",
+        f"apply -f examples/cluster {DEAD}",
+        f"cancel w {DEAD}",
+        f"logs w {DEAD}",
     )
-    assert codes == [1, 1, 1, 1]
+    assert codes == [1] * 7
     assert heavy == [], heavy
+
+
+def test_reading_commands_load_no_manifest_models_nor_the_audit_verifier() -> None:
+    # `get` once imported apply's module (the manifest models, built with pydantic at import)
+    # and the audit commands' (cryptography): two thirds of its start
+    codes, heavy = _loaded_after(
+        f"get workloads {DEAD}",
+        f"describe workload w {DEAD}",
+        f"explain w {DEAD}",
+        f"cancel w {DEAD}",
+        heavy=NOT_FOR_READING,
+    )
+    assert codes == [1] * 4
+    assert heavy == [], heavy
+
+
+def test_a_plain_http_server_costs_no_certificate_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    # httpx loads its whole CA bundle when a client is made with verify=True, a third of `get`'s
+    # start, though an http:// server makes no TLS connection; an https one is still verified
+    import ssl
+
+    from gpupool.cli.client_http import Api
+
+    made: list[object] = []
+    real = ssl.create_default_context
+
+    def counted(*args: object, **kw: object) -> ssl.SSLContext:
+        made.append(kw.get("cafile"))
+        return real(*args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.delenv("GPUPOOL_CA", raising=False)
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    Api("http://127.0.0.1:9", "t")
+    assert made == []
+    Api("https://127.0.0.1:9", "t")
+    assert len(made) == 1 and made[0], made  # httpx's default: verified against its CA bundle
 
 
 def test_every_command_module_registers_what_the_registry_names() -> None:
@@ -96,9 +148,11 @@ def test_every_command_module_registers_what_the_registry_names() -> None:
 
     from gpupool.cli.main import COMMAND_MODULES, _loaded, app
 
-    for spec in COMMAND_MODULES:
-        top, bench = _loaded(spec.module)
-        assert (sorted(top), sorted(bench)) == (sorted(spec.commands), sorted(spec.bench)), spec.module
+    for module in {spec.module for spec in COMMAND_MODULES}:
+        top, bench = _loaded(module)
+        specs = [spec for spec in COMMAND_MODULES if spec.module == module]
+        named = sorted(n for spec in specs for n in spec.commands)
+        assert (sorted(top), sorted(bench)) == (named, sorted(n for s in specs for n in s.bench)), module
     listed = CliRunner().invoke(app, ["--help"], terminal_width=200).output
     for name in (n for m in COMMAND_MODULES for n in m.commands):
         assert f" {name} " in listed, name

@@ -9,19 +9,19 @@ The client's modules, by command area:
 
 - ``client_http``: which server and token, and the HTTP call that reports a refusal as one line;
 - ``client_output``: the consoles, ``-o table|json|yaml``, tables and ``fail``;
-- ``client_apply``: ``apply`` and ``submit`` (a whole set of manifests, all or none);
+- ``client_apply``: ``apply`` and ``submit`` (a whole set of manifests, all or none), registered
+  by that module itself: it loads the manifest models, which ``get`` does not need;
 - ``client_objects`` and ``client_rows``: ``get``, ``describe``, ``delete`` and each kind's table;
 - ``client_workloads``: ``cancel``, ``explain``, ``approve``, ``reject``;
 - ``client_nodes``: ``cordon``, ``drain``;
-- ``client_audit`` and ``client_tokens``: the ``audit`` and ``token`` command groups.
+- ``client_audit`` and ``client_tokens``: the ``audit`` and ``token`` command groups (``audit``
+  registered by its own module: it loads the audit log's cryptography).
 """
 
 from __future__ import annotations
 
 import typer
 
-from gpupool.cli.client_apply import apply, apply_set, load_set, submit
-from gpupool.cli.client_audit import audit_app
 from gpupool.cli.client_http import (
     CONFIG_FILE,
     DEFAULT_SERVER,
@@ -49,22 +49,19 @@ __all__ = [
     "OutOpt",
     "ServerOpt",
     "TokenOpt",
-    "apply_set",
     "console",
     "err_console",
     "fail",
-    "load_set",
     "register",
     "resolve",
 ]
 
-#: the top-level commands in the order ``gpupool --help`` lists them
-COMMANDS = (apply, get, describe, submit, cancel, explain, approve, reject, delete, cordon, drain)
+#: the top-level commands this module registers (gpupool.cli.main.COMMAND_MODULES orders them)
+COMMANDS = (get, describe, cancel, explain, approve, reject, delete, cordon, drain)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
-    """Add the client commands to the gpupool command."""
+    """Add the client commands that read or change objects by name to the gpupool command."""
     for fn in COMMANDS:
         app.command(fn.__name__)(fn)
-    app.add_typer(audit_app, name="audit")
     app.add_typer(token_app, name="token")

@@ -155,3 +155,10 @@ def submit(
         )
     results = apply_set(api, docs)
     print_results(results, results, output)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add ``apply`` and ``submit`` to the gpupool command (gpupool.cli.main loads this module
+    only for them: the manifest models it checks a set with cost most of a client's start)."""
+    app.command("apply")(apply)
+    app.command("submit")(submit)

@@ -218,3 +218,9 @@ def audit_export(
     else:
         out.write_text(text, encoding="utf-8")
         console.print(f"wrote {out}")
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    """Add ``audit`` to the gpupool command (loaded only for it: the checkpoints' signatures
+    need the cryptography package, which no other client command does)."""
+    app.add_typer(audit_app, name="audit")

@@ -152,7 +152,14 @@ class Api:
         self.token = self.source.token
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self.verify = server_verify(config_file())
-        self.http = httpx.Client(base_url=self.server, headers=headers, timeout=30.0, verify=self.verify)
+        self.http = self._client(self.server, headers)
+
+    def _client(self, base: str, headers: Any) -> httpx.Client:
+        """A client for ``base``. Why plain http gets ``verify=False``: it makes no TLS
+        connection, and httpx builds the certificate store it would check with (``verify=True``
+        loads the whole CA bundle) when the client is made, a third of a client command's start."""
+        verify = self.verify if base.lower().startswith("https:") else False
+        return httpx.Client(base_url=base, headers=headers, timeout=30.0, verify=verify)
 
     def call(
         self,
@@ -174,9 +181,7 @@ class Api:
                 # a standby replica names the leader: send the write there, once
                 err_console.print(f"note: {self.server} is a standby; sending to the leader {leader}")
                 self.server = leader
-                self.http = httpx.Client(
-                    base_url=leader, headers=self.http.headers, timeout=30.0, verify=self.verify
-                )
+                self.http = self._client(leader, self.http.headers)
                 r = self.http.request(method, path, **kw)
         except httpx.ConnectError as exc:
             if (why := unverified(exc)) is not None:
