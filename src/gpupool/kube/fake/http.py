@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 from gpupool.kube.fake import discovery, errors, subresources, tables
 from gpupool.kube.fake.errors import ApiError
 from gpupool.kube.fake.faults import FaultConfig
-from gpupool.kube.fake.ops import Ops
+from gpupool.kube.fake.ops import APPLY, Ops
 from gpupool.kube.fake.resources import ResourceType
 from gpupool.kube.fake.selectors import combine, field_selector, label_selector
 from gpupool.kube.fake.storage import Event, Obj, Store
@@ -215,7 +215,17 @@ class FakeApp:
         if method == "PUT":
             return 200, self.ops.update(rt, t.ns, t.name, body, t.sub)
         if method == "PATCH":
-            return 200, self.ops.patch(rt, t.ns, t.name, ctype, body, t.sub)
+            if ctype.split(";")[0].strip() != APPLY:
+                return 200, self.ops.patch(rt, t.ns, t.name, ctype, body, t.sub)
+            if not q.get("fieldManager"):  # as the real server: apply needs its manager named
+                raise errors.invalid(
+                    "PatchOptions.meta.k8s.io",
+                    "",
+                    "fieldManager",
+                    "Required value: is required for apply patch",
+                )
+            created = self.store.find(rt, t.ns, t.name) is None
+            return 201 if created else 200, self.ops.patch(rt, t.ns, t.name, ctype, body, t.sub)
         if method == "DELETE" and not t.sub:
             opts = body if isinstance(body, dict) else {}
             grace = q.get("gracePeriodSeconds", opts.get("gracePeriodSeconds"))

@@ -199,6 +199,10 @@ class Ops:
     def _apply(self, rt: ResourceType, ns: str, name: str, body: Any, sub: str) -> Obj:
         if not isinstance(body, dict):
             raise errors.bad_request("server-side apply: the body must be an object")
+        if not body.get("apiVersion") or not body.get("kind"):  # the real server's words
+            raise errors.bad_request(
+                f"invalid object type: {body.get('apiVersion') or '/'}, Kind={body.get('kind') or ''}"
+            )
         if (body.get("metadata") or {}).get("name") not in (None, name):
             raise errors.bad_request("server-side apply: the name of the object does not match the URL")
         with self.store.lock:

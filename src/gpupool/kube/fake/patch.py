@@ -3,7 +3,9 @@
 Strategic merge here is the subset schedulers and ``kubectl apply`` send: lists of known
 fields merge by their key (containers by ``name``, conditions by ``type``...), finalizers merge
 as a set, ``$patch: delete``/``replace`` on list items and maps, ``$deleteFromPrimitiveList/``
-and ``$setElementOrder/`` directives (the order hint is accepted and ignored).
+and ``$setElementOrder/`` directives. A merged keyed list is ordered as the real server orders it:
+the patch's items in the patch's order (or ``$setElementOrder``'s), the live object's other items
+placed among them by their live order (apimachinery's ``normalizeElementOrder``).
 """
 
 from __future__ import annotations
@@ -151,10 +153,16 @@ def strategic_merge(target: Any, patch: Any) -> Any:
         if v is None:
             out.pop(k, None)
         elif isinstance(v, list) and k in MERGE_KEYS:
-            out[k] = _merge_keyed(out.get(k) or [], v, MERGE_KEYS[k])
+            order = patch.get(f"$setElementOrder/{k}")
+            out[k] = _merge_keyed(
+                out.get(k) or [], v, MERGE_KEYS[k], order if isinstance(order, list) else None
+            )
         elif isinstance(v, list) and k in SET_LISTS:
             cur = list(out.get(k) or [])
-            out[k] = cur + [x for x in v if x not in cur]
+            order = patch.get(f"$setElementOrder/{k}")
+            out[k] = _normalized_order(
+                cur + [x for x in v if x not in cur], cur, v, None, order if isinstance(order, list) else None
+            )
         elif isinstance(v, dict):
             merged = strategic_merge(out.get(k), v)
             if merged is None:
@@ -166,7 +174,7 @@ def strategic_merge(target: Any, patch: Any) -> Any:
     return out
 
 
-def _merge_keyed(cur: list[Any], patch: list[Any], key: str) -> list[Any]:
+def _merge_keyed(cur: list[Any], patch: list[Any], key: str, order: list[Any] | None = None) -> list[Any]:
     if any(isinstance(p, dict) and p.get("$patch") == "replace" for p in patch):
         return [deep_copy(p) for p in patch if not (isinstance(p, dict) and "$patch" in p)]
     out = list(cur)
@@ -181,6 +189,36 @@ def _merge_keyed(cur: list[Any], patch: list[Any], key: str) -> list[Any]:
             out.append(deep_copy(item))
         else:
             out[pos] = strategic_merge(out[pos], item)
+    return _normalized_order(out, cur, patch, key, order)
+
+
+def _normalized_order(
+    merged: list[Any], live: list[Any], patch: list[Any], key: str | None, order: list[Any] | None
+) -> list[Any]:
+    """The real server's order of a merged list (keyed by ``key``; a list of scalars when
+    None): the items the patch names (in the order ``$setElementOrder`` gives, else the
+    patch's own), with the live-only items slotted in by their live positions; a live-only item
+    goes before a named one only when both are live and it was earlier."""
+
+    def ident(item: Any) -> Any:
+        return item.get(key) if key is not None and isinstance(item, dict) else item
+
+    named = list(dict.fromkeys(ident(i) for i in [*(order if order is not None else patch), *patch]))
+    present = {ident(i) for i in merged}
+    right = [next(i for i in merged if ident(i) == k) for k in named if k in present]
+    right_ids = {id(i) for i in right}
+    left = [i for i in merged if id(i) not in right_ids]
+    live_pos = {ident(c): n for n, c in enumerate(live)}
+    out: list[Any] = []
+    while left or right:
+        pl, pr = (
+            (live_pos.get(ident(left[0])) if left else None),
+            (live_pos.get(ident(right[0])) if right else None),
+        )
+        if not right or (pl is not None and pr is not None and pl < pr):
+            out.append(left.pop(0))
+        else:
+            out.append(right.pop(0))
     return out
 
 
