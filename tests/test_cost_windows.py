@@ -288,7 +288,7 @@ def test_every_wait_carries_what_it_waited_for(young: Store) -> None:
 def test_the_admission_record_names_the_last_pending_reason() -> None:
     """The controller puts the workload's latest pending reason into its admission record."""
     from gpupool.engine.decisions import Admit, Decisions, Pending, PendingCode
-    from gpupool.service.controller_commit import Commit
+    from gpupool.service.controller.commit import Commit
 
     ctl = SimpleNamespace(
         reasons={"a": Pending("a", "q", PendingCode.QUOTA, "q is at its limit")},

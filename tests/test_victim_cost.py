@@ -291,7 +291,7 @@ def test_the_controller_requeues_a_victim_with_one_more_eviction() -> None:
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from gpupool.service.controller_commit import Commit
+    from gpupool.service.controller.commit import Commit
 
     rec = SimpleNamespace(
         seq=3, queue="a", owner="o", submitted_at=datetime(2026, 1, 1, tzinfo=UTC), manifest={}, reason=""

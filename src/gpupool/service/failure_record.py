@@ -18,7 +18,7 @@ from gpupool.service import task_types
 from gpupool.store import PhaseChange, WorkloadRecord
 
 if TYPE_CHECKING:
-    from gpupool.service.controller_state import ControllerState
+    from gpupool.service.controller.state import ControllerState
 from gpupool.service.failure_policy import (
     BACKOFF_CODE,
     FAILED_EVENT,

@@ -19,7 +19,7 @@ from gpupool.store import PhaseChange
 
 if TYPE_CHECKING:
     from gpupool.engine import Engine
-    from gpupool.service.controller_state import ControllerState
+    from gpupool.service.controller.state import ControllerState
 from gpupool.service.failure_policy import (
     SCHEDULER,
     UNHEALTHY_ANNOTATION,

@@ -13,12 +13,11 @@ workload runs twice and no device is handed out twice.
 All workload phase changes go through this object under one lock; the API threads only insert
 new submissions and approval decisions, which the controller picks up.
 
-The parts, one idea a module (each a mixin of ``Controller``, over the shared state of
-gpupool.service.controller_state): configuration install (controller_config), the pending set
-(controller_pending), the cycle and isolation (controller_cycle), the write-ahead commit
-(controller_commit), finished runs and expiry (controller_finish), approvals, exceptions and
-cancels (controller_approvals), recovery (controller_recovery). This module keeps the loop and
-lifecycle, drains, and the read side.
+The parts, one idea a module of this package (each still a mixin of ``Controller``, over the
+shared state of gpupool.service.controller.state): configuration install (config), the pending
+set (pending), the cycle and isolation (cycle), the write-ahead commit (commit), finished runs
+and expiry (finish), approvals, exceptions and cancels (approvals), recovery (recovery). This
+module keeps the loop and lifecycle, drains, and the read side.
 """
 
 from __future__ import annotations
@@ -34,9 +33,9 @@ from gpupool.model import Node, Running
 from gpupool.quantity import QuantityError
 from gpupool.service import failures as flt
 from gpupool.service import holders, task_types
-from gpupool.service.controller_cycle import Cycle
-from gpupool.service.controller_recovery import Recovery
-from gpupool.service.controller_state import (
+from gpupool.service.controller.cycle import Cycle
+from gpupool.service.controller.recovery import Recovery
+from gpupool.service.controller.state import (
     ACTIVE,
     DEFAULT_EXCEPTION_S,
     EXCEPTION_EVENT,

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from gpupool.model import Workload
 from gpupool.service.admission import is_exception
-from gpupool.service.controller_state import ControllerState, _Queued
+from gpupool.service.controller.state import ControllerState, _Queued
 from gpupool.service.convert import workload_model
 from gpupool.store import WorkloadRecord
 

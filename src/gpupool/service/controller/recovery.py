@@ -1,7 +1,7 @@
 """The controller's recovery: make store, backend and engine agree after a (possibly unclean)
 stop, and a standby's read-only view.
 
-Why apart: recovery is the other half of the write-ahead commit (gpupool.service.controller_commit):
+Why apart: recovery is the other half of the write-ahead commit (gpupool.service.controller.commit):
 it finishes whatever a kill -9 interrupted, in an order that never runs a workload twice.
 """
 
@@ -14,10 +14,10 @@ from gpupool.audit import AuditEntry
 from gpupool.manifests import Bundle
 from gpupool.model import Running
 from gpupool.service import failures as flt
-from gpupool.service.controller_approvals import Approvals
-from gpupool.service.controller_commit import Commit
-from gpupool.service.controller_config import ConfigInstall
-from gpupool.service.controller_state import ACTIVE, SCHEDULER, _dt
+from gpupool.service.controller.approvals import Approvals
+from gpupool.service.controller.commit import Commit
+from gpupool.service.controller.config import ConfigInstall
+from gpupool.service.controller.state import ACTIVE, SCHEDULER, _dt
 from gpupool.service.convert import bundle_from_manifests, running_from_json, workload_model
 from gpupool.store import PhaseChange
 

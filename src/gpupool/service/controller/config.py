@@ -17,7 +17,7 @@ from gpupool.manifests import Bundle
 from gpupool.model import Queue, Running, Snapshot
 from gpupool.service import failures as flt
 from gpupool.service import usage_decay
-from gpupool.service.controller_state import ControllerState
+from gpupool.service.controller.state import ControllerState
 from gpupool.service.convert import bundle_from_manifests, object_manifest, workload_model
 from gpupool.service.view import tree_of
 

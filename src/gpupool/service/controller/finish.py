@@ -12,7 +12,7 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.service import failures as flt
-from gpupool.service.controller_state import ACTIVE, SCHEDULER, ControllerState, _dt
+from gpupool.service.controller.state import ACTIVE, SCHEDULER, ControllerState, _dt
 from gpupool.store import NotFound, PhaseChange, WorkloadRecord
 
 

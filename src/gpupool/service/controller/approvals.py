@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from gpupool.audit import AuditEntry
 from gpupool.quantity import QuantityError
 from gpupool.service.admission import approval_reason, exception_duration_s, is_exception
-from gpupool.service.controller_pending import PendingSet
-from gpupool.service.controller_state import ACTIVE, DEFAULT_EXCEPTION_S, EXCEPTION_EVENT, SCHEDULER, _dt
+from gpupool.service.controller.pending import PendingSet
+from gpupool.service.controller.state import ACTIVE, DEFAULT_EXCEPTION_S, EXCEPTION_EVENT, SCHEDULER, _dt
 from gpupool.store import TERMINAL_PHASES, PhaseChange, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")

@@ -18,11 +18,11 @@ from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.model import PoolQuota, Workload, vmax
 from gpupool.service import failures as flt
 from gpupool.service import usage_decay
-from gpupool.service.controller_commit import Commit
-from gpupool.service.controller_config import ConfigInstall
-from gpupool.service.controller_finish import Finishing
-from gpupool.service.controller_pending import PendingSet
-from gpupool.service.controller_state import SCHEDULER, CycleStats, _dt
+from gpupool.service.controller.commit import Commit
+from gpupool.service.controller.config import ConfigInstall
+from gpupool.service.controller.finish import Finishing
+from gpupool.service.controller.pending import PendingSet
+from gpupool.service.controller.state import SCHEDULER, CycleStats, _dt
 from gpupool.service.convert import running_from_json
 from gpupool.service.isolation import find_culprits
 from gpupool.service.windows import windowed_cycle

@@ -17,7 +17,7 @@ from gpupool.engine import Decisions
 from gpupool.model import Running, Workload
 from gpupool.service.admission import is_exception
 from gpupool.service.backends import BackendError, RunSpec, pod_commands
-from gpupool.service.controller_state import SCHEDULER, ControllerState, CycleStats, _dt, _Queued
+from gpupool.service.controller.state import SCHEDULER, ControllerState, CycleStats, _dt, _Queued
 from gpupool.service.convert import placement_json, workload_model
 from gpupool.store import NotLeader, PhaseChange, WorkloadRecord
 
