@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test lint bench clean kube-bin
+.PHONY: run demo test lint bench bench-check clean kube-bin
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -42,6 +42,12 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/gpupool bench engine
 	$(BIN)/gpupool bench submit
+
+# Not part of `make test` (a benchmark, about a minute): CPU-time ratios of the engine bench, a
+# Philly prefix and the CLI's start against bench/baseline.json; fails when one grew past the
+# baseline's tolerance (bench/check.py says how each is taken; --update takes a new baseline).
+bench-check: $(STAMP)
+	$(BIN)/python bench/check.py
 
 clean:
 	rm -rf $(VENV) .gpupool .pytest_cache .mypy_cache .ruff_cache
