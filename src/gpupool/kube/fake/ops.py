@@ -7,10 +7,11 @@ same resourceVersions, conflicts and watch events.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
-from gpupool.kube.fake import errors
+from gpupool.kube.fake import errors, podspec
 from gpupool.kube.fake.defaults import apply_defaults, canonical_quantities
 from gpupool.kube.fake.patch import apply_patch
 from gpupool.kube.fake.resources import BUILTINS, ResourceType, from_crd
@@ -55,6 +56,8 @@ class Ops:
         if obj.get("kind") not in (None, rt.kind):
             raise errors.bad_request(f"the kind {obj.get('kind')!r} does not match resource {rt.key!r}")
         obj["kind"], obj["apiVersion"] = rt.kind, rt.api_version
+        if rt.key == "events.events.k8s.io":  # named as a DNS subdomain there (core events are not)
+            _check_subdomain_prefix(rt.kind, md.get("generateName"))
         with self.store.lock:
             if rt.namespaced and self.store.find(self.store.types["namespaces"], "", ns) is None:
                 raise errors.not_found("namespaces", ns)
@@ -254,14 +257,16 @@ class Ops:
     def _check_immutable(rt: ResourceType, cur: Obj, new: Obj) -> None:
         if rt.key != "pods":
             return
-        old_node = (cur.get("spec") or {}).get("nodeName")
-        if (new.get("spec") or {}).get("nodeName") != old_node:
+        old_spec, new_spec = cur.get("spec") or {}, new.get("spec") or {}
+        if new_spec.get("nodeName") != old_spec.get("nodeName"):  # the same words, and the way out
+            why = podspec.MESSAGE + " (spec.nodeName is set through pods/binding)"
+            raise errors.invalid("Pod", cur["metadata"]["name"], "spec", why)
+        if not podspec.containers_kept(old_spec, new_spec):
             raise errors.invalid(
-                "Pod",
-                cur["metadata"]["name"],
-                "spec.nodeName",
-                "Forbidden: pod updates may not change spec.nodeName (use pods/binding)",
+                "Pod", cur["metadata"]["name"], "spec.containers", podspec.CONTAINERS_MESSAGE
             )
+        if not podspec.update_allowed(old_spec, new_spec):
+            raise errors.invalid("Pod", cur["metadata"]["name"], "spec", podspec.MESSAGE)
 
     # -- delete --------------------------------------------------------------------------
     def delete(
@@ -373,3 +378,22 @@ class Ops:
             if rt.namespaced:
                 for ons, name in [k for k in self.store.objects.get(rt.key, {}) if k[0] == ns]:
                     self.delete(rt, ons, name, 0)
+
+
+_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_subdomain_prefix(kind: str, prefix: Any) -> None:
+    """A ``generateName`` must be a DNS subdomain once a trailing '-' is masked (the real
+    server's check: ``p.`` is refused, ``p-`` and ``p.x`` are taken)."""
+    if not isinstance(prefix, str) or not prefix:
+        return
+    masked = prefix[:-1] + "a" if prefix.endswith("-") else prefix
+    if len(prefix) > 253 or not _SUBDOMAIN.fullmatch(masked):
+        raise errors.invalid(
+            kind,
+            prefix,
+            "metadata.generateName",
+            f'Invalid value: "{prefix}": a lowercase RFC 1123 subdomain must consist of lower case '
+            "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+        )
