@@ -25,12 +25,14 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from gpupool.cli.main import app
 from gpupool.kube import kubelet_status as ks
 from gpupool.kube.fake.nodes import gpu_uuid
 from gpupool.kube.realcluster import MissingBinaries, find_binaries
 
-pytestmark = pytest.mark.realkube
+realkube = pytest.mark.realkube
 
 T = TypeVar("T")
 NS = "cluster-up"
@@ -156,6 +158,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         proc.wait(30)
 
 
+def test_bad_input_and_missing_binaries_are_said_plainly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No binaries needed: both are refused before anything starts."""
+    bad = tmp_path / "cluster.yaml"
+    bad.write_text("kind: Cluster\nspec:\n  nodeGroups:\n  - gpus: 8\n")
+    r = CliRunner().invoke(app, ["kube", "cluster", "up", "--cluster", str(bad)])
+    assert r.exit_code == 2 and "nodeGroups[0].name" in r.output, r.output
+    monkeypatch.setenv("GPUPOOL_KUBE_BIN_DIR", str(tmp_path / "none"))
+    r = CliRunner().invoke(
+        app, ["kube", "cluster", "up", "--nodes", "1", "--kubeconfig", str(tmp_path / "kc")]
+    )
+    assert r.exit_code == 2 and "make kube-bin" in r.output, r.output
+    assert not (tmp_path / "kc").exists()
+
+
 def _pod(name: str, annotations: dict[str, str], gpus: int = 0) -> dict[str, Any]:
     resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
     return {
@@ -188,6 +206,7 @@ def _in_phase(http: httpx.Client, name: str, phase: str) -> dict[str, Any] | Non
     return pod if (pod.get("status") or {}).get("phase") == phase else None
 
 
+@realkube
 def test_the_nodes_are_ready_with_gpu_capacity_labels_and_hami_register(cluster: Cluster) -> None:
     assert cluster.http is not None
     up = cluster.up_line() or ""
@@ -202,6 +221,7 @@ def test_the_nodes_are_ready_with_gpu_capacity_labels_and_hami_register(cluster:
         assert "hami.io/node-nvidia-register" in n["metadata"]["annotations"]
 
 
+@realkube
 def test_a_bound_pod_runs_then_succeeds_and_a_failing_one_fails(cluster: Cluster) -> None:
     http = cluster.http
     assert http is not None
@@ -222,6 +242,7 @@ def test_a_bound_pod_runs_then_succeeds_and_a_failing_one_fails(cluster: Cluster
     assert failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
 
 
+@realkube
 def test_a_pod_deleted_with_grace_is_removed_after_it(cluster: Cluster) -> None:
     http = cluster.http
     assert http is not None
@@ -235,6 +256,7 @@ def test_a_pod_deleted_with_grace_is_removed_after_it(cluster: Cluster) -> None:
     wait(lambda: http.get(f"/api/v1/namespaces/{NS}/pods/long").status_code == 404, "removal after the grace")
 
 
+@realkube
 def test_the_node_leases_are_renewed(cluster: Cluster) -> None:
     http = cluster.http
     assert http is not None
@@ -244,6 +266,7 @@ def test_the_node_leases_are_renewed(cluster: Cluster) -> None:
     wait(lambda: http.get(path).json()["spec"]["renewTime"] != first["renewTime"], "lease renewal")
 
 
+@realkube
 def test_sigterm_stops_everything_and_leaves_no_process(cluster: Cluster) -> None:
     """Last in the module: it ends the cluster the other tests share."""
     below = _descendants(cluster.proc.pid)
