@@ -124,6 +124,15 @@ class PlacementPolicy(StrEnum):
     FRAGMENTATION = "Fragmentation"
 
 
+class FairSharingMode(StrEnum):
+    """A cohort root's fair-share measure (``spec.fairSharing.mode``, engine/over_quota.py)."""
+
+    #: usage / guarantee / weight: spare capacity goes in proportion to guarantee x weight
+    GUARANTEE_WEIGHTED = "GuaranteeWeighted"
+    #: usage / fair share: deserved quota first, the surplus by ``overQuotaWeight`` (KAI, Volcano)
+    OVER_QUOTA = "OverQuota"
+
+
 class ReclaimPolicy(StrEnum):
     NEVER = "Never"
     LOWER_PRIORITY = "LowerPriority"
@@ -284,6 +293,10 @@ class Queue:
     fair_sharing_preemption: bool = False
     #: ``spec.limits``: what may be Pending at once in this queue's subtree
     pending_limits: PendingLimits = PendingLimits()
+    #: a cohort root only: the fair-share measure of its tree (``spec.fairSharing.mode``)
+    fair_sharing_mode: FairSharingMode = FairSharingMode.GUARANTEE_WEIGHTED
+    #: ``spec.overQuotaWeight``: its part of the surplus under ``OverQuota`` (0: none)
+    over_quota_weight: float = 1.0
 
     def quota(self, pool: str) -> PoolQuota | None:
         for q in self.quotas:

@@ -23,6 +23,7 @@ import gc
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from gpupool.engine import over_quota
 from gpupool.engine.attempt import Attempt
 from gpupool.engine.decay import set_decayed_usage
 from gpupool.engine.decisions import Decisions
@@ -199,6 +200,7 @@ class Engine:
         passes = self.passes
         by_queue = passes.by_queue([self.shares.resolve(w) for w in pending], out)
         self.facts.trim()
+        over_quota.begin_cycle(self.quota, by_queue, self.facts.of)  # OverQuota trees' fair shares
         self.mix.prepare(self.cluster, by_queue.values())
         self.placer.reserved = {}
         self.placer.now = self.ssn.now

@@ -41,7 +41,7 @@ class FairShareOrder:
         self._path: list[tuple[str, str]] = []
         self._solo = True
         heaps = self._heaps
-        weight = {n: max(qu.weight, 1e-9) for n, qu in quota.queues.items()}
+        weight = quota.share_weight  # 1 in an over-quota tree: its fair shares hold the weights
 
         # a closure, not a method: it runs for every node of every pick
         def key(n: str) -> tuple[object, ...]:

@@ -28,6 +28,7 @@ from gpupool.model import (
     NO_LIMIT,
     STORAGE,
     UNLIMITED,
+    FairSharingMode,
     PendingLimits,
     PoolQuota,
     PreemptionPolicy,
@@ -91,6 +92,9 @@ class PreemptionSpec(StrictModel):
 class FairSharingSpec(StrictModel):
     #: preempt borrowers whose weighted share is above the preemptor's, down to equal shares
     preemption: bool = False
+    #: the share measure of the whole tree: usage / guarantee / weight (the default), or usage /
+    #: fair share, deserved quota first and the surplus by overQuotaWeight (docs/engine.md)
+    mode: FairSharingMode = FairSharingMode.GUARANTEE_WEIGHTED
 
 
 class LimitsSpec(StrictModel):
@@ -115,6 +119,8 @@ class QueueSpec(StrictModel):
     parent: str | None = None
     description: str = ""
     weight: float = Field(default=1.0, gt=0, le=1e6)
+    #: its part of the cohort's surplus under fairSharing.mode OverQuota (0: its guarantee only)
+    overQuotaWeight: float = Field(default=1.0, ge=0, le=1e6)
     queueingStrategy: QueueingStrategy = QueueingStrategy.BEST_EFFORT_FIFO
     preemption: PreemptionSpec = Field(default_factory=PreemptionSpec)
     requiresApproval: bool = False
@@ -211,6 +217,10 @@ def build_queue(doc: Document, err: ManifestErrors) -> Queue:
         s.description,
         fair_sharing_preemption=_fair_sharing(doc, err),
         pending_limits=s.limits.model(),
+        fair_sharing_mode=s.fairSharing.mode
+        if s.fairSharing is not None
+        else FairSharingMode.GUARANTEE_WEIGHTED,
+        over_quota_weight=s.overQuotaWeight,
     )
 
 

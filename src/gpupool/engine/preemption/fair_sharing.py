@@ -19,7 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpupool.model import FairSharingMode
+
 if TYPE_CHECKING:
+    from gpupool.engine.preemption.candidates import Candidate
     from gpupool.engine.state.quota import QuotaState
     from gpupool.model import Vec, Workload
 
@@ -39,7 +42,8 @@ def side(q: QuotaState, leaf: str, lca: str | None) -> str:
 
 
 def weighted_share(q: QuotaState, name: str) -> float:
-    return q.share(name) / max(q.queues[name].weight, 1e-9)
+    """The tree's fair-share measure (``QuotaState.weighted_share``; ``engine/over_quota.py``)."""
+    return q.weighted_share(name)
 
 
 def share_with(q: QuotaState, w: Workload, pool: str, vec: Vec, name: str) -> float:
@@ -74,3 +78,28 @@ def victim_lowers(
     side's share, and does the preemptor's side, with ``w``, stay at or below it?"""
     after = weighted_share(q, sides[1])
     return after < before and share_with(q, w, pool, vec, sides[0]) <= after
+
+
+def most_above_first(q: QuotaState, cands: list[Candidate]) -> list[Candidate]:
+    """In an over-quota tree (``fairSharing.mode: OverQuota``), other queues' candidates of one
+    priority go from the side furthest above its fair share first (KAI takes back from the
+    queue most over its fair share); the sort is stable, so the cost model's order stands within
+    a side. Any other tree: ``cands`` unchanged."""
+    if (
+        not cands
+        or q.queues[q.root[cands[0].preemptor.queue]].fair_sharing_mode is not FairSharingMode.OVER_QUOTA
+    ):
+        return cands
+    mine = cands[0].preemptor.queue
+    memo: dict[str, float] = {}
+
+    def key(c: Candidate) -> tuple[int, int, float]:
+        v = c.running.workload
+        if v.queue == mine:
+            return (1, v.priority, 0.0)
+        s = side(q, v.queue, c.lca)
+        if s not in memo:
+            memo[s] = weighted_share(q, s)
+        return (0, v.priority, -memo[s])
+
+    return sorted(cands, key=key)

@@ -48,6 +48,7 @@ class Preemptor:
         if memo in failed:
             return False
         cands = choose_victims(ssn.config, ssn.now, self.candidates.find(w, pool, vec))
+        cands = fair_sharing.most_above_first(ssn.quota, cands)  # OverQuota trees only
         slots = bounds.bounded_slots(ssn.cluster, ssn.quota, w, pool, vec, cands)
         cp = stmt.checkpoint()
         steps: list[tuple[Candidate, bool]] = []

@@ -13,6 +13,7 @@ from gpupool.model import (
     NO_LIMIT,
     UNLIMITED,
     ZERO,
+    FairSharingMode,
     Queue,
     Vec,
     devices_only,
@@ -69,6 +70,14 @@ class QuotaState:
                     self.queues[a].quota(pool) is not None for a in self.path[name]
                 )
         self._denominators()
+        #: what a node's share is divided by for the fair-share order and fair-sharing
+        #: preemption: its weight, or 1 where the over-quota measure holds the weights
+        self.share_weight: dict[str, float] = {
+            n: 1.0
+            if self.queues[self.root[n]].fair_sharing_mode is FairSharingMode.OVER_QUOTA
+            else max(q.weight, 1e-9)
+            for n, q in self.queues.items()
+        }
 
     def _post_order(self) -> Iterator[str]:
         seen: set[str] = set()
@@ -293,6 +302,22 @@ class QuotaState:
     def set_decay(self, terms: dict[str, float]) -> None:
         """Replace the usage-decay terms (``engine/decay.py``); cached shares are stale."""
         self.decay = terms
+        self._share.clear()
+
+    def weighted_share(self, name: str) -> float:
+        """The fair-share measure of a queue node: its share over ``share_weight``."""
+        return self.share(name) / self.share_weight[name]
+
+    def set_fair_shares(self, shares: dict[tuple[str, str], tuple[float, ...]]) -> None:
+        """Measure the nodes in ``shares`` against these fair shares, per pool and resource,
+        instead of their guarantees (``engine/over_quota.py``); cached shares are stale. A fair
+        share of 0 counts as a thousandth of a unit: a queue using what it has no share of
+        ranks after every queue that has one."""
+        rows: dict[str, list[tuple[tuple[str, str], float, float, float, float, float]]] = {}
+        for (name, pool), f in shares.items():
+            i0, i1, i2, i3, i4 = (1.0 / max(x, 1e-3) for x in f)
+            rows.setdefault(name, []).append(((name, pool), i0, i1, i2, i3, i4))
+        self._inv_den.update(rows)
         self._share.clear()
 
     def _denominators(self) -> None:
