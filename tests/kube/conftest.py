@@ -7,8 +7,9 @@ The real one is etcd + kube-apiserver + kube-controller-manager built by ``make 
 (``gpupool.kube.realcluster``), started once per test session (per xdist worker: it costs about
 12 s) and skipped, with the reason, when the binaries are not built. Each test gets its own
 namespace and node names, so tests sharing one real server do not see each other's objects.
-There is no kubelet and no scheduler on the real server: pods stay Pending unless a test binds
-them and writes their status as a kubelet would.
+There is no scheduler on the real server, and a kubelet only on the nodes of
+``add_kubelet_nodes`` (the node agent of ``gpupool kube cluster up``): pods stay Pending unless a
+test binds them, and a pod bound to a node of ``add_gpu_nodes`` keeps the status the test writes.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from typing import Any
 import httpx
 import pytest
 
+from gpupool.kube.client import KubeApi, load_config
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake import nodes as node_builders
+from gpupool.kube.nodeagent import NodeAgent
 from gpupool.kube.realcluster import MissingBinaries, RealControlPlane, find_binaries
 
 
@@ -70,6 +73,7 @@ class KubeTarget:
     namespace: str
     fake: FakeApiServer | None = None
     _nodes: list[str] = field(default_factory=list)
+    _agents: list[NodeAgent] = field(default_factory=list)
 
     def path(self, resource: str, name: str = "", group: str = "", version: str = "v1") -> str:
         """The URL path of a namespaced ``resource`` (``name`` may carry a ``/subresource``)."""
@@ -87,6 +91,23 @@ class KubeTarget:
             self._nodes.append(node["metadata"]["name"])
         return self._nodes[-count:] if count else []
 
+    def add_kubelet_nodes(self, count: int, gpus: int = 8, hami: bool = True) -> list[str]:
+        """GPU nodes with a kubelet: on the fake, its own nodes (its simulated kubelet runs their
+        pods); on the real server, the node agent of ``gpupool kube cluster up`` registers them,
+        heartbeats and runs their bound pods the same way (the fake's time scale, 0.01)."""
+        prefix = f"kl-{secrets.token_hex(3)}"
+        if self.fake is not None:
+            names = self.fake.add_gpu_nodes(count, prefix=prefix, gpus=gpus, hami=hami)
+        else:
+            objs = node_builders.gpu_nodes(count, prefix, gpus=gpus, hami=hami)
+            agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=0.01)
+            self._agents.append(agent)
+            agent.start()
+            agent.wait_ready(60)
+            names = list(agent.nodes)
+        self._nodes += names
+        return names
+
     def set_pod_phase(self, name: str, phase: str) -> dict[str, Any]:
         """Write a bound pod's phase through the status subresource, as a kubelet would."""
         r = self.http.patch(
@@ -98,6 +119,9 @@ class KubeTarget:
         return dict(r.json())
 
     def cleanup(self) -> None:
+        for agent in self._agents:  # first: an agent re-registers a node deleted under it
+            agent.stop()
+            agent.api.close()
         for name in self._nodes:
             self.http.delete(f"/api/v1/nodes/{name}")
         self.http.delete(f"/api/v1/namespaces/{self.namespace}")
