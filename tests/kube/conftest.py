@@ -130,12 +130,16 @@ class KubeTarget:
 
 def _wait_for_default_service_account(target: KubeTarget, timeout: float = 60.0) -> None:
     """The ServiceAccount admission plugin refuses pods until the controller has made the
-    namespace's ``default`` service account."""
+    namespace's ``default`` service account; and the root-CA publisher adds the
+    ``kube-root-ca.crt`` ConfigMap to every new namespace, which a test's watch of its ConfigMaps
+    would see arrive in the middle of its own events on a loaded machine. Both are waited for,
+    so a test starts in a settled namespace."""
     deadline = time.monotonic() + timeout
-    while target.http.get(target.path("serviceaccounts", "default")).status_code != 200:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no default service account in {target.namespace} within {timeout:.0f} s")
-        time.sleep(0.2)
+    for what in (("serviceaccounts", "default"), ("configmaps", "kube-root-ca.crt")):
+        while target.http.get(target.path(*what)).status_code != 200:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {'/'.join(what)} in {target.namespace} within {timeout:.0f} s")
+            time.sleep(0.2)
 
 
 def _real_target(cp: RealControlPlane) -> KubeTarget:
