@@ -162,7 +162,10 @@ class Server:
     def base(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30.0) -> None:
+    def start(self, timeout: float = 180.0) -> None:
+        """Start and wait for ``/readyz``. The deadline is generous because a loaded 2-core
+        machine took 14 s to start one server; one that never becomes ready is stopped, not
+        left running for the rest of the session."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
             sys.executable,
@@ -196,7 +199,10 @@ class Server:
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
-        raise AssertionError(f"server did not become ready: {self.log.read_text()[-2000:]}")
+        self.stop()
+        raise AssertionError(
+            f"server did not become ready in {timeout:.0f} s: {self.log.read_text()[-2000:]}"
+        )
 
     def kill9(self) -> None:
         assert self.proc is not None
