@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from gpupool.model import UNLIMITED, FairSharingMode
+from gpupool.model import UNLIMITED
 
 if TYPE_CHECKING:
     from gpupool.engine.state.quota import QuotaState
@@ -69,13 +69,9 @@ def water_fill(capacity: float, claims: Sequence[tuple[float, float, float]]) ->
     return out
 
 
-def over_quota_roots(quota: QuotaState) -> list[str]:
+def over_quota_roots(quota: QuotaState) -> tuple[str, ...]:
     """The cohort roots whose tree uses the over-quota measure, in name order."""
-    return sorted(
-        n
-        for n, q in quota.queues.items()
-        if quota.root[n] == n and q.fair_sharing_mode is FairSharingMode.OVER_QUOTA
-    )
+    return quota.over_quota_roots
 
 
 def demand(

@@ -78,6 +78,15 @@ class QuotaState:
             else max(q.weight, 1e-9)
             for n, q in self.queues.items()
         }
+        #: the cohort roots measured by fair share (``engine/over_quota.py``), in name order:
+        #: fixed with the tree, so a cycle of a tree without one does no over-quota work at all
+        self.over_quota_roots: tuple[str, ...] = tuple(
+            sorted(
+                n
+                for n in self.queues
+                if self.root[n] == n and self.queues[n].fair_sharing_mode is FairSharingMode.OVER_QUOTA
+            )
+        )
 
     def _post_order(self) -> Iterator[str]:
         seen: set[str] = set()
