@@ -149,7 +149,8 @@ def test_window_rule_exact_when_preemptors_wait_long(tmp_path: Path) -> None:
     body = "  workload:\n    philly: {path: trace.csv, autoQueues: {pool: p, cohort: all}}\n  seed: 5\n  scheduleInterval: 60s\n"
     sc = load_scenario(scenario_file(tmp_path, body, 3))
     base = Policy.named("gpupool")
-    pol = replace(base, config=replace(base.config, preemption_wait_fraction=1e9))  # horizon: the 600 s cap
+    # horizon: a declared 600 s cap (there is none by default)
+    pol = replace(base, config=replace(base.config, preemption_wait_fraction=1e9, preemption_wait_s=600.0))
     runs = [Simulation(sc, pol, sc.variants[0], full_pending=full).run() for full in (False, True)]
     fast, full = ([(j.spec.name, j.first_start, j.finish, j.preempted) for j in r.jobs] for r in runs)
     assert fast == full
@@ -166,7 +167,7 @@ def test_a_class_wait_is_part_of_the_scheduling_shape() -> None:
     w = Workload("w", "q", (PodGroup("main", 1, PodRequest(cpu_milli=1000)),), expected_duration_s=1.0)
 
     def shape(x: Workload) -> tuple[object, ...]:
-        return scheduling_signature(x, by_octave=True)
+        return scheduling_signature(x, by_band=True)
 
     assert shape(w) != shape(replace(w, preemption_wait_s=0.0))
     assert shape(w) == shape(replace(w, name="other", arrival=5.0))

@@ -490,8 +490,10 @@ class EngineConfig:
     #: a preemptor waits instead of evicting when running work expected to end within this share
     #: of its own expected run time frees enough for it (0: never; unknown duration: never)...
     preemption_wait_fraction: float = 0.3
-    #: ... and within this many seconds at most
-    preemption_wait_s: float = 600.0
+    #: ... and within this many seconds at most, where the caller declares a cap (None, the
+    #: default: no cap; the horizon is relative to the preemptor's duration alone, so scaling
+    #: every time by k scales it by k: docs/engine.md "Time-scale invariance")
+    preemption_wait_s: float | None = None
     #: ... and only for work evicted at least this many times before (0: any work)
     preemption_wait_after_evictions: int = 0
     #: a workload admitted less than this many seconds ago is not a victim (0: off)

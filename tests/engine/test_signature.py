@@ -42,12 +42,14 @@ def test_every_field_but_name_and_arrival_is_part_of_the_signature() -> None:
     assert scheduling_signature(w) != scheduling_signature(replace(w, priority_class="hi"))
 
 
-def test_by_octave_keeps_only_the_power_of_two_of_the_duration() -> None:
-    a, b, c = (_w(expected_duration_s=d) for d in (4.0, 7.5, 8.0))
-    assert scheduling_signature(a) != scheduling_signature(b)
-    assert scheduling_signature(a, by_octave=True) == scheduling_signature(b, by_octave=True)
-    assert scheduling_signature(b, by_octave=True) != scheduling_signature(c, by_octave=True)
-    assert len(scheduling_signature(a, by_octave=True)) == len(SIGNATURE_FIELDS)
+def test_by_band_keeps_only_the_band_of_the_duration() -> None:
+    # bands are thirds of a decade: [4.64, 10) is one, 10 starts the next, at every power of ten
+    for k in (0.001, 1.0, 1000.0):
+        a, b, c = (_w(expected_duration_s=d * k) for d in (5.0, 9.5, 10.0))
+        assert scheduling_signature(a) != scheduling_signature(b)
+        assert scheduling_signature(a, by_band=True) == scheduling_signature(b, by_band=True)
+        assert scheduling_signature(b, by_band=True) != scheduling_signature(c, by_band=True)
+        assert len(scheduling_signature(a, by_band=True)) == len(SIGNATURE_FIELDS)
 
 
 def test_the_simulator_keeps_workloads_apart_that_prefer_other_pools() -> None:

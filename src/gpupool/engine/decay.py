@@ -57,6 +57,12 @@ def _gpu_denominator(quota: QuotaState, n: str) -> float:
     return float(sum(quota.capacity[p][0] for p in quota.pools if p in quota.capacity))
 
 
+#: decayed usage below this share of one GPU held for a half-life is dropped (a queue idle for
+#: ~40 half-lives): relative to the half-life, not a number of GPU-seconds (it was 1e-9), so a
+#: scenario in another unit of time drops it at the same moment
+_DROP = 1e-12
+
+
 class DecayedUsage:
     """GPU-seconds per queue, halved every ``half_life_s``: what the caller (controller,
     simulator) keeps between cycles and passes to the engine.
@@ -87,7 +93,7 @@ class DecayedUsage:
         gain = self.half_life_s / math.log(2) * (1.0 - f)
         for q in set(self.usage) | set(held):
             v = self.usage.get(q, 0.0) * f + held.get(q, 0.0) * gain
-            if v > 1e-9:
+            if v > _DROP * self.half_life_s:
                 self.usage[q] = v
             else:
                 self.usage.pop(q, None)

@@ -7,8 +7,8 @@ added to ``Workload`` reached one of them and not the others); here the signatur
 from the model, so a new field is part of it unless it is named below, with the reason.
 
 - ``scheduling_signature``: every field of ``Workload`` but its name and arrival, which only
-  identify and order it (``ordering.workload_order_key``). With ``duration_octave`` the declared
-  duration counts only by its power of two (``victim_cost.duration_octave``, the one thing the
+  identify and order it (``ordering.workload_order_key``). With ``by_band`` the declared
+  duration counts only by its band, a third of a decade (``victim_cost.duration_band``, the one thing the
   preemption wait reads of it): the simulator's classes, whose backfill rule handles the exact
   durations itself.
 - ``placement_signature``: the part of it placement reads (``placement.Placer``,
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import fields
 from operator import attrgetter
 
-from gpupool.engine.preemption.victim_cost import duration_octave
+from gpupool.engine.preemption.victim_cost import duration_band
 from gpupool.model import Workload
 
 #: the fields that name and order a workload: never part of its signature
@@ -38,13 +38,13 @@ _placement = attrgetter(*PLACEMENT)
 Signature = tuple[object, ...]
 
 
-def scheduling_signature(w: Workload, *, by_octave: bool = False) -> Signature:
-    """Everything the engine reads of ``w`` but its name and arrival (``by_octave``: the
-    declared duration by its power of two only)."""
+def scheduling_signature(w: Workload, *, by_band: bool = False) -> Signature:
+    """Everything the engine reads of ``w`` but its name and arrival (``by_band``: the
+    declared duration by its band only)."""
     sig: Signature = _signature(w)
-    if by_octave:
+    if by_band:
         d = _DURATION
-        return (*sig[:d], duration_octave(w.expected_duration_s), *sig[d + 1 :])
+        return (*sig[:d], duration_band(w.expected_duration_s), *sig[d + 1 :])
     return sig
 
 

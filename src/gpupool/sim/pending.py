@@ -4,7 +4,7 @@ Why classes: the window planner (``gpupool.sim.windows``) gives the engine only 
 members of each class, and proves afterwards that the rest would have fared the same. That
 proof needs members of one class to be interchangeable to the engine but for their order,
 which is what the engine's ``scheduling_signature`` captures (with the declared duration by its
-power of two: the window rule handles backfill by exact durations itself, ``by_dur``).
+band, a third of a decade: the window rule handles backfill by exact durations itself, ``by_dur``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class PendingSet:
         return len(self.w)
 
     def add(self, w: Workload) -> None:
-        ck = self.class_ids.setdefault(scheduling_signature(w, by_octave=True), len(self.class_ids))
+        ck = self.class_ids.setdefault(scheduling_signature(w, by_band=True), len(self.class_ids))
         self.w[w.name] = w
         self.cls_of[w.name] = ck
         self.new.add(w.name)

@@ -10,8 +10,8 @@ make preemption weigh what it destroys, each a knob of ``EngineConfig`` (``docs/
   one that loses the least per unit it frees goes first: elapsed run time, times one more for
   every time it was evicted before (a workload that already lost runs is dearer to evict again).
 * **Wait for work about to finish.** When the running work expected to end within a horizon
-  (``preemption_wait_fraction`` of the preemptor's own expected run time, at most
-  ``preemption_wait_s``) would free enough for the preemptor (quota and placement, tried on the
+  (``preemption_wait_fraction`` of the preemptor's own expected run time; at most
+  ``preemption_wait_s`` where a caller declares that cap) would free enough for the preemptor (quota and placement, tried on the
   engine's own state), the preemptor waits instead of evicting: it is delayed by at most that
   horizon, and nobody's work is thrown away. A priority class's ``spec.preemptionWait``
   replaces the horizon for its workloads (``0s``: evict at once); with
@@ -20,6 +20,9 @@ make preemption weigh what it destroys, each a knob of ``EngineConfig`` (``docs/
 
 Pure like the rest of the engine: time is the snapshot's ``now``, expected ends come from each
 workload's ``expected_duration_s``, eviction counts from ``Workload.evictions`` (the caller's).
+No rule holds an absolute number of seconds (docs/engine.md, "Time-scale invariance"): the
+horizon is a share of the preemptor's duration, its rounding is relative, the tie tolerance is
+relative to the times compared, and the cap and the cooldown are the caller's declared settings.
 """
 
 from __future__ import annotations
@@ -41,11 +44,24 @@ if TYPE_CHECKING:
 FitsNow = Callable[["Workload", str, "Vec"], bool]
 
 _INF = float("inf")
-#: expected ends this close past the horizon count as within it: sums of float times (admitted
-#: at 2.2, runs 0.5 s; horizon 0.3 s from 2.4: 2.7 > 2.6999...) otherwise land on either side of
-#: one instant, and alike workloads wait or evict by rounding luck (11 of the Kueue baseline's 50
-#: waves did)
-TIE_S = 1e-9
+#: expected ends this close past the horizon count as within it, as a share of the times
+#: compared (``tie_tolerance``): sums of float times (admitted at 2.2, runs 0.5 s; horizon 0.3 s
+#: from 2.4: 2.7 > 2.6999...) otherwise land on either side of one instant, and alike workloads
+#: wait or evict by rounding luck (11 of the Kueue baseline's 50 waves did). Relative, not a
+#: number of seconds (it was 1e-9 s): float error grows with the times, so in other units the
+#: same instants need a tolerance in those units
+TIE_REL = 1e-12
+#: steps of the duration bands per decade (``duration_band``): a third of a decade, about the
+#: power of two it replaces (x2.15), and a band maps onto a band under any power of ten
+BANDS_PER_DECADE = 3
+#: a duration this close (relatively) below a band's edge is on the edge (``log10`` rounding)
+_EDGE_REL = 1e-9
+
+
+def tie_tolerance(now: float, horizon: float) -> float:
+    """How far past ``now + horizon`` an expected end still counts as within it: a share of
+    the magnitudes compared (scaling every time by k scales it by k)."""
+    return TIE_REL * (abs(now) + horizon)
 
 
 def expected_end(r: Running) -> float:
@@ -82,13 +98,21 @@ def choose_victims(cfg: EngineConfig, now: float, cands: list[Candidate]) -> lis
     return out
 
 
-def duration_octave(d: float | None) -> int | None:
-    """The power of two a duration falls in (``2**k <= d < 2**(k+1)``): the wait horizon is
-    a function of it, so workloads alike but for a slightly different duration wait alike (a
-    caller that groups interchangeable workloads, like the simulator, groups by it too)."""
-    if d is None or d <= 0:
+def duration_band(d: float | None) -> int | None:
+    """The band a duration falls in: ``j`` with ``10**(j/3) <= d < 10**((j+1)/3)`` (thirds of
+    a decade). The wait horizon is a function of it, so workloads alike but for a slightly
+    different duration wait alike (a caller that groups interchangeable workloads, like the
+    simulator, groups by it too). Why not powers of two, as before: 1 s and 1000 s fell in
+    octaves 0 and 9 (512 s), so the same scenario in seconds waited 0.512x as long as in
+    milliseconds; decade thirds map onto each other under any power of ten (ms, s, ks)."""
+    if d is None or not d > 0:
         return None
-    return math.floor(math.log2(d))
+    return math.floor(BANDS_PER_DECADE * math.log10(d) + _EDGE_REL)
+
+
+def band_floor(j: int) -> float:
+    """The shortest duration of band ``j``."""
+    return float(10.0 ** (j / BANDS_PER_DECADE))
 
 
 def wait_horizon(cfg: EngineConfig, w: Workload) -> float:
@@ -96,16 +120,20 @@ def wait_horizon(cfg: EngineConfig, w: Workload) -> float:
 
     Its priority class's ``preemptionWait`` when set (``Workload.preemption_wait_s``): the
     operator's choice per class, e.g. 0 for serving that must never wait; it needs no declared
-    duration. Otherwise a share of its expected run time (rounded down to its power of two),
-    capped: relative, so one setting fits sub-second jobs and day-long ones alike."""
+    duration. Otherwise a share of its expected run time (rounded down to its band), capped
+    only by ``preemption_wait_s`` where the caller declares a cap (default: none; the 600 s it
+    was held day-long jobs to ten minutes): relative, so one setting fits sub-second jobs and
+    day-long ones alike, in any unit of time."""
     if not cfg.preemption_cost:
         return 0.0
     if w.preemption_wait_s is not None:
         return max(0.0, w.preemption_wait_s)
-    k = duration_octave(w.expected_duration_s)
-    if k is None:
+    j = duration_band(w.expected_duration_s)
+    if j is None:
         return 0.0
-    return max(0.0, min(cfg.preemption_wait_s, cfg.preemption_wait_fraction * 2.0**k))
+    h = cfg.preemption_wait_fraction * band_floor(j)
+    cap = cfg.preemption_wait_s
+    return max(0.0, h if cap is None else min(cap, h))
 
 
 def should_wait(
@@ -134,7 +162,7 @@ def _room_after_ending(
 ) -> bool:
     """Would ``w`` fit once the work of ``pool`` expected to end within ``horizon`` has ended?"""
     now = ssn.now
-    limit = now + horizon + TIE_S
+    limit = now + horizon + tie_tolerance(now, horizon)
     ending = [
         r
         for (p, _), rs in ssn.runs.by_pq.items()
