@@ -15,6 +15,9 @@ start by a multiple of it, ``--mix`` multiplies the counts per class, ``--stagge
 every queue's sets their own random start within one interval (the waves no longer line up),
 ``--now-queues N`` puts the large jobs of the first N queues of each cohort in a class with
 ``preemptionWait: 0s`` (an operator's mix of never-waiting and waiting large work).
+``--time-scale K`` multiplies every time (set intervals, starts and durations, class waits) by
+``K``: ``--time-scale 1000`` is the scenario in seconds instead of milliseconds, and gives the
+same table with every time x 1000 (docs/engine.md, "Time-scale invariance").
 The knobs of docs/engine.md ("Preemption cost") were chosen on these six, then reported on the
 baseline: ``--cohorts 2 --scale 0.2``; ``--cohorts 2 --scale 0.5 --shift 0.05``; ``--cohorts 3
 --scale 0.3 --stagger 1``; ``--cohorts 2 --scale 0.3 --mix 1,1.5,0.8``; ``--cohorts 2 --scale
@@ -41,6 +44,7 @@ from gpupool.sim.baselines import Policy
 from gpupool.sim.bounds import zero_wait_bound
 from gpupool.sim.metrics import compute, job_class
 from gpupool.sim.scenario import Scenario, load_scenario
+from gpupool.sim.sets import duration_s
 from gpupool.sim.simulator import Simulation
 
 HERE = Path(__file__).resolve().parent
@@ -70,7 +74,21 @@ def variant_doc(args: argparse.Namespace, waits: dict[str, str]) -> dict[str, An
         _split_large(spec, args.now_queues)
     if args.stagger is not None:
         spec["workload"]["sets"] = _staggered(spec["workload"]["sets"], args.cohorts, args.stagger)
+    if args.time_scale != 1.0:
+        _rescale(spec, args.time_scale)
     return doc
+
+
+def _rescale(spec: dict[str, Any], k: float) -> None:
+    """Every time of the scenario (set interval, start, duration; class preemptionWait) x ``k``,
+    as seconds."""
+    for s in spec["workload"]["sets"]:
+        for key in ("interval", "start", "duration"):
+            if key in s:
+                s[key] = duration_s(s[key], key) * k
+    for d in spec["cluster"]["documents"]:
+        if d["kind"] == "PriorityClass" and "preemptionWait" in d["spec"]:
+            d["spec"]["preemptionWait"] = duration_s(d["spec"]["preemptionWait"], "preemptionWait") * k
 
 
 def _split_large(spec: dict[str, Any], n: int) -> None:
@@ -136,7 +154,7 @@ def run_row(args: argparse.Namespace, row: str) -> dict[str, Any]:
     sc = load(variant_doc(args, waits))
     pol = Policy.named(policy)
     if knobs:
-        cfg = replace(pol.config, **{k: type(getattr(pol.config, k))(v) for k, v in knobs.items()})
+        cfg = replace(pol.config, **{k: _typed(getattr(pol.config, k), v) for k, v in knobs.items()})
         pol = replace(pol, config=cfg)
     t0 = time.process_time()
     r = Simulation(sc, pol, sc.variants[0]).run()
@@ -149,8 +167,13 @@ def run_row(args: argparse.Namespace, row: str) -> dict[str, Any]:
         if job_class(j.spec) == "large" and j.first_start is not None
     ]
     m["large_wait_max_s"] = max(large, default=0.0)
-    m["large_waited_share"] = sum(w > 1e-9 for w in large) / max(1, len(large))
+    m["large_waited_share"] = sum(w > 1e-9 * args.time_scale for w in large) / max(1, len(large))
     return m
+
+
+def _typed(default: object, text: str) -> object:
+    """A knob's value from text, of its default's type (a number where the default is None)."""
+    return float(text) if default is None else type(default)(text)
 
 
 def table_line(m: dict[str, Any]) -> str:
@@ -175,6 +198,7 @@ def main() -> int:
     ap.add_argument("--now-queues", type=int, default=0, help="large of the first N queues per cohort at 0s")
     ap.add_argument("--row", action="append", default=[], help="NAME=POLICY[:k=v;...][@class=dur;...]")
     ap.add_argument("--set", action="append", default=[], help="knob=value for every gpupool row")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="every time x K (1000: seconds)")
     args = ap.parse_args()
     sc = load(variant_doc(args, {}))
     b = zero_wait_bound(sc.trace.jobs, 120.0 * args.cohorts, "large")

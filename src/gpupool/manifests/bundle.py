@@ -29,11 +29,6 @@ def build(docs: Iterable[Document], base: Bundle | None = None, *, references: b
         b.priority_classes = list(base.priority_classes)
     docs = list(docs)
     b.documents = docs
-    # by name, a later document replacing an earlier one (and moving to the end, as a list
-    # rebuilt per document did): 10,000 queues in one set were quadratic
-    pools = {p.name: p for p in b.pools}
-    queues = {q.name: q for q in b.queues}
-    pcs = {p.name: p for p in b.priority_classes}
     for d in docs:
         if d.kind == "Cluster":
             b.nodes.extend(build_nodes(d, err))
@@ -42,19 +37,17 @@ def build(docs: Iterable[Document], base: Bundle | None = None, *, references: b
                 parse_task_types(d.spec.taskTypes, f"{d.source}: spec.taskTypes", err)
             )
         elif d.kind == "ResourcePool":
-            pools.pop(d.name, None)
-            pools[d.name] = build_pool(d)
+            b.pools = [p for p in b.pools if p.name != d.name] + [build_pool(d)]
         elif d.kind == "Queue":
-            queues.pop(d.name, None)
-            queues[d.name] = build_queue(d, err)
+            b.queues = [q for q in b.queues if q.name != d.name] + [build_queue(d, err)]
             where = f"{d.source}: spec.typeDefaults"
             b.task_types.queues[d.name] = parse_task_types(d.spec.typeDefaults, where, err)
         elif d.kind == "PriorityClass":
             s: PriorityClassSpec = d.spec
             wait = preemption_wait(s, d.source, err)
-            pcs.pop(d.name, None)
-            pcs[d.name] = PriorityClass(d.name, s.value, s.preemptible, s.description, wait)
-    b.pools, b.queues, b.priority_classes = list(pools.values()), list(queues.values()), list(pcs.values())
+            b.priority_classes = [p for p in b.priority_classes if p.name != d.name] + [
+                PriorityClass(d.name, s.value, s.preemptible, s.description, wait)
+            ]
     classes = {p.name: p for p in b.priority_classes}
     seq = 0
     for d in docs:

@@ -14,8 +14,17 @@ import heapq
 FINISH, JOB_FAULT, NODE_FAIL, NODE_REPAIR, ARRIVAL, RETRY, TICK = range(7)
 
 #: ``aux`` per kind: FINISH/JOB_FAULT the attempt it belongs to (a stale one is ignored);
-#: NODE_FAIL/NODE_REPAIR the repair time in ms, or -1 for an MTBF failure
+#: NODE_FAIL/NODE_REPAIR the index of the scheduled failure (``Faults.node_failures``), or -1
+#: for an MTBF failure
 QueuedEvent = tuple[float, int, int, str, int]
+
+
+def clean_time(t: float) -> float:
+    """``t`` without float noise, to 12 significant digits: 0.1 + 0.2 is 0.30000000000000004,
+    so a job admitted at 0.1 for 0.2 s would end just after an arrival at 0.3, while the same
+    scenario in milliseconds (100 + 200) ends with it. Relative, so the same instants meet in
+    every unit of time (docs/engine.md, "Time-scale invariance")."""
+    return float(f"{t:.12g}")
 
 
 class EventQueue:
@@ -29,4 +38,4 @@ class EventQueue:
 
     def push(self, t: float, kind: int, subject: str, aux: int = 0) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (t, kind, self.seq, subject, aux))
+        heapq.heappush(self.heap, (clean_time(t), kind, self.seq, subject, aux))

@@ -15,6 +15,7 @@ from typing import Any
 
 from gpupool import quantity as qty
 from gpupool.manifests import API_VERSION
+from gpupool.sim.events import clean_time
 from gpupool.sim.manifest import CohortSetSpec, Duration, WorkloadSetSpec
 from gpupool.sim.sources import MIN_DURATION_S, JobSpec, SimInputError, Trace
 
@@ -78,7 +79,7 @@ def resolve_sets(specs: list[WorkloadSetSpec], leaves: list[str], where: str) ->
             continue
         out.append(
             WorkloadSet(
-                s.className, tuple(queues), s.count, interval, start, max(dur, MIN_DURATION_S),
+                s.className, tuple(queues), s.count, interval, start, dur if dur > 0 else MIN_DURATION_S,
                 cpu, mem, s.gpus, s.replicas, s.priorityClass, s,
             )
         )  # fmt: skip
@@ -94,7 +95,7 @@ def expand_sets(sets: list[WorkloadSet]) -> Trace:
     for si, s in enumerate(sets):
         for qi, q in enumerate(s.queues):
             for n in range(s.count):
-                t = round(s.start_s + n * s.interval_s, 6)
+                t = clean_time(s.start_s + n * s.interval_s)  # 0.1 x 3 is 0.30000000000000004
                 job = JobSpec(
                     name=f"{s.label}-{q}-{n:05d}",
                     queue=q,

@@ -35,7 +35,17 @@ from gpupool.model import (
     Workload,
 )
 from gpupool.sim.baselines import Policy
-from gpupool.sim.events import ARRIVAL, FINISH, JOB_FAULT, NODE_FAIL, NODE_REPAIR, RETRY, TICK, EventQueue
+from gpupool.sim.events import (
+    ARRIVAL,
+    FINISH,
+    JOB_FAULT,
+    NODE_FAIL,
+    NODE_REPAIR,
+    RETRY,
+    TICK,
+    EventQueue,
+    clean_time,
+)
 from gpupool.sim.feasibility import Feasibility
 from gpupool.sim.pending import PendingSet
 from gpupool.sim.results import Event, JobRecord, RunResult, Series
@@ -194,8 +204,8 @@ class Simulation:
                 continue
             q.push(r.spec.submit, ARRIVAL, r.spec.name)
         f = self.faults
-        for node, at, rep in f.node_failures:
-            q.push(at, NODE_FAIL, node, int(rep * 1000))
+        for i, (node, at, _) in enumerate(f.node_failures):
+            q.push(at, NODE_FAIL, node, i)  # the repair time by index: no rounding to a ms
         self.node_rng = {n.name: random.Random(f"{sc.seed}/node/{n.name}") for n in self.nodes}
         if f.mtbf_s:
             for n in self.nodes:
@@ -251,10 +261,10 @@ class Simulation:
         self._fault(name, t, "abnormal exit")
         self.changed = self.dirty = True
 
-    def _on_node_fail(self, node: str, repair_ms: int, t: float) -> None:
+    def _on_node_fail(self, node: str, which: int, t: float) -> None:
         if node in self.down:
             return
-        rep = (repair_ms / 1000.0) if repair_ms >= 0 else self.faults.mtbf_repair_s
+        rep = self.faults.node_failures[which][2] if which >= 0 else self.faults.mtbf_repair_s
         self.events.append(Event(t, "node-failed", node, f"repair in {rep:g}s"))
         for jn in sorted(self.on_node.get(node, ())):
             self.events.append(Event(t, "job-evicted", jn, f"node {node} failed"))
@@ -262,16 +272,16 @@ class Simulation:
         self.down.add(node)
         self.eng = self._new_engine(t)
         self.cap = self._capacity()
-        self.queue.push(t + rep, NODE_REPAIR, node, repair_ms)
+        self.queue.push(t + rep, NODE_REPAIR, node, which)
         self.changed = self.dirty = True
 
-    def _on_node_repair(self, node: str, repair_ms: int, t: float) -> None:
+    def _on_node_repair(self, node: str, which: int, t: float) -> None:
         self.down.discard(node)
         self.events.append(Event(t, "node-repaired", node))
         self.eng = self._new_engine(t)
         self.cap = self._capacity()
         mtbf = self.faults.mtbf_s
-        if repair_ms < 0 and mtbf:  # an MTBF failure: the node's next one
+        if which < 0 and mtbf:  # an MTBF failure: the node's next one
             self.queue.push(t + self.node_rng[node].expovariate(1.0 / mtbf), NODE_FAIL, node, -1)
         self.changed = self.dirty = True
 
@@ -295,7 +305,8 @@ class Simulation:
         self.stale = self.stale or self.changed
         interval = self.interval
         if interval > 0 and self.stale and not self.tick and self.tick_at < 0:
-            self.tick_at = math.ceil(t / interval) * interval
+            # the next multiple of the interval, at or after t (4.0000000000000001 intervals is 4)
+            self.tick_at = math.ceil(clean_time(t / interval)) * interval
             self.queue.push(self.tick_at, TICK, "")
         if self.stale and self.tick and len(self.pend):
             self.stale = False

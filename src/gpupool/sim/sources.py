@@ -70,8 +70,10 @@ class Trace:
     gpu_time_by_queue: dict[str, float] = field(default_factory=dict)
 
 
-#: the shortest run a trace may give (sub-second work, as in Kueue's performance test, is
-#: kept; a zero duration would finish in the cycle that admits it)
+#: the run a zero duration is given (a zero duration would finish in the cycle that admits
+#: it); every positive duration is kept as it is, however short (sub-second work, as in
+#: Kueue's performance test): a floor in seconds would make a scenario written in another unit
+#: of time run differently (docs/engine.md, "Time-scale invariance")
 MIN_DURATION_S = 0.001
 
 
@@ -265,7 +267,7 @@ def _generic_job(
         name=get("name") or f"j{n:06d}",
         queue=get("queue") or default_queue,
         submit=submit,
-        duration=max(dur, MIN_DURATION_S),
+        duration=dur if dur > 0 else MIN_DURATION_S,
         gpus=gpus,
         replicas=max(reps, 1),
         gpu_milli=milli if gpus == 0 else 0,
