@@ -25,8 +25,6 @@ _BUILTIN_EXCEPTIONS = frozenset(
 
 #: classes over the limit today, each with its reason, as "module:Class"
 KNOWN: dict[str, str] = {
-    "gpupool.service.controller.cycle:Cycle": "issue 26: the controller's split into collaborators is pending",
-    "gpupool.service.controller.recovery:Recovery": "issue 26: the controller's split into collaborators is pending",
     "gpupool.store.store:Store": "issue 26: the store's repositories per aggregate are pending",
 }
 

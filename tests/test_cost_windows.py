@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -290,19 +289,17 @@ def test_the_admission_record_names_the_last_pending_reason() -> None:
     from gpupool.engine.decisions import Admit, Decisions, Pending, PendingCode
     from gpupool.service.controller.commit import Commit
 
-    ctl = SimpleNamespace(
-        reasons={"a": Pending("a", "q", PendingCode.QUOTA, "q is at its limit")},
-        _stored_reasons={"b": "InsufficientCapacity: no node has 8 free GPUs"},
-    )
+    reasons = {"a": Pending("a", "q", PendingCode.QUOTA, "q is at its limit")}
+    stored = {"b": "InsufficientCapacity: no node has 8 free GPUs"}
     d = Decisions()
     d.admitted = [Admit(n, "q", "p", (), False, "fits") for n in ("a", "b", "c")]
-    waited = Commit._waited_for(ctl, d)  # type: ignore[arg-type]
+    waited = Commit.waited_for(d, reasons, stored)
     assert waited == {
         "a": "QuotaExceeded: q is at its limit",
         "b": "InsufficientCapacity: no node has 8 free GPUs",
     }
     audits: list[AuditEntry] = []
-    Commit._admission_records(d, 0.0, [], audits, waited)
+    Commit.admission_records(d, 0.0, [], audits, waited)
     assert [a.detail["waitedFor"] for a in audits] == [waited["a"], waited["b"], ""]
 
 

@@ -210,7 +210,7 @@ def test_a_refused_start_fails_no_workload_when_deposed(tmp_path: Path, db_url: 
         ctl.backend = GuardedBackend(be, lambda: acting["v"])
         ctl.recover()
         _submit(store, ctl, "w1")
-        ctl._process_finished = lambda now: 0  # type: ignore[method-assign]  # the decision, then the start
+        ctl.finishing.process_finished = lambda now: 0  # type: ignore[method-assign]  # the decision, then the start
         acting["v"] = False  # the local deadline passes between the commit and the start
         with pytest.raises(NotLeader):
             ctl.cycle()

@@ -138,13 +138,13 @@ def test_write_ahead_recovery(tmp_path: Path, db_url: str, crash_at: str) -> Non
 
         be.start = boom  # type: ignore[method-assign]
     else:
-        real = ctl._start_specs
+        real = ctl.commit.start_specs
 
         def start_then_die(specs: Any, now: float) -> None:
             ctl.backend.start([RunSpec(n, p, w.expected_duration_s) for n, w, p in specs])
             raise Crash
 
-        ctl._start_specs = start_then_die  # type: ignore[method-assign]
+        ctl.commit.start_specs = start_then_die  # type: ignore[method-assign]
         assert real is not None
     with pytest.raises(Crash):
         ctl.cycle()

@@ -326,15 +326,13 @@ def test_the_controller_requeues_a_victim_with_one_more_eviction() -> None:
     rec = SimpleNamespace(
         seq=3, queue="a", owner="o", submitted_at=datetime(2026, 1, 1, tzinfo=UTC), manifest={}, reason=""
     )
-    ctl = SimpleNamespace(
-        store=SimpleNamespace(get_workload=lambda name: rec),
-        pending={},
-        _stored_reasons={},
-        _requeue=lambda names, why, now: None,
+    ctx = SimpleNamespace(
+        store=SimpleNamespace(get_workload=lambda name: rec), requeue=lambda names, why, now: None
     )
+    pending = SimpleNamespace(pending={}, stored_reasons={})
     victim = _run(_wl("v", 1, 0, 10.0, evictions=1), at=0.0)
-    Commit._requeue_victims(ctl, {"v": victim}, 5.0)  # type: ignore[arg-type]
-    assert ctl.pending["v"].model.evictions == 2
+    Commit(ctx, pending).requeue_victims({"v": victim}, 5.0)  # type: ignore[arg-type]
+    assert pending.pending["v"].model.evictions == 2
 
 
 # -- the zero-wait bound (gpupool.sim.bounds) -------------------------------------------------------

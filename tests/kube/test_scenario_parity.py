@@ -213,19 +213,27 @@ def unexpressible(scn: Scenario) -> str:
 # --------------------------------------------------------------------- the two controllers
 class Recording(Controller):
     """The controller, recording each cycle's decisions; its engine runs with the scenario's
-    engine configuration (the same on both sides)."""
+    engine configuration (the same on both sides). Both are wrapped around its parts: the
+    commit sees every cycle's decisions, the configuration makes every engine's snapshot."""
 
     engine_config = EngineConfig()
     decided: list[Decisions]
 
-    def _commit(self, d: Decisions, models: Any, now: float, stats: Any) -> None:
-        self.decided.append(d)
-        super()._commit(d, models, now, stats)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        commit, snapshot = self.commit.commit, self.config.snapshot
 
-    def _snapshot(
-        self, bundle: Any, running: Sequence[Running], queues: Sequence[Queue] | None = None
-    ) -> Snapshot:
-        return replace(super()._snapshot(bundle, running, queues), config=self.engine_config)
+        def recording(d: Decisions, models: Any, now: float, stats: Any) -> None:
+            self.decided.append(d)
+            commit(d, models, now, stats)
+
+        def configured(
+            bundle: Any, running: Sequence[Running], queues: Sequence[Queue] | None = None
+        ) -> Snapshot:
+            return replace(snapshot(bundle, running, queues), config=self.engine_config)
+
+        self.commit.commit = recording  # type: ignore[method-assign]
+        self.config.snapshot = configured  # type: ignore[method-assign]
 
 
 class Submitter:

@@ -29,6 +29,11 @@ def build(docs: Iterable[Document], base: Bundle | None = None, *, references: b
         b.priority_classes = list(base.priority_classes)
     docs = list(docs)
     b.documents = docs
+    # by name, a later document replacing an earlier one (and moving to the end, as a list
+    # rebuilt per document did): 10,000 queues in one set were quadratic
+    pools = {p.name: p for p in b.pools}
+    queues = {q.name: q for q in b.queues}
+    pcs = {p.name: p for p in b.priority_classes}
     for d in docs:
         if d.kind == "Cluster":
             b.nodes.extend(build_nodes(d, err))
@@ -37,17 +42,19 @@ def build(docs: Iterable[Document], base: Bundle | None = None, *, references: b
                 parse_task_types(d.spec.taskTypes, f"{d.source}: spec.taskTypes", err)
             )
         elif d.kind == "ResourcePool":
-            b.pools = [p for p in b.pools if p.name != d.name] + [build_pool(d)]
+            pools.pop(d.name, None)
+            pools[d.name] = build_pool(d)
         elif d.kind == "Queue":
-            b.queues = [q for q in b.queues if q.name != d.name] + [build_queue(d, err)]
+            queues.pop(d.name, None)
+            queues[d.name] = build_queue(d, err)
             where = f"{d.source}: spec.typeDefaults"
             b.task_types.queues[d.name] = parse_task_types(d.spec.typeDefaults, where, err)
         elif d.kind == "PriorityClass":
             s: PriorityClassSpec = d.spec
             wait = preemption_wait(s, d.source, err)
-            b.priority_classes = [p for p in b.priority_classes if p.name != d.name] + [
-                PriorityClass(d.name, s.value, s.preemptible, s.description, wait)
-            ]
+            pcs.pop(d.name, None)
+            pcs[d.name] = PriorityClass(d.name, s.value, s.preemptible, s.description, wait)
+    b.pools, b.queues, b.priority_classes = list(pools.values()), list(queues.values()), list(pcs.values())
     classes = {p.name: p for p in b.priority_classes}
     seq = 0
     for d in docs:

@@ -8,7 +8,7 @@ together with how backoffs are restored after a restart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from gpupool.service import task_types
 from gpupool.store import PhaseChange, WorkloadRecord
 
 if TYPE_CHECKING:
-    from gpupool.service.controller.state import ControllerState
+    from gpupool.service.controller.context import Context
 from gpupool.service.failure_policy import (
     BACKOFF_CODE,
     FAILED_EVENT,
@@ -45,10 +45,16 @@ class _Outcome:
     hold: float | None = None
 
 
-def record_failures(ctl: ControllerState, failed: Sequence[tuple[WorkloadRecord, Fault]], now: float) -> None:
+def record_failures(
+    ctl: Context,
+    queue_again: Callable[[WorkloadRecord], None],
+    failed: Sequence[tuple[WorkloadRecord, Fault]],
+    now: float,
+) -> None:
     """Requeue each failed workload after its backoff, or end it Failed; one transaction for all.
 
-    The caller has already stopped the runs in the backend (or the backend ended them itself).
+    The caller has already stopped the runs in the backend (or the backend ended them itself);
+    ``queue_again`` (the controller's pending set) holds each requeued workload as pending.
     """
     if not failed:
         return
@@ -67,13 +73,13 @@ def record_failures(ctl: ControllerState, failed: Sequence[tuple[WorkloadRecord,
     ctl.faults.holds.update({o.change.name: o.hold for o in outcomes if o.hold is not None})
     for new in done:
         if new.phase == "Pending":
-            ctl.queue_again(new)
+            queue_again(new)
         else:
             ctl.faults.hints.pop(new.name, None)
             ctl.hooks.on_finish(new.queue, new.phase)
 
 
-def _policy(ctl: ControllerState, rec: WorkloadRecord) -> RetryPolicy:
+def _policy(ctl: Context, rec: WorkloadRecord) -> RetryPolicy:
     """The workload's retry policy, with the retry limit its task type resolved to."""
     return policy_for(rec.manifest, ctl.faults, task_types.max_retries(rec.manifest, ctl.bundle))
 
@@ -172,7 +178,7 @@ def _dt(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
 
 
-def load_holds(ctl: ControllerState, stored_reasons: Mapping[str, str], now: float) -> None:
+def load_holds(ctl: Context, stored_reasons: Mapping[str, str], now: float) -> None:
     """After a restart: the backoff of every Pending workload whose stored reason says Backoff."""
     ctl.faults.holds.clear()
     for name, reason in stored_reasons.items():

@@ -9,17 +9,17 @@ devices are held whole in the engine so the pure engine needs no field for them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpupool.audit import AuditEntry
 from gpupool.model import Node, Running
-from gpupool.store import PhaseChange
+from gpupool.store import PhaseChange, WorkloadRecord
 
 if TYPE_CHECKING:
     from gpupool.engine import Engine
-    from gpupool.service.controller.state import ControllerState
+    from gpupool.service.controller.context import Context
 from gpupool.service.failure_policy import (
     SCHEDULER,
     UNHEALTHY_ANNOTATION,
@@ -111,9 +111,14 @@ def fault_of(r: Running, nodes: Mapping[str, Node], state: FaultState) -> Fault 
 
 
 def fault_evictions(
-    ctl: ControllerState, nodes: Sequence[Node], running: Sequence[Running], now: float
+    ctl: Context,
+    queue_again: Callable[[WorkloadRecord], None],
+    nodes: Sequence[Node],
+    running: Sequence[Running],
+    now: float,
 ) -> list[Running]:
-    """Evict the running work that a node fault displaces; returns what may keep running."""
+    """Evict the running work that a node fault displaces; returns what may keep running
+    (``queue_again`` holds each requeued workload as pending again, as in ``evict``)."""
     by_name = {n.name: n for n in nodes}
     out: dict[str, Fault] = {}
     keep: list[Running] = []
@@ -123,12 +128,19 @@ def fault_evictions(
             keep.append(r)
         else:
             out[r.name] = f
-    evict(ctl, out, now)
+    evict(ctl, queue_again, out, now)
     return keep
 
 
-def evict(ctl: ControllerState, out: Mapping[str, Fault], now: float, actor: str = SCHEDULER) -> None:
-    """Stop workloads that must leave their nodes (write-ahead), then requeue or fail them by policy."""
+def evict(
+    ctl: Context,
+    queue_again: Callable[[WorkloadRecord], None],
+    out: Mapping[str, Fault],
+    now: float,
+    actor: str = SCHEDULER,
+) -> None:
+    """Stop workloads that must leave their nodes (write-ahead), then requeue or fail them by
+    policy; ``queue_again`` (the controller's pending set) holds each requeued one as pending."""
     recs = [w for w in ctl.store.list_workloads(names=list(out)) if w.phase in ("Admitted", "Running")]
     if not recs:
         return
@@ -152,7 +164,7 @@ def evict(ctl: ControllerState, out: Mapping[str, Fault], now: float, actor: str
         ctl.engine.remove_running(n)
     counted = [(w, out[w.name]) for w in recs if out[w.name].counted]
     plain = [w for w in recs if not out[w.name].counted]
-    record_failures(ctl, counted, now)
+    record_failures(ctl, queue_again, counted, now)
     if plain:
         done = ctl.store.apply_transitions(
             [PhaseChange(w.name, "Pending", f"requeued: {out[w.name].reason}") for w in plain],
@@ -163,7 +175,7 @@ def evict(ctl: ControllerState, out: Mapping[str, Fault], now: float, actor: str
             at=_dt(now),
         )
         for new in done:
-            ctl.queue_again(new)
+            queue_again(new)
 
 
 def node_health(state: FaultState, node: str) -> dict[str, Any]:

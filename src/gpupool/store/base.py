@@ -21,10 +21,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from gpupool import audit as auditlog
 from gpupool.audit import AuditEntry, AuditRecord
 from gpupool.store import lease as leaselib
-from gpupool.store.database import DEFAULT_URL, create_engine, run_migrations
+from gpupool.store.database import DEFAULT_URL, create_engine, lease_engine, run_migrations
 from gpupool.store.errors import ValidationFailed
 from gpupool.store.rows import ANCHOR, AUDIT
 from gpupool.store.schema import AuditAnchorRow, AuditRow
+from gpupool.store.turns import WriteTurn
 
 Clock = Callable[[], datetime]
 
@@ -77,6 +78,10 @@ class StoreBase:
         #: fencing token every write of this view checks (None: unfenced; see ``fenced``)
         self._fence: int | None = None
         self._fence_idle_ms = 0
+        #: the lease keeper's own connection (gpupool.store.leadership) and its turn at the
+        #: database between a bulk write's batches (gpupool.store.turns); shared by fenced views
+        self._lease_engine = lease_engine(engine)
+        self.turn = WriteTurn()
 
     @classmethod
     def open(cls, url: str = DEFAULT_URL, *, clock: Clock | None = None, echo: bool = False) -> Self:
@@ -90,7 +95,9 @@ class StoreBase:
         return cls(engine, clock=clock)
 
     def close(self) -> None:
-        """Release pooled connections."""
+        """Release pooled connections (the lease keeper's too)."""
+        if self._lease_engine is not self.engine:
+            self._lease_engine.dispose()
         self.engine.dispose()
 
     def __enter__(self) -> Self:

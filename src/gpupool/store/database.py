@@ -58,6 +58,20 @@ def create_engine(url: str, echo: bool) -> Engine:
     return engine
 
 
+def lease_engine(engine: Engine) -> Engine:
+    """An engine of one connection for the leader lease alone, on ``engine``'s database.
+
+    Why its own: the lease is renewed from its own thread; sharing the store's pool, a renewal
+    could wait for a connection behind busy request threads until the lease expired. An
+    in-memory SQLite database exists only on the store's one connection: it is shared there."""
+    if isinstance(engine.pool, StaticPool):
+        return engine
+    url = engine.url.render_as_string(hide_password=False)
+    if engine.dialect.name == "sqlite":
+        return create_engine(url, bool(engine.echo))
+    return sa.create_engine(url, echo=engine.echo, pool_pre_ping=True, pool_size=1, max_overflow=1)
+
+
 def run_migrations(engine: Engine) -> None:
     """Upgrade the database to head, serialized against other processes doing the same."""
     cfg = Config()

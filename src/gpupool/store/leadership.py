@@ -10,6 +10,8 @@ import copy
 from datetime import datetime
 from typing import Self
 
+import sqlalchemy as sa
+
 from gpupool.store import lease as leaselib
 from gpupool.store.base import StoreBase
 from gpupool.store.errors import NotLeader, ValidationFailed
@@ -37,9 +39,14 @@ class LeaseMethods(StoreBase):
         """The fencing token this view checks (None for the plain store)."""
         return self._fence
 
+    def _lease_writer(self) -> sa.Engine:
+        """The lease's own connection, writing as the store's writers do (SQLite: BEGIN IMMEDIATE)."""
+        eng = self._lease_engine
+        return eng.execution_options(gpupool_begin="IMMEDIATE") if eng.dialect.name == "sqlite" else eng
+
     def get_lease(self) -> Lease:
         """The leader lease as stored (holder empty when nobody holds it)."""
-        with self.engine.connect() as conn:
+        with self._lease_engine.connect() as conn:
             return leaselib.read(conn)
 
     def acquire_lease(
@@ -58,13 +65,16 @@ class LeaseMethods(StoreBase):
         if ttl_s <= 0:
             raise ValidationFailed("ttl_s", "must be > 0")
         now = self._now(at)
-        with self._core_writer.begin() as conn:
+        with self.turn.first(), self._lease_writer().begin() as conn:
             return leaselib.take(conn, holder, url, now, ttl_s, dead_holder)
 
     def renew_lease(self, holder: str, epoch: int, ttl_s: float, *, at: datetime | None = None) -> Lease:
-        """Extend our lease by ``ttl_s`` from now; NotLeader when someone took it over."""
+        """Extend our lease by ``ttl_s`` from now; NotLeader when someone took it over.
+
+        On the lease's own connection, and bulk writers step aside between their batches
+        meanwhile (gpupool.store.turns): no write of this process can cost it the lease."""
         now = self._now(at)
-        with self._core_writer.begin() as conn:
+        with self.turn.first(), self._lease_writer().begin() as conn:
             got = leaselib.renew(conn, holder, epoch, now, ttl_s)
         if got is None:
             raise NotLeader(f"the leader lease (epoch {epoch}) was taken over")
@@ -73,5 +83,5 @@ class LeaseMethods(StoreBase):
     def release_lease(self, holder: str, epoch: int, *, at: datetime | None = None) -> bool:
         """Give our lease up (clean stop); False when it was not ours any more."""
         now = self._now(at)
-        with self._core_writer.begin() as conn:
+        with self._lease_writer().begin() as conn:
             return leaselib.release(conn, holder, epoch, now)

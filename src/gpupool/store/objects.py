@@ -15,13 +15,24 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.audit import AuditEntry
-from gpupool.store.errors import Conflict, NotFound, ValidationFailed
+from gpupool.store.errors import Conflict, NotFound, StoreError, ValidationFailed
+from gpupool.store.object_batches import apply_batch
 from gpupool.store.records import ObjectRecord
 from gpupool.store.revisions import record_revision
 from gpupool.store.rows import object_record
 from gpupool.store.schema import ObjectRow
 from gpupool.store.tokens import TokenMethods
 from gpupool.store.validation import OBJECT_KINDS, canonical, check_version, object_parts
+
+#: configuration objects written in one transaction by ``apply_objects``
+OBJECT_BATCH = 1_000
+
+
+def _after(exc: StoreError, applied: int) -> StoreError:
+    """``exc`` saying how many objects of the set earlier batches applied (none: as it is)."""
+    if not applied or type(exc) not in (Conflict, ValidationFailed):
+        return exc
+    return type(exc)(exc.field, f"{exc.problem} ({applied:,} objects of the set were applied before it)")
 
 
 class ObjectMethods(TokenMethods):
@@ -79,16 +90,36 @@ class ObjectMethods(TokenMethods):
         items: Sequence[tuple[Mapping[str, Any], AuditEntry | None, int | None]],
         *,
         at: datetime | None = None,
+        batch_size: int | None = None,
     ) -> list[tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]]:
-        """kubectl-apply several objects in one transaction: all of them, or (on any error) none.
-        Each item: manifest, audit entry, expected resourceVersion (None: unconditional)."""
+        """kubectl-apply several objects: all of them, or (on any error) none, when they fit in
+        one batch of ``batch_size`` (default ``OBJECT_BATCH``). Each item: manifest, audit entry, expected resourceVersion
+        (None: unconditional); kind+name distinct.
+
+        A larger set is written batch by batch, each batch its own transaction, and the
+        lease keeper goes first between two (gpupool.store.turns): one long write held the
+        database past the leader lease's expiry on SQLite. A batch that fails (a stale
+        resourceVersion, a concurrent create) writes nothing of itself or of the batches
+        after it, and its error says how many objects were applied before it."""
         parts = [(object_parts(m), a, v) for m, a, v in items]
         now = self._now(at)
-        try:
-            with self._write() as s:
-                return [self._put_in(s, p, "apply", v, a, now) for p, a, v in parts]
-        except IntegrityError as exc:
-            raise Conflict("metadata.name", "an object of the set was created concurrently; retry") from exc
+        size = max(1, batch_size or OBJECT_BATCH)
+        out: list[tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]] = []
+        for start in range(0, len(parts), size):
+            if start:
+                self.turn.step_aside()
+            try:
+                with self._write() as s:
+                    done, audits = apply_batch(s.connection(), parts[start : start + size], now)
+                    self._audit_many(s, audits, now)
+            except StoreError as exc:
+                raise _after(exc, start) from exc
+            except IntegrityError as exc:
+                problem = "an object of the set was created concurrently; retry"
+                raise _after(Conflict("metadata.name", problem), start) from exc
+            out.extend(done)
+            self.turn.batches += 1
+        return out
 
     def _put_in(
         self,

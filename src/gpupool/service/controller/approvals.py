@@ -12,15 +12,29 @@ from collections.abc import Sequence
 from gpupool.audit import AuditEntry
 from gpupool.quantity import QuantityError
 from gpupool.service.admission import approval_reason, exception_duration_s, is_exception
+from gpupool.service.controller.context import (
+    ACTIVE,
+    DEFAULT_EXCEPTION_S,
+    EXCEPTION_EVENT,
+    SCHEDULER,
+    Context,
+    _dt,
+)
 from gpupool.service.controller.pending import PendingSet
-from gpupool.service.controller.state import ACTIVE, DEFAULT_EXCEPTION_S, EXCEPTION_EVENT, SCHEDULER, _dt
 from gpupool.store import TERMINAL_PHASES, PhaseChange, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")
 
 
-class Approvals(PendingSet):
-    """Approval requests, exception windows and cancels (write-ahead, idempotent)."""
+class Approvals:
+    """Approval requests, exception windows and cancels (write-ahead, idempotent).
+
+    Owns ``exceptions``: the approved exception windows, workload -> end (epoch seconds)."""
+
+    def __init__(self, ctx: Context, pending: PendingSet) -> None:
+        self.ctx = ctx
+        self.pending = pending
+        self.exceptions: dict[str, float] = {}
 
     def open_approval(self, w: WorkloadRecord, now: float) -> None:
         """Open a workload's approval request (at submit, or at recovery when a crashed submit
@@ -31,7 +45,7 @@ class Approvals(PendingSet):
         except Exception as exc:
             log.exception("recovery: cannot open the approval request of %s", w.name)
             try:
-                self.store.transition_workload(
+                self.ctx.store.transition_workload(
                     w.name,
                     "Rejected",
                     reason=f"its approval request could not be stored ({type(exc).__name__}); resubmit it",
@@ -44,8 +58,8 @@ class Approvals(PendingSet):
                 log.exception("recovery: cannot reject %s either; it stays waiting", w.name)
 
     def request_approval(self, w: WorkloadRecord, now: float, ttl_s: float = 7 * 86400) -> None:
-        why = approval_reason(w.manifest, self.bundle)
-        self.store.request_approval(
+        why = approval_reason(w.manifest, self.ctx.bundle)
+        self.ctx.store.request_approval(
             w.name,
             w.owner,
             expires_at=_dt(now + ttl_s),
@@ -54,12 +68,15 @@ class Approvals(PendingSet):
             at=_dt(now),
         )
 
-    def _load_exceptions(self) -> None:
+    def load_exceptions(self) -> None:
+        """The exception windows, from the stored events (and approvals, for a window granted
+        but not yet recorded when the server stopped)."""
+        store = self.ctx.store
         self.exceptions.clear()
-        for w in self.store.list_workloads(phases=["Pending", *ACTIVE]):
+        for w in store.list_workloads(phases=["Pending", *ACTIVE]):
             if not is_exception(w.manifest):
                 continue
-            for ev in self.store.list_events(w.name):
+            for ev in store.list_events(w.name):
                 if ev.reason == EXCEPTION_EVENT:
                     try:
                         self.exceptions[w.name] = float(ev.message.split("until-epoch=")[1].split()[0])
@@ -67,7 +84,7 @@ class Approvals(PendingSet):
                         continue
             if w.name not in self.exceptions:
                 # approved, but the server died before it recorded the window: grant the default one
-                for a in self.store.list_approvals(state="Approved", workload=w.name):
+                for a in store.list_approvals(state="Approved", workload=w.name):
                     try:
                         dur = exception_duration_s(w.manifest) or DEFAULT_EXCEPTION_S
                     except QuantityError:
@@ -76,36 +93,34 @@ class Approvals(PendingSet):
                         self.grant_exception(w.name, a.decided_at.timestamp() + dur)
 
     def grant_exception(self, name: str, until: float) -> None:
-        with self.lock:
+        with self.ctx.lock:
             iso = _dt(until).isoformat()
-            self.store.add_event(
+            self.ctx.store.add_event(
                 name, "Normal", EXCEPTION_EVENT, f"exception granted until {iso} until-epoch={until}"
             )
             self.exceptions[name] = until
-            self.resync()
+            self.pending.resync()
 
-    def cancel(self, name: str, actor: str) -> WorkloadRecord:
-        """Cancel (write-ahead: Cancelled is committed before the backend stops it); idempotent."""
-        with self.lock:
-            rec = self.store.get_workload(name)
-            if rec.phase in TERMINAL_PHASES:
-                return rec
-            rec = self.store.transition_workload(
-                name,
-                "Cancelled",
-                reason=f"cancelled by {actor}",
-                audit=AuditEntry(actor, "workload.cancel", "Workload", name, {"from": rec.phase}),
-                at=_dt(self.clock()),
-            )
-            self.backend.stop([name])
-            self.engine.remove_running(name)
-            self.pending.pop(name, None)
-            self.reasons.pop(name, None)
-            self._stored_reasons.pop(name, None)
-            self.exceptions.pop(name, None)
-            self.isolated.pop(name, None)
-            self._wake.set()
-            return rec
+    def cancel(self, name: str, actor: str) -> tuple[WorkloadRecord, bool]:
+        """Cancel (write-ahead: Cancelled is committed before the backend stops it); idempotent.
+        The record, and whether this call cancelled it (False: it had already ended)."""
+        ctx = self.ctx
+        rec = ctx.store.get_workload(name)
+        if rec.phase in TERMINAL_PHASES:
+            return rec, False
+        rec = ctx.store.transition_workload(
+            name,
+            "Cancelled",
+            reason=f"cancelled by {actor}",
+            audit=AuditEntry(actor, "workload.cancel", "Workload", name, {"from": rec.phase}),
+            at=_dt(ctx.clock()),
+        )
+        ctx.backend.stop([name])
+        ctx.engine.remove_running(name)
+        self.pending.forget(name)
+        self.exceptions.pop(name, None)
+        ctx.wake.set()
+        return rec, True
 
     def cancel_many(self, names: Sequence[str], actor: str, chunk: int = 500) -> int:
         """Cancel many workloads, one transaction per chunk (each audited); returns how many.
@@ -114,33 +129,30 @@ class Approvals(PendingSet):
         ahead order is the same as ``cancel`` (Cancelled committed, then the backend stopped).
         Finished or unknown names are skipped.
         """
+        ctx = self.ctx
         done = 0
-        with self.lock:
-            for i in range(0, len(names), chunk):
-                live = [
-                    w
-                    for w in self.store.list_workloads(names=names[i : i + chunk])
-                    if w.phase not in TERMINAL_PHASES
-                ]
-                if not live:
-                    continue
-                self.store.apply_transitions(
-                    [PhaseChange(w.name, "Cancelled", f"cancelled by {actor}") for w in live],
-                    audit=[
-                        AuditEntry(actor, "workload.cancel", "Workload", w.name, {"from": w.phase})
-                        for w in live
-                    ],
-                    at=_dt(self.clock()),
-                )
-                active = [w.name for w in live if w.phase in (*ACTIVE, "Preempted")]
-                if active:
-                    self.backend.stop(active)
-                for w in live:
-                    self.engine.remove_running(w.name)
-                    self.pending.pop(w.name, None)
-                    self.reasons.pop(w.name, None)
-                    self._stored_reasons.pop(w.name, None)
-                    self.exceptions.pop(w.name, None)
-                done += len(live)
-            self._wake.set()
+        for i in range(0, len(names), chunk):
+            live = [
+                w
+                for w in ctx.store.list_workloads(names=names[i : i + chunk])
+                if w.phase not in TERMINAL_PHASES
+            ]
+            if not live:
+                continue
+            ctx.store.apply_transitions(
+                [PhaseChange(w.name, "Cancelled", f"cancelled by {actor}") for w in live],
+                audit=[
+                    AuditEntry(actor, "workload.cancel", "Workload", w.name, {"from": w.phase}) for w in live
+                ],
+                at=_dt(ctx.clock()),
+            )
+            active = [w.name for w in live if w.phase in (*ACTIVE, "Preempted")]
+            if active:
+                ctx.backend.stop(active)
+            for w in live:
+                ctx.engine.remove_running(w.name)
+                self.pending.forget(w.name)
+                self.exceptions.pop(w.name, None)
+            done += len(live)
+        ctx.wake.set()
         return done

@@ -13,42 +13,52 @@ from dataclasses import replace
 from typing import Any
 
 from gpupool.audit import AuditEntry
-from gpupool.engine import Decisions
+from gpupool.engine import Decisions, Pending
 from gpupool.model import Running, Workload
 from gpupool.service.admission import is_exception
 from gpupool.service.backends import BackendError, RunSpec, pod_commands
-from gpupool.service.controller.state import SCHEDULER, ControllerState, CycleStats, _dt, _Queued
-from gpupool.service.convert import placement_json, workload_model
+from gpupool.service.controller.context import SCHEDULER, Context, CycleStats, _dt, _Queued
+from gpupool.service.controller.pending import PendingSet
+from gpupool.service.convert import placement_json
 from gpupool.store import NotLeader, PhaseChange, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")
 
 
-class Commit(ControllerState):
-    """Decisions to durable records, then to the backend, in the write-ahead order."""
+class Commit:
+    """Decisions to durable records, then to the backend, in the write-ahead order.
 
-    def _commit(self, d: Decisions, models: Iterable[Workload], now: float, stats: CycleStats) -> None:
+    Holds no state of its own: it changes the store, the backend, the engine (the context's)
+    and the pending set it is given."""
+
+    def __init__(self, ctx: Context, pending: PendingSet) -> None:
+        self.ctx = ctx
+        self.pending = pending
+
+    def commit(self, d: Decisions, models: Iterable[Workload], now: float, stats: CycleStats) -> None:
         """Carry a cycle's decisions out, write-ahead: (1) the decisions are durable before
         anything changes in the backend, (2) victims are stopped before the admitted start, so
         they never overlap, (3) the victims are requeued as pending work."""
+        ctx = self.ctx
         by_name = {w.name: w for w in models}
         for p in d.pending:
-            self.reasons[p.workload] = p
+            self.pending.reasons[p.workload] = p
         if not d.admitted and not d.preempted:
             return
         changes, audits, victims = self._preemption_records(d)
-        placements = self._admission_records(d, now, changes, audits, self._waited_for(d))
-        self.store.apply_transitions(changes, audit=audits, at=_dt(now))
-        self.engine.apply(d, by_name.values(), now)
+        waited = self.waited_for(d, self.pending.reasons, self.pending.stored_reasons)
+        placements = self.admission_records(d, now, changes, audits, waited)
+        ctx.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        ctx.engine.apply(d, by_name.values(), now)
         if victims:
-            self.backend.stop(list(victims))
+            ctx.backend.stop(list(victims))
             stats.preempted += len(victims)
             for r in victims.values():
-                self.hooks.on_preempt(r.workload.queue, "")
+                ctx.hooks.on_preempt(r.workload.queue, "")
         self._start_admitted(d, by_name, placements, now)
         stats.admitted += len(d.admitted)
         if victims:
-            self._requeue_victims(victims, now)
+            self.requeue_victims(victims, now)
 
     def _preemption_records(
         self, d: Decisions
@@ -56,9 +66,10 @@ class Commit(ControllerState):
         changes: list[PhaseChange] = []
         audits: list[AuditEntry] = []
         victims: dict[str, Running] = {}
+        running = self.ctx.engine.running
         for pre in d.preempted:
             for v in pre.victims:
-                r = self.engine.running.get(v.workload)
+                r = running.get(v.workload)
                 if r is not None:
                     victims[v.workload] = r
                 changes.append(PhaseChange(v.workload, "Preempted", f"{v.rule}: {v.reason}"))
@@ -72,20 +83,23 @@ class Commit(ControllerState):
                 audits.append(AuditEntry(SCHEDULER, "workload.preempt", "Workload", v.workload, detail))
         return changes, audits, victims
 
-    def _waited_for(self, d: Decisions) -> dict[str, str]:
+    @staticmethod
+    def waited_for(
+        d: Decisions, reasons: Mapping[str, Pending], stored_reasons: Mapping[str, str]
+    ) -> dict[str, str]:
         """Why each admitted workload waited until now (its latest pending reason, as stored:
         ``code: reason``), for the admission record: the row's reason is overwritten on admission,
         so without it a report could not say what a finished wait was for."""
         out: dict[str, str] = {}
         for a in d.admitted:
-            p = self.reasons.get(a.workload)
-            text = f"{p.code}: {p.reason}" if p is not None else self._stored_reasons.get(a.workload, "")
+            p = reasons.get(a.workload)
+            text = f"{p.code}: {p.reason}" if p is not None else stored_reasons.get(a.workload, "")
             if text:
                 out[a.workload] = text
         return out
 
     @staticmethod
-    def _admission_records(
+    def admission_records(
         d: Decisions,
         now: float,
         changes: list[PhaseChange],
@@ -118,19 +132,19 @@ class Commit(ControllerState):
     ) -> None:
         admitted_recs = []
         for a in d.admitted:
-            q = self.pending.pop(a.workload, None)
-            self.reasons.pop(a.workload, None)
-            self._stored_reasons.pop(a.workload, None)
+            q = self.pending.pending.get(a.workload)
+            self.pending.forget(a.workload)
             if q is not None:
-                self.hooks.on_admit(q.queue, max(0.0, now - q.submitted_at))
+                self.ctx.hooks.on_admit(q.queue, max(0.0, now - q.submitted_at))
             admitted_recs.append((a.workload, by_name[a.workload], placements[a.workload]))
-        self._start_specs(admitted_recs, now)
+        self.start_specs(admitted_recs, now)
 
-    def _requeue_victims(self, victims: Mapping[str, Running], now: float) -> None:
-        self._requeue(list(victims), "requeued after preemption", now)
+    def requeue_victims(self, victims: Mapping[str, Running], now: float) -> None:
+        """The evicted runs as pending work again, durably, each with one more eviction."""
+        self.ctx.requeue(list(victims), "requeued after preemption", now)
         for name, r in victims.items():
-            rec = self.store.get_workload(name)
-            self.pending[name] = _Queued(
+            rec = self.ctx.store.get_workload(name)
+            self.pending.pending[name] = _Queued(
                 name,
                 rec.seq,
                 rec.queue,
@@ -141,33 +155,24 @@ class Commit(ControllerState):
                 replace(r.workload, evictions=r.workload.evictions + 1),
                 is_exception(rec.manifest),
             )
-            self._stored_reasons[name] = rec.reason
+            self.pending.stored_reasons[name] = rec.reason
 
-    def _start_in_backend(self, recs: Sequence[WorkloadRecord], now: float) -> None:
+    def start_in_backend(self, recs: Sequence[WorkloadRecord], now: float) -> None:
+        """Start admitted workloads from their stored records (recovery, adopted runs)."""
         for w in recs:
-            self._note_hints(w.name, w.manifest)
-        specs = [
-            (
-                w.name,
-                workload_model(
-                    w.manifest,
-                    self.bundle.priority_classes,
-                    float(w.seq),
-                    strict=False,
-                    types=self.bundle.task_types,
-                ),
-                dict(w.placement or {}),
-            )
-            for w in recs
-        ]
-        self._start_specs(specs, now)
+            self.ctx.note_hints(w.name, w.manifest)
+        specs = [(w.name, self.ctx.model_of(w.manifest, w.seq), dict(w.placement or {})) for w in recs]
+        self.start_specs(specs, now)
 
-    def _start_specs(self, specs: Sequence[tuple[str, Workload, dict[str, Any]]], now: float) -> None:
+    def start_specs(self, specs: Sequence[tuple[str, Workload, dict[str, Any]]], now: float) -> None:
+        """Start runs in the backend and record each outcome: Running, or Failed with the
+        backend's refusal (one refused run never fails the others)."""
         if not specs:
             return
-        hints = self.faults.hints
+        ctx = self.ctx
+        hints = ctx.faults.hints
         # the local backend runs each pod group's command: read only where a backend needs it
-        cmds = getattr(self.backend, "needs_commands", False) is True
+        cmds = getattr(ctx.backend, "needs_commands", False) is True
         runs = [
             RunSpec(
                 n,
@@ -175,27 +180,11 @@ class Commit(ControllerState):
                 w.expected_duration_s,
                 str(w.type),
                 hints.get(n, {}),
-                pod_commands(self._manifest_of(n)) if cmds else {},
+                pod_commands(ctx.manifest_of(n)) if cmds else {},
             )
             for n, w, p in specs
         ]
-        failed: dict[str, str] = {}
-        try:
-            self.backend.start(runs)
-        except NotLeader:  # deposed (gpupool.service.leader): not the runs' fault, fail none of them
-            raise
-        except Exception as exc:  # a BackendError, or a backend bug on one run: never all of them
-            # start each separately to learn which ones the backend refused
-            for r in runs:
-                try:
-                    self.backend.start([r])
-                except NotLeader:
-                    raise
-                except Exception as one:
-                    failed[r.name] = (
-                        str(one) if isinstance(one, BackendError) else f"{type(one).__name__}: {one}"
-                    )
-            log.error("backend refused runs: %s", exc)
+        failed = self._start(runs)
         ok = [n for n, _, _ in specs if n not in failed]
         changes = [PhaseChange(n, "Running", "started by the backend") for n in ok]
         changes += [
@@ -205,6 +194,28 @@ class Commit(ControllerState):
             AuditEntry(SCHEDULER, "workload.fail", "Workload", n, {"reason": why})
             for n, why in failed.items()
         ]
-        self.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        ctx.store.apply_transitions(changes, audit=audits, at=_dt(now))
         for n in failed:
-            self.engine.remove_running(n)
+            ctx.engine.remove_running(n)
+
+    def _start(self, runs: list[RunSpec]) -> dict[str, str]:
+        """Start ``runs``; the ones the backend refused, with why."""
+        backend = self.ctx.backend
+        failed: dict[str, str] = {}
+        try:
+            backend.start(runs)
+        except NotLeader:  # deposed (gpupool.service.leader): not the runs' fault, fail none of them
+            raise
+        except Exception as exc:  # a BackendError, or a backend bug on one run: never all of them
+            # start each separately to learn which ones the backend refused
+            for r in runs:
+                try:
+                    backend.start([r])
+                except NotLeader:
+                    raise
+                except Exception as one:
+                    failed[r.name] = (
+                        str(one) if isinstance(one, BackendError) else f"{type(one).__name__}: {one}"
+                    )
+            log.error("backend refused runs: %s", exc)
+        return failed

@@ -1,8 +1,8 @@
 """The controller's configuration: install a configuration (or the backend's observed nodes)
-into a fresh engine, keeping what runs.
+into a fresh engine, keeping what runs; and the queue-tree lookups on the one in force.
 
 Why apart: every path that changes what the engine schedules onto (a configuration reload, a
-node change the backend observed, a node failure it reports, a recovery) ends in ``_install``;
+node change the backend observed, a node failure it reports, a recovery) ends in ``install``;
 reading them together shows that the engine is always rebuilt from the same snapshot.
 """
 
@@ -12,104 +12,135 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from gpupool.engine import Engine
+from gpupool.engine.decay import DecayedUsage
 from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
-from gpupool.model import Queue, Running, Snapshot
+from gpupool.model import Queue, ResourcePool, Running, Snapshot
 from gpupool.service import failures as flt
 from gpupool.service import usage_decay
-from gpupool.service.controller.state import ControllerState
-from gpupool.service.convert import bundle_from_manifests, object_manifest, workload_model
-from gpupool.service.view import tree_of
+from gpupool.service.controller.context import Context
+from gpupool.service.controller.pending import PendingSet
+from gpupool.service.convert import bundle_from_manifests, object_manifest
+from gpupool.service.view import ConfigLookups, tree_of
 
 log = logging.getLogger("gpupool.controller")
 
 
-class ConfigInstall(ControllerState):
-    """Configuration (re)loads and node changes, each rebuilding the engine around what runs."""
+class Configuration(ConfigLookups):
+    """Configuration (re)loads and node changes, each rebuilding the engine around what runs.
 
-    def config_manifests(self) -> list[dict[str, Any]]:
-        return [object_manifest(r) for r in self.store.list_objects()]
+    Owns the lookups derived from the configuration in force (the queue tree, pools and queues
+    by name, the limit cache) and the decayed usage; the bundle and the engine themselves are
+    the context's, read by every part. Evictions a change causes requeue through ``pending``."""
 
-    def reload_config(self) -> None:
-        """Rebuild the engine from the stored configuration, keeping what runs (after a config change)."""
-        with self.lock:
-            manifests = self.config_manifests()
-            bundle = self._observed(bundle_from_manifests(manifests, skip_invalid=True))
-            self.faults.unhealthy = flt.unhealthy_devices(manifests)
-            running = list(self.engine.running.values())
-            self._install(bundle, flt.fault_evictions(self, bundle.nodes, running, self.clock()))
-            self.isolated.clear()  # the new configuration may decide them fine
-            for q in self.pending.values():  # priority classes may have changed
-                q.model = workload_model(
-                    self._manifest_of(q.name),
-                    bundle.priority_classes,
-                    float(q.seq),
-                    strict=False,
-                    types=bundle.task_types,
-                )
-            self._wake.set()
+    def __init__(self, ctx: Context, pending: PendingSet) -> None:
+        self.ctx = ctx
+        self.pending = pending
+        self.parents: dict[str, str | None] = {}
+        self.children: dict[str, list[str]] = {}
+        #: per-configuration lookups for the submit path (rebuilt in ``install``)
+        self.pools_by_name: dict[str, ResourcePool] = {}
+        self.queues_by_name: dict[str, Queue] = {}
+        self._limit_cache: dict[tuple[str, str], int] = {}
+        #: decayed GPU-seconds per queue, when the Cluster sets a usage half-life (usage_decay.py)
+        self.usage_decay: DecayedUsage | None = None
+        #: the backend's observed nodes changed since the engine was built (``nodes_changed``)
+        self._nodes_dirty = False
 
-    def _observed(self, bundle: Bundle) -> Bundle:
+    @property
+    def engine(self) -> Engine:  # the context's (ConfigLookups reads it)
+        return self.ctx.engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self.ctx.engine = engine
+
+    def manifests(self) -> list[dict[str, Any]]:
+        return [object_manifest(r) for r in self.ctx.store.list_objects()]
+
+    def load(self, manifests: Sequence[dict[str, Any]]) -> Bundle:
+        """The configuration ``manifests`` declare, with the nodes the backend observes."""
+        return self.observed(bundle_from_manifests(list(manifests), skip_invalid=True))
+
+    def reload(self) -> Bundle:
+        """Rebuild the engine from the stored configuration, keeping what runs (after a config
+        change); the bundle it installed."""
+        ctx = self.ctx
+        manifests = self.manifests()
+        bundle = self.load(manifests)
+        ctx.faults.unhealthy = flt.unhealthy_devices(manifests)
+        running = list(ctx.engine.running.values())
+        self.install(bundle, self._evicting(bundle, running, ctx.clock()))
+        return bundle
+
+    def _evicting(self, bundle: Bundle, running: Sequence[Running], now: float) -> list[Running]:
+        """What keeps running of ``running`` on ``bundle``'s nodes; the rest is evicted."""
+        return flt.fault_evictions(self.ctx, self.pending.queue_again, bundle.nodes, running, now)
+
+    def observed(self, bundle: Bundle) -> Bundle:
         """On a backend that observes its nodes (Kubernetes: ``observed_nodes()``), the cluster's
         nodes replace the configured ones; the virtual backend has none and keeps them."""
-        observe = getattr(self.backend, "observed_nodes", None)
+        backend = self.ctx.backend
+        observe = getattr(backend, "observed_nodes", None)
         if callable(observe):
-            if bundle.nodes and bundle is not self.bundle:  # a configuration (re)load, not a refresh
+            if bundle.nodes and bundle is not self.ctx.bundle:  # a configuration (re)load, not a refresh
                 log.info("%d configured nodes ignored: the backend observes its nodes", len(bundle.nodes))
             bundle.nodes = list(observe())
-        report = getattr(self.backend, "reported_unhealthy", None)
+        report = getattr(backend, "reported_unhealthy", None)
         if callable(report):  # the device plugin's word on each device (HAMi's register)
-            flt.merge_reported(self.faults, report())
+            flt.merge_reported(self.ctx.faults, report())
         return bundle
 
     def nodes_changed(self) -> None:
         """The backend's observed nodes changed: rebuild the engine at the next cycle (once,
         however many changes arrive before it)."""
         self._nodes_dirty = True
-        self._wake.set()
+        self.ctx.wake.set()
 
-    def _refresh_nodes(self, now: float) -> None:
+    def refresh_nodes(self, now: float) -> None:
         if not self._nodes_dirty:
             return
         self._nodes_dirty = False
-        self._observed(self.bundle)
-        running = list(self.engine.running.values())
-        self._install(self.bundle, flt.fault_evictions(self, self.bundle.nodes, running, now))
+        bundle = self.observed(self.ctx.bundle)
+        self.install(bundle, self._evicting(bundle, list(self.ctx.engine.running.values()), now))
 
-    def _node_faults(self, now: float) -> None:
+    def node_faults(self, now: float) -> None:
         """Nodes the backend reports failed (or repaired): requeue their work, rebuild the engine."""
-        down = self._backend_down(now)
-        if down == self.faults.down:
+        down = self.ctx.backend_down(now)
+        if down == self.ctx.faults.down:
             return
-        self.faults.down = down
-        running = list(self.engine.running.values())
-        self._install(self.bundle, flt.fault_evictions(self, self.bundle.nodes, running, now))
+        self.ctx.faults.down = down
+        bundle = self.ctx.bundle
+        self.install(bundle, self._evicting(bundle, list(self.ctx.engine.running.values()), now))
 
-    def _install(self, bundle: Bundle, running: Sequence[Running]) -> None:
-        self.bundle = bundle
+    def install(self, bundle: Bundle, running: Sequence[Running]) -> None:
+        ctx = self.ctx
+        ctx.bundle = bundle
         self.parents, self.children = tree_of(bundle.queues)
         self.usage_decay = usage_decay.decay_for(bundle, self.usage_decay)
-        self.engine = MixEngine(self._snapshot(bundle, running))
-        flt.occupy_unhealthy(self.engine, self.faults.unhealthy)
+        ctx.engine = MixEngine(self.snapshot(bundle, running))
+        flt.occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
         self.queues_by_name = {q.name: q for q in bundle.queues}
         self._limit_cache = {}
-        self.backend.set_nodes(bundle.nodes)
+        ctx.backend.set_nodes(bundle.nodes)
 
-    def _snapshot(
+    def snapshot(
         self, bundle: Bundle, running: Sequence[Running], queues: Sequence[Queue] | None = None
     ) -> Snapshot:
         return Snapshot(
-            flt.effective_nodes(bundle.nodes, self.faults.down),
+            flt.effective_nodes(bundle.nodes, self.ctx.faults.down),
             tuple(bundle.pools),
             tuple(queues if queues is not None else bundle.queues),
             tuple(bundle.priority_classes),
             running=tuple(running),
-            now=self.clock(),
+            now=self.ctx.clock(),
             config=usage_decay.engine_config(bundle),
             decayed_usage=usage_decay.usage_of(self.usage_decay),
         )
 
-    def _rebuild_engine(self) -> None:
-        self.engine = MixEngine(self._snapshot(self.bundle, list(self.engine.running.values())))
-        flt.occupy_unhealthy(self.engine, self.faults.unhealthy)  # unhealthy devices stay held
+    def rebuild_engine(self) -> None:
+        ctx = self.ctx
+        ctx.engine = MixEngine(self.snapshot(ctx.bundle, list(ctx.engine.running.values())))
+        flt.occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)  # unhealthy devices stay held

@@ -3,7 +3,8 @@ the engine fails on.
 
 Why apart: the cycle is the controller's outline of work (finish, expire, sync, refresh nodes,
 decide, commit, store reasons); isolating a bad workload belongs with it, since it is how one
-workload never stops the cycle for everyone.
+workload never stops the cycle for everyone. It calls the parts it sequences through the
+references it is given, never through a common base.
 """
 
 from __future__ import annotations
@@ -18,68 +19,117 @@ from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.model import PoolQuota, Workload, vmax
 from gpupool.service import failures as flt
 from gpupool.service import usage_decay
+from gpupool.service.adoption import Adoption
+from gpupool.service.controller.approvals import Approvals
 from gpupool.service.controller.commit import Commit
-from gpupool.service.controller.config import ConfigInstall
+from gpupool.service.controller.config import Configuration
+from gpupool.service.controller.context import SCHEDULER, Context, CycleStats, _dt
 from gpupool.service.controller.finish import Finishing
 from gpupool.service.controller.pending import PendingSet
-from gpupool.service.controller.state import SCHEDULER, CycleStats, _dt
 from gpupool.service.convert import running_from_json
 from gpupool.service.isolation import find_culprits
-from gpupool.service.windows import windowed_cycle
+from gpupool.service.windows import Hopeless, WindowStats, windowed_cycle
 
 log = logging.getLogger("gpupool.controller")
 
 
-class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
-    """One scheduling cycle, its windows, approved exceptions and isolated workloads."""
+class Cycle:
+    """One scheduling cycle, its windows, approved exceptions and isolated workloads.
 
-    def cycle(self) -> CycleStats:
+    Owns what lives from one cycle to the next: the isolated workloads, the windows' figures
+    and hopeless set, and when expiry and the reasons' write last ran."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        *,
+        pending: PendingSet,
+        config: Configuration,
+        commit: Commit,
+        finishing: Finishing,
+        approvals: Approvals,
+        adoption: Adoption,
+        tick_s: float = 1.0,
+        reason_interval_s: float = 1.0,
+    ) -> None:
+        self.ctx = ctx
+        self.pending = pending
+        self.config = config
+        self.commit = commit
+        self.finishing = finishing
+        self.approvals = approvals
+        self.adoption = adoption
+        self.tick_s = tick_s
+        #: at most one write of changed pending reasons per this many seconds (a submit storm
+        #: runs a cycle every few tens of ms, and each write takes the store's write lock)
+        self.reason_interval_s = reason_interval_s
+        self._last_reason_write = float("-inf")
+        self._last_expire = 0.0
+        #: reasons of the pending workloads the last cycle's windows left out, and its figures
+        self._left_out: dict[str, Pending] = {}
+        self.window_stats = WindowStats()
+        #: workloads Unsatisfiable everywhere, kept out of cycles until the engine changes
+        self.hopeless = Hopeless()
+        #: workloads a cycle failed on, held out of scheduling: name -> the error
+        self.isolated: dict[str, str] = {}
+        self.cycles = 0
+        self.last_cycle_at = 0.0
+
+    def run(self) -> CycleStats:
         """One pass: record finished runs, expire what is due, admit/preempt, apply durably."""
         t0 = time.perf_counter()
         stats = CycleStats()
-        with self.lock:
-            now = self.clock()
-            stats.finished = self._process_finished(now)
+        ctx, pending = self.ctx, self.pending
+        with ctx.lock:
+            now = ctx.clock()
+            stats.finished = self.finishing.process_finished(now)
             if now - self._last_expire >= self.tick_s:
                 self._last_expire = now
-                self._expire(now)
-            self._sync_pending(now)
+                self.finishing.expire(now)
+            pending.sync(now)
             if self._adopt_held(now):  # runs the cluster holds may still be claimed: wait
-                stats.pending = len(self.pending)
+                stats.pending = len(pending.pending)
                 return stats
-            self._refresh_nodes(now)
-            self._node_faults(now)
-            held = flt.held(self.faults, self.pending, now)  # in backoff after a failure
-            normal = [q.model for q in self.pending.values() if not q.exception and q.name not in held]
-            exc = [
-                q.model
-                for q in self.pending.values()
-                if q.exception and self.exceptions.get(q.name, 0) > now and q.name not in held
-            ]
-            usage_decay.step(self.usage_decay, self.engine, now)  # recent use, when configured
-            if normal or exc:
-                normal = self._decidable(normal)
-                d = self._isolating(normal, lambda ws: self._windowed(ws, now), now)
-                self._commit(d, normal, now, stats)
-                self.reasons.update(self._left_out)  # members a window left out: their class's reason
-                if exc:
-                    exc = self._decidable(exc)
-                    ed = self._isolating(exc, lambda ws: self._exception_cycle(ws, now), now)
-                    self._commit(ed, exc, now, stats)
-                for q in self.pending.values():
-                    if q.exception and q.name not in self.exceptions:
-                        self.reasons[q.name] = Pending(
-                            q.name, q.queue, PendingCode.SKIPPED, "waiting for approval of its exception"
-                        )
+            self.config.refresh_nodes(now)
+            self.config.node_faults(now)
+            self._decide(now, stats)
             if now - self._last_reason_write >= self.reason_interval_s:
-                self._store_reasons()
+                pending.store_reasons()
                 self._last_reason_write = now
-            stats.pending = len(self.pending)
+            stats.pending = len(pending.pending)
             self.cycles += 1
             self.last_cycle_at = now
         stats.seconds = time.perf_counter() - t0
-        self.hooks.on_cycle(stats)
+        ctx.hooks.on_cycle(stats)
         return stats
+
+    def _decide(self, now: float, stats: CycleStats) -> None:
+        """Decide and commit the normal pending work, then the approved exceptions apart."""
+        ctx, queued, exceptions = self.ctx, self.pending.pending, self.approvals.exceptions
+        held = flt.held(ctx.faults, queued, now)  # in backoff after a failure
+        normal = [q.model for q in queued.values() if not q.exception and q.name not in held]
+        exc = [
+            q.model
+            for q in queued.values()
+            if q.exception and exceptions.get(q.name, 0) > now and q.name not in held
+        ]
+        usage_decay.step(self.config.usage_decay, ctx.engine, now)  # recent use, when configured
+        if not (normal or exc):
+            return
+        reasons = self.pending.reasons
+        normal = self._decidable(normal)
+        d = self._isolating(normal, lambda ws: self._windowed(ws, now), now)
+        self.commit.commit(d, normal, now, stats)
+        reasons.update(self._left_out)  # members a window left out: their class's reason
+        if exc:
+            exc = self._decidable(exc)
+            ed = self._isolating(exc, lambda ws: self._exception_cycle(ws, now), now)
+            self.commit.commit(ed, exc, now, stats)
+        for q in self.pending.pending.values():
+            if q.exception and q.name not in exceptions:
+                reasons[q.name] = Pending(
+                    q.name, q.queue, PendingCode.SKIPPED, "waiting for approval of its exception"
+                )
 
     def _adopt_held(self, now: float) -> bool:
         """Admit the held runs whose workloads are pending again, with the cluster's placement
@@ -87,19 +137,20 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
         schedules nothing: the engine does not charge their devices yet)."""
         if not self.adoption.held:
             return False
+        ctx = self.ctx
         recs = self.adoption.claim(
-            self.pending, self.store, self.engine.add_running, running_from_json, now, SCHEDULER
+            self.pending.pending, ctx.store, ctx.engine.add_running, running_from_json, now, SCHEDULER
         )
         for r in recs:
-            self.pending.pop(r.name, None)
-            self.reasons.pop(r.name, None)
-        self._start_in_backend(recs, now)
-        if self.adoption.waiting(self.backend, now):
+            self.pending.pending.pop(r.name, None)
+            self.pending.reasons.pop(r.name, None)
+        self.commit.start_in_backend(recs, now)
+        if self.adoption.waiting(ctx.backend, now):
             return True
         gone = self.adoption.release()
         if gone:
             log.warning("recovery: %d held runs were claimed by no workload; stopping them", len(gone))
-            self.backend.stop(gone)
+            ctx.backend.stop(gone)
         return False
 
     def _decidable(self, ws: list[Workload]) -> list[Workload]:
@@ -119,8 +170,8 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
             return run(ws)
         except Exception:
             log.exception("scheduling cycle failed; looking for the workloads it fails on")
-            self._rebuild_engine()
-            bad = find_culprits(ws, run, self._rebuild_engine)
+            self.config.rebuild_engine()
+            bad = find_culprits(ws, run, self.config.rebuild_engine)
             if not bad:
                 raise
         self._isolate(bad, now)
@@ -129,7 +180,7 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
     def _windowed(self, ws: list[Workload], now: float) -> Decisions:
         """The cycle over windows of the pending set (gpupool.service.windows): the same
         decisions as over all of it, at the cost of the few workloads that can move."""
-        eng = self.engine
+        eng = self.ctx.engine
         d, self._left_out = windowed_cycle(eng, ws, now, self.window_stats, self.hopeless.of(eng))
         self.hopeless.learn(eng, d, ws)
         return d
@@ -138,24 +189,25 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
         """Keep each culprit Pending with the error as its reason, recorded in the audit log."""
         for name, err in bad.items():
             self.isolated[name] = err
-            q = self.pending.get(name)
+            q = self.pending.pending.get(name)
             why = (
                 f"the scheduler failed on this workload ({err}); it is held out of scheduling "
                 "until the configuration changes or the server restarts: fix and resubmit it, or cancel it"
             )
-            self.reasons[name] = Pending(name, q.queue if q else "", PendingCode.INVALID, why)
+            self.pending.reasons[name] = Pending(name, q.queue if q else "", PendingCode.INVALID, why)
         for n, e in bad.items():  # rare: one record each is fine
-            self.store.append_audit(
+            self.ctx.store.append_audit(
                 AuditEntry(SCHEDULER, "workload.isolate", "Workload", n, {"error": e}), at=_dt(now)
             )
         self._last_reason_write = float("-inf")  # show the reason at once
 
     def _exception_cycle(self, ws: list[Workload], now: float) -> Decisions:
         """Place approved exceptions with their queue's limits lifted, for them alone."""
-        lifted = {n for w in ws for n in self.queue_path(w.queue)}
-        cap = self.engine.quota.capacity
+        ctx = self.ctx
+        lifted = {n for w in ws for n in self.config.queue_path(w.queue)}
+        cap = ctx.engine.quota.capacity
         queues = []
-        for q in self.bundle.queues:
+        for q in ctx.bundle.queues:
             if q.name not in lifted:
                 queues.append(q)
                 continue
@@ -167,8 +219,8 @@ class Cycle(Finishing, PendingSet, Commit, ConfigInstall):
                     g = vmax(g, c)
                 quotas.append(PoolQuota(pq.pool, g, None, pq.lending_limit))
             queues.append(replace(q, quotas=tuple(quotas)))
-        eng = Engine(self._snapshot(self.bundle, list(self.engine.running.values()), queues))
-        flt.occupy_unhealthy(eng, self.faults.unhealthy)
+        eng = Engine(self.config.snapshot(ctx.bundle, list(ctx.engine.running.values()), queues))
+        flt.occupy_unhealthy(eng, ctx.faults.unhealthy)
         d = eng.cycle(ws, now)
         d.preempted = []  # an exception never evicts anyone
         d.admitted = [a for a in d.admitted if not a.after_evicting]

@@ -12,7 +12,9 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.service import failures as flt
-from gpupool.service.controller.state import ACTIVE, SCHEDULER, ControllerState, _dt
+from gpupool.service.controller.approvals import Approvals
+from gpupool.service.controller.context import ACTIVE, SCHEDULER, Context, _dt
+from gpupool.service.controller.pending import PendingSet
 from gpupool.store import NotFound, PhaseChange, WorkloadRecord
 
 
@@ -27,18 +29,28 @@ def _ended_detail(ended_at: float | None, now: float) -> dict[str, Any]:
     return {} if at is None else {"endedAt": datetime.fromtimestamp(at, UTC).isoformat()}
 
 
-class Finishing(ControllerState):
-    """Finished and failed runs, expired approvals and exception windows."""
+class Finishing:
+    """Finished and failed runs, expired approvals and exception windows.
 
-    def _process_finished(self, now: float) -> int:
-        done = self.backend.poll(now)
+    No state of its own: it ends runs in the store, the engine and the backend, the exception
+    windows of ``approvals``, and requeues failed work into ``pending``."""
+
+    def __init__(self, ctx: Context, pending: PendingSet, approvals: Approvals) -> None:
+        self.ctx = ctx
+        self.pending = pending
+        self.approvals = approvals
+
+    def process_finished(self, now: float) -> int:
+        """Record the runs the backend reports ended; how many changed phase."""
+        ctx = self.ctx
+        done = ctx.backend.poll(now)
         if not done:
             return 0
         changes, audits, forget = [], [], []
         failed: list[tuple[WorkloadRecord, flt.Fault]] = []
         for r in done:
             try:
-                rec = self.store.get_workload(r.name)
+                rec = ctx.store.get_workload(r.name)
             except NotFound:
                 forget.append(r.name)
                 continue
@@ -60,31 +72,34 @@ class Finishing(ControllerState):
                         {"outcome": outcome, "message": r.message} | _ended_detail(r.ended_at, now),
                     )
                 )
-                self.hooks.on_finish(rec.queue, outcome)
+                ctx.hooks.on_finish(rec.queue, outcome)
             forget.append(r.name)
         if changes:
-            self.store.apply_transitions(changes, audit=audits, at=_dt(now))
-        flt.record_failures(self, failed, now)
+            ctx.store.apply_transitions(changes, audit=audits, at=_dt(now))
+        flt.record_failures(ctx, self.pending.queue_again, failed, now)
         for n in forget:
-            self.engine.remove_running(n)
-            self.exceptions.pop(n, None)
-            if n not in self.pending:
-                self.faults.hints.pop(n, None)
-        self.backend.forget(forget)
+            ctx.engine.remove_running(n)
+            self.approvals.exceptions.pop(n, None)
+            if n not in self.pending.pending:
+                ctx.faults.hints.pop(n, None)
+        ctx.backend.forget(forget)
         return len(changes) + len(failed)
 
-    def _expire(self, now: float) -> None:
-        expired = self.store.expire_approvals(at=_dt(now))
+    def expire(self, now: float) -> None:
+        """End the approval requests and the exception windows that are due."""
+        ctx = self.ctx
+        expired = ctx.store.expire_approvals(at=_dt(now))
         if expired:
-            self._resync = True
-        ended = [n for n, until in self.exceptions.items() if until <= now]
+            self.pending.resync_due = True
+        exceptions = self.approvals.exceptions
+        ended = [n for n, until in exceptions.items() if until <= now]
         if not ended:
             return
-        active = [n for n in ended if n in self.engine.running]
+        active = [n for n in ended if n in ctx.engine.running]
         for n in ended:
-            self.exceptions.pop(n, None)
+            exceptions.pop(n, None)
         if active:
-            self.store.apply_transitions(
+            ctx.store.apply_transitions(
                 [PhaseChange(n, "Preempted", "its approved exception window ended") for n in active],
                 audit=[
                     AuditEntry(
@@ -94,8 +109,8 @@ class Finishing(ControllerState):
                 ],
                 at=_dt(now),
             )
-            self.backend.stop(active)
+            ctx.backend.stop(active)
             for n in active:
-                self.engine.remove_running(n)
-            self._requeue(active, "requeued: its exception window ended", now)
-            self._resync = True
+                ctx.engine.remove_running(n)
+            ctx.requeue(active, "requeued: its exception window ended", now)
+            self.pending.resync_due = True

@@ -25,9 +25,9 @@ from gpupool.service.convert import (
 )
 from gpupool.service.openapi import BODY, READ, WRITE, doc
 from gpupool.service.routes.base import ApiError, Caller, Denied, Service, Svc
-from gpupool.service.routes.workloads import Prepared, prepare, submit_prepared
+from gpupool.service.routes.workloads import Prepared, prepare, submit_many
 from gpupool.service.view import ConfigView
-from gpupool.store import NotFound, ObjectRecord
+from gpupool.store import NotFound, ObjectRecord, WorkloadRecord
 
 router = APIRouter()
 
@@ -47,6 +47,9 @@ CONFIG_ACTIONS = {
 #: marks a priority class ``get`` shows that is gpupool's default, not stored; the server's
 #: word, so it is not stored with an override applied from what ``get`` printed
 BUILTIN_ANNOTATION = "gpupool.io/builtin"
+
+#: workload names looked up in one query when a set is checked
+NAMES_PER_READ = 500
 
 #: the apply results as kubectl words them (the store says "updated")
 RESULT_WORDS = {"updated": "configured"}
@@ -122,6 +125,7 @@ def _check_workloads(
     """Each workload checked against the configuration the set leaves, and against the
     stored workloads (a name taken with another manifest); raises with every problem."""
     preps: list[Prepared] = []
+    located: list[Document] = []
     errors: list[str] = []
     conflicts: list[dict[str, str]] = []
     denied: list[tuple[Document, Denied]] = []
@@ -137,11 +141,15 @@ def _check_workloads(
         except ApiError as exc:
             errors.extend(f"{d.source}: {e['field']}: {e['problem']}" for e in exc.errors)
             continue
-        clash = _name_clash(svc, p, prep)
-        if clash:
-            conflicts.append(_located(d, "metadata.name", clash))
         preps.append(prep)
+        located.append(d)
     _refuse_denied(svc, denied)
+    if not errors:
+        taken = _stored_workloads(svc, [w.model.name for w in preps])
+        for prep, d in zip(preps, located, strict=True):
+            clash = _name_clash(taken.get(prep.model.name), p, prep)
+            if clash:
+                conflicts.append(_located(d, "metadata.name", clash))
     if errors:
         raise ManifestError(errors)
     if conflicts:
@@ -177,14 +185,17 @@ def _stale(svc: Service, docs: list[tuple[dict[str, Any], Document]]) -> None:
     sent back from a GET) is not the stored one, with the current version: all at once, before
     anything is written. The store checks again in the write's transaction (a race after this)."""
     stale: list[dict[str, str]] = []
-    for m, d in docs:
-        want = resource_version(m)
+    wanted = [(m, d, resource_version(m)) for m, d in docs]
+    # one read of the stored versions, not one per object (a set may hold 10,000)
+    stored = (
+        {(r.kind, r.name): r.resource_version for r in svc.store.list_objects()}
+        if any(w is not None for _, _, w in wanted)
+        else {}
+    )
+    for _m, d, want in wanted:
         if want is None:
             continue  # no precondition, as kubectl apply without a resourceVersion
-        try:
-            now: int | None = svc.store.get_object(d.kind, d.name).resource_version
-        except NotFound:
-            now = None
+        now = stored.get((d.kind, d.name))
         if now == want or (now is None and want == 0):
             continue
         problem = (
@@ -203,10 +214,16 @@ def _stale(svc: Service, docs: list[tuple[dict[str, Any], Document]]) -> None:
         )
 
 
-def _name_clash(svc: Service, p: Principal, prep: Prepared) -> str | None:
-    try:
-        rec = svc.store.get_workload(prep.model.name)
-    except NotFound:
+def _stored_workloads(svc: Service, names: list[str]) -> dict[str, WorkloadRecord]:
+    """The stored workloads of these names, read a chunk of names at a time (not one by one)."""
+    out: dict[str, WorkloadRecord] = {}
+    for i in range(0, len(names), NAMES_PER_READ):
+        out.update((r.name, r) for r in svc.store.list_workloads(names=names[i : i + NAMES_PER_READ]))
+    return out
+
+
+def _name_clash(rec: WorkloadRecord | None, p: Principal, prep: Prepared) -> str | None:
+    if rec is None:
         return None
     if rec.owner == p.name and canonical_json(rec.manifest) == canonical_json(prep.body):
         return None
@@ -259,8 +276,7 @@ def _apply_set(
             results = _write_config(svc, p, config, _detail(svc, items, reason))
             if any(r["result"] != "unchanged" for r in results):
                 ctl.reload_config()
-    for prep in preps:
-        results.append(submit_prepared(svc, p, prep))
+    results.extend(submit_many(svc, p, preps))
     return results
 
 
@@ -277,6 +293,7 @@ def _write_config(
         return b is not None and _same(b, without_server_metadata(m))
 
     writes = [(m, d) for m, d in config if not as_builtin(m, d)]
+    written = {id(m) for m, _ in writes}
     done = iter(
         svc.store.apply_objects(
             [
@@ -293,7 +310,7 @@ def _write_config(
     )
     results: list[dict[str, str]] = []
     for m, d in config:
-        outcome = next(done)[1] if any(w is m for w, _ in writes) else "unchanged"
+        outcome = next(done)[1] if id(m) in written else "unchanged"
         if outcome == "created" and d.kind == "PriorityClass" and d.name in builtins:
             outcome = "updated"  # it existed (built in): now overridden
         results.append({"kind": d.kind, "name": d.name, "result": RESULT_WORDS.get(outcome, outcome)})

@@ -7,7 +7,8 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -171,21 +172,42 @@ def _handed(svc: Service, prep: Prepared, rec: WorkloadRecord, created: bool) ->
     return rec
 
 
-def submit_prepared(svc: Service, p: Principal, prep: Prepared) -> dict[str, str]:
-    phase = "AwaitingApproval" if prep.approval else "Pending"
-    try:
-        rec, created = svc.batcher.submit(
-            prep.body,
-            owner=p.name,
-            phase=phase,
-            audit=prep.audit,
-            resolved_class=prep.model.priority_class or None,
-        ).result()
-    except StoreError as exc:
-        failed(svc, prep)
-        return {"kind": "Workload", "name": prep.model.name, "result": "failed", "error": str(exc)}
-    after(svc, prep, rec, created)
-    return {"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"}
+def submit_many(svc: Service, p: Principal, preps: Sequence[Prepared]) -> list[dict[str, str]]:
+    """Submit checked workloads together; one apply result each, in order.
+
+    Why all queued at once: the group commit then writes them in batches of its
+    ``max_batch``, each batch one transaction; submitted one after another, 10,000 workloads
+    were 10,000 transactions (over a minute). A failure fails its item alone."""
+    queued: list[tuple[Prepared, Future[tuple[WorkloadRecord, bool]] | StoreError]] = []
+    for prep in preps:
+        try:
+            fut: Future[tuple[WorkloadRecord, bool]] | StoreError = svc.batcher.submit(
+                prep.body,
+                owner=p.name,
+                phase="AwaitingApproval" if prep.approval else "Pending",
+                audit=prep.audit,
+                resolved_class=prep.model.priority_class or None,
+            )
+        except StoreError as exc:
+            fut = exc
+        queued.append((prep, fut))
+    out: list[dict[str, str]] = []
+    for i, (prep, fut) in enumerate(queued):
+        try:
+            if isinstance(fut, StoreError):
+                raise fut
+            rec, created = fut.result()
+        except StoreError as exc:
+            failed(svc, prep)
+            out.append({"kind": "Workload", "name": prep.model.name, "result": "failed", "error": str(exc)})
+            continue
+        except BaseException:  # the database is away: nothing after it counts as pending work
+            for rest, _ in queued[i:]:
+                failed(svc, rest)
+            raise
+        after(svc, prep, rec, created)
+        out.append({"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"})
+    return out
 
 
 def rate_limit(buckets: TokenBuckets, p: Principal) -> None:
