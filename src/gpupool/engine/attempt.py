@@ -86,21 +86,24 @@ class Attempt:
             return True
         # nothing fits as things are: try to make room (guaranteed work first, borrowers in pass 2)
         partial = self.partial
+        part = is_partial(w)
         if wants_borrow:  # pass 1: a partial gang may start within its guarantee, fewer pods
-            if not allow_borrow and is_partial(w) and partial.in_guarantee(w, wants_borrow, out):
+            if not allow_borrow and part and partial.in_guarantee(w, wants_borrow, out):
                 return True
             return None
-        if is_partial(w) and any(code is PendingCode.QUOTA for _, code, _ in reasons):
+        if part and any(code is PendingCode.QUOTA for _, code, _ in reasons):
             got = partial.try_reduced(w, reasons, out, allow_borrow)
             if got is not False:
                 return got
-        hopeless = {p for p, code, _ in reasons if code is PendingCode.UNSATISFIABLE}
-        for pool, ckey in zip(pools, ckeys, strict=True) if ssn.config.preempt != "none" else ():
-            if pool in hopeless:
-                continue  # evicting everything would not make room
-            if self.preemptor.try_preempt(w, pool, vec, out, ckey[1]):
-                return True
-        if is_partial(w) and partial.preempt_for_minimum(w, pools, ckeys, out):
+        if ssn.config.preempt != "none":
+            try_preempt = self.preemptor.try_preempt
+            hopeless = [p for p, code, _ in reasons if code is PendingCode.UNSATISFIABLE]
+            for pool, ckey in zip(pools, ckeys, strict=True):
+                if hopeless and pool in hopeless:
+                    continue  # evicting everything would not make room
+                if try_preempt(w, pool, vec, out, ckey[1]):
+                    return True
+        if part and partial.preempt_for_minimum(w, pools, ckeys, out):
             return True
         return self._leave_pending(w, vec, reasons, out)
 
@@ -119,7 +122,7 @@ class Attempt:
         collect why in each pool (``reasons``) and where it would have to borrow (``wants_borrow``)."""
         ssn = self.ssn
         quota, placer, rounds = ssn.quota, ssn.placer, self.rounds
-        fail_cache = ssn.cs.fail_cache
+        fail_cache, too_big_memo = ssn.cs.fail_cache, ssn.cs.beyond_pool
         for pool, ckey in zip(pools, ckeys, strict=True):
             # a shape that did not fit earlier in this cycle cannot fit now: capacity only shrinks
             if pool in placer.reserved and placer.may_backfill(w, pool):
@@ -131,7 +134,10 @@ class Attempt:
             fits, borrowing, blk, dim = quota.check(w.queue, pool, vec)
             if not fits:
                 assert blk is not None and dim is not None
-                too_big = beyond_pool(w, vec, pool, ssn.cluster)
+                if ckey in too_big_memo:  # hot: every quota refusal of a long backlog
+                    too_big = too_big_memo[ckey]
+                else:
+                    too_big = too_big_memo[ckey] = beyond_pool(w, vec, pool, ssn.cluster)
                 if too_big is not None:
                     reasons.append((pool, PendingCode.UNSATISFIABLE, too_big))
                 else:
@@ -168,8 +174,9 @@ class Attempt:
         """``w`` stays pending: hold nodes for it where it is blocked by capacity (one hold per
         pool per cycle), then say why, per pool where it had several."""
         if self.ssn.config.reserve:
+            reserved = self.ssn.placer.reserved
             for pool, code, _ in reasons:
-                if code not in _NO_HOLD and pool not in self.ssn.placer.reserved:
+                if code not in _NO_HOLD and pool not in reserved:
                     note = self._reserve(w, pool)
                     if note:
                         reasons = [
@@ -177,12 +184,16 @@ class Attempt:
                             for p, c, t in reasons
                         ]
                     break
-        texts = [
-            (pool, code, r if isinstance(r, str) else self._quota_reason(w, pool, vec, r[0], r[1]))  # type: ignore[arg-type]
-            for pool, code, r in reasons
-        ]
-        code = texts[0][1]
-        msg = texts[0][2] if len(texts) == 1 else "; ".join(f"[{p}] {t}" for p, _, t in texts)
+        if len(reasons) == 1:  # the common case, without the per-pool list
+            pool, code, r = reasons[0]
+            msg = r if isinstance(r, str) else self._quota_reason(w, pool, vec, r[0], r[1])  # type: ignore[arg-type]
+        else:
+            texts = [
+                (pool, r if isinstance(r, str) else self._quota_reason(w, pool, vec, r[0], r[1]))  # type: ignore[arg-type]
+                for pool, _, r in reasons
+            ]
+            code = reasons[0][1]
+            msg = "; ".join(f"[{p}] {t}" for p, t in texts)
         out.pending.append(Pending(w.name, w.queue, code, msg))
         return False
 

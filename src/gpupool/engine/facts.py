@@ -29,7 +29,8 @@ class WorkloadFacts:
         self.quota = quota
         self.pools = pools
         self.cluster = cluster
-        self._pool_order: dict[str, list[str]] = {}
+        #: queue -> (its pools in order, does any of them take only some task types)
+        self._pool_order: dict[str, tuple[list[str], bool]] = {}
         self._model_pools: dict[tuple[str, ...], set[str]] = {}
         self._by_name: dict[str, tuple[Workload, Facts]] = {}
         self._shape_ids: dict[tuple[object, ...], int] = {}
@@ -55,16 +56,16 @@ class WorkloadFacts:
     def candidate_pools(self, w: Workload) -> list[str]:
         """Pools a workload may use: its own choice, else its queue's pools in the order they are
         listed, its preferred pools (``Workload.preferred_pools``) moved to the front."""
-        order = self._pool_order.get(w.queue)
-        if order is None:
-            order = []
+        got = self._pool_order.get(w.queue)
+        if got is None:
+            listed: list[str] = []
             for n in self.quota.path[w.queue]:  # the nearest queue that lists quotas decides
                 listed = [pq.pool for pq in self.quota.queues[n].quotas if pq.pool in self.pools]
                 if listed:
-                    order = listed
                     break
-            self._pool_order[w.queue] = order
-        if any(self.pools[p].allowed_types for p in order):  # pools that take only some types
+            got = self._pool_order[w.queue] = (listed, any(self.pools[p].allowed_types for p in listed))
+        order, typed = got
+        if typed:  # pools that take only some types
             order = [p for p in order if self.pools[p].takes_type(w.type)]
         if w.pool is not None:
             return [w.pool] if w.pool in order else []

@@ -85,7 +85,16 @@ class QueuePasses:
                 result = self._take(w, out, allow_borrow, hinted)
                 if result and more is not None and not out.preempted:
                     self._extend_window(more, w, lst, pos[q])
-                stop = self._queue_stops(w, result, lst, pos[q], strict, deferred, out)
+                if strict or one_head:
+                    stop = self._queue_stops(w, result, lst, pos[q], strict, deferred, out)
+                else:  # hot: the rule of any other queue, without the call
+                    stop = False
+                    if result is None:
+                        got = deferred.get(q)
+                        if got is None:
+                            deferred[q] = [w]
+                        else:
+                            got.append(w)
                 if stop:
                     pos[q] = len(lst)
                 elif hinted and not out.preempted:

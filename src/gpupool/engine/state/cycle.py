@@ -33,6 +33,9 @@ class CycleState:
     seen: set[str] = field(default_factory=set)
     #: (pool, shape[, "backfill"]) -> why it did not fit: capacity only shrinks within a cycle
     fail_cache: dict[tuple[object, ...], tuple[PendingCode, str]] = field(default_factory=dict)
+    #: (pool, shape) -> why it asks for more devices than the pool has healthy (None: it does
+    #: not): the shape fixes the request and no device changes health within a cycle
+    beyond_pool: dict[tuple[object, ...], str | None] = field(default_factory=dict)
     #: formatted quota reasons, by what they depend on
     reason_memo: dict[tuple[object, ...], str] = field(default_factory=dict)
     #: (queue, priority, pool, shape) whose preemption search failed
