@@ -81,6 +81,7 @@ def test_bench_engine_json_small() -> None:
     )
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    for key in ("placements_per_second", "cycle_seconds", "peak_memory_mb"):
+    for key in ("placements_per_second", "cycle_seconds", "cpu_seconds", "peak_memory_mb"):
         assert key in out and key in out["baseline"]
+    assert out["cpu_speedup_vs_baseline"] > 0  # the ratio by CPU seconds, as bench/README.md states it
     assert out["placements"] > 0
