@@ -113,12 +113,15 @@ def _classes(
 ) -> tuple[list[Workload], dict[Shape, list[Workload]]]:
     whole: list[Workload] = []
     classes: dict[Shape, list[Workload]] = {}
-    queues = engine.quota.queues
+    queues, root = engine.quota.queues, engine.quota.root
+    # an over-quota tree's fair shares are water-filled from all of its pending demand: a window
+    # would hide demand and change the shares, so its work is passed whole (as StrictFIFO's is)
+    over_quota = set(engine.quota.over_quota_roots)
     for w in pending:
         if known and w.name in known:
             continue
         q = queues.get(w.queue)
-        if q is None or q.strategy is QueueingStrategy.STRICT_FIFO:
+        if q is None or q.strategy is QueueingStrategy.STRICT_FIFO or root.get(w.queue) in over_quota:
             whole.append(w)
         else:
             classes.setdefault(scheduling_signature(w), []).append(w)
