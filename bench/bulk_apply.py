@@ -33,7 +33,12 @@ def _items(n: int, kind: str) -> list[dict[str, Any]]:
     if kind == "workloads":
         return [wl(f"bulk-{i}") for i in range(n)]
     return [
-        {"apiVersion": "gpupool.io/v1alpha1", "kind": "Queue", "metadata": {"name": f"bulk-q{i}"}, "spec": {"parent": "llm-team"}}
+        {
+            "apiVersion": "gpupool.io/v1alpha1",
+            "kind": "Queue",
+            "metadata": {"name": f"bulk-q{i}"},
+            "spec": {"parent": "llm-team"},
+        }
         for i in range(n)
     ]
 
