@@ -18,6 +18,7 @@ from gpupool.model import (
     Node,
     PodPlacement,
     PodRequest,
+    PreemptionPolicy,
     ReclaimPolicy,
     Running,
     Snapshot,
@@ -230,12 +231,28 @@ def _victim_rule(w: Workload, vr: Running, rule: PreemptRule, qs: QuotaState) ->
         errs.append(f"{name}: reclaimed from queue {vw.queue} which was not borrowing")
     if rule is PreemptRule.FAIR_SHARE and not qs.queues[qs.root[w.queue]].fair_sharing_preemption:
         errs.append(f"{name}: preempted for fair sharing in a cohort that has not opted in")
-    lower_only = rule not in (PreemptRule.RECLAIM, PreemptRule.FAIR_SHARE) or (
-        pol is not None and pol.reclaim_within_cohort is ReclaimPolicy.LOWER_PRIORITY
-    )
-    if lower_only and not vw.priority < w.priority:
-        errs.append(f"{name}: victim priority {vw.priority} not below preemptor {w.priority}")
-    return errs
+    return errs + _victim_priority(w, vw, name, rule, pol)
+
+
+def _victim_priority(
+    w: Workload, vw: Workload, name: str, rule: PreemptRule, pol: PreemptionPolicy | None
+) -> list[str]:
+    """A cohort victim's priority against its preemptor's ``reclaimWithinCohort``: a borrowing
+    preemption, or a reclaim under ``LowerPriority``, takes lower priorities only; under
+    ``LowerOrEqualPriority`` lower or equal; under ``Never`` no reclaim at all."""
+    reclaim = rule in (PreemptRule.RECLAIM, PreemptRule.FAIR_SHARE)
+    policy = pol.reclaim_within_cohort if pol is not None else None
+    if reclaim and policy is ReclaimPolicy.NEVER:
+        return [f"{name}: reclaimed ({rule}) for a queue whose reclaimWithinCohort is Never"]
+    if reclaim and policy is ReclaimPolicy.LOWER_OR_EQUAL_PRIORITY:
+        if vw.priority > w.priority:
+            return [
+                f"{name}: victim priority {vw.priority} above preemptor {w.priority} (LowerOrEqualPriority)"
+            ]
+        return []
+    if (not reclaim or policy is ReclaimPolicy.LOWER_PRIORITY) and not vw.priority < w.priority:
+        return [f"{name}: victim priority {vw.priority} not below preemptor {w.priority}"]
+    return []
 
 
 def check_cycle(before: Snapshot, decisions: Decisions, after: Snapshot) -> list[str]:
