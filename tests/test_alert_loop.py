@@ -18,8 +18,8 @@ from prometheus_client import CollectorRegistry
 from gpupool.service import alerts
 from gpupool.service.alerts import AlertLoop, AlertPolicy
 from gpupool.service.controller import Controller
+from gpupool.service.core import Service
 from gpupool.service.readmodel import ControllerReadModel
-from gpupool.service.routes.base import Service
 from gpupool.store import Store
 from gpupool.store.incidents import Firing
 from tests.test_service_support import in_process_controller, running_app, submit_to, wait_for

@@ -11,8 +11,8 @@ from typing import Any, cast
 import pytest
 
 from gpupool.service import alerts
+from gpupool.service.core import Service
 from gpupool.service.readmodel import ControllerReadModel
-from gpupool.service.routes.base import Service
 from gpupool.store import Conflict
 from gpupool.store.incidents import Firing
 from tests.test_service_support import in_process_controller, running_app, submit_to

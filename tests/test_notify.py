@@ -26,9 +26,9 @@ from prometheus_client import CollectorRegistry
 from typer.testing import CliRunner
 
 from gpupool.service.alerts import AlertLoop
+from gpupool.service.core import Service
 from gpupool.service.notify import NotificationConfigError, Notifier, Router, parse_config
 from gpupool.service.notify.config import RouteSpec
-from gpupool.service.routes.base import Service
 from gpupool.store import Store
 from gpupool.store.incidents import Firing
 from tests.test_service_support import running_app, wait_for

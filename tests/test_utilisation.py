@@ -24,8 +24,8 @@ from gpupool.discovery import synthetic
 from gpupool.discovery.nvml import NvmlDiscovery, Reading
 from gpupool.model import Admission, PodGroup, PodPlacement, PodRequest, Running, Workload
 from gpupool.service import alerts
+from gpupool.service.core import Service
 from gpupool.service.readmodel import ControllerReadModel
-from gpupool.service.routes.base import Service
 from gpupool.service.utilisation import About, UtilisationSettings, UtilisationTracker, hour_split
 from gpupool.service.utilisation_loop import RULE, UtilisationLoop
 from gpupool.service.utilisation_sources import NvmlReadings, PrometheusReadings, SyntheticReadings

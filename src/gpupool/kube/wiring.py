@@ -31,7 +31,7 @@ from gpupool.auth import Principal, Role
 from gpupool.kube.lease import KubeLease, KubeLeaseSettings
 from gpupool.kube.outcomes import PodsReadyPolicy, pods_ready_policy
 from gpupool.kube.source import SYSTEM_NAME, Outcome, SourcePolicy, policy_from_options
-from gpupool.service.routes.base import ApiError
+from gpupool.service.errors import ApiError
 from gpupool.service.routes.workloads import Prepared, after, prepare
 from gpupool.store import TERMINAL_PHASES, NotFound, StoreError
 from gpupool.store.schema import PHASES
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from gpupool.service.config import ServiceConfig
-    from gpupool.service.routes.base import Service
+    from gpupool.service.core import Service
 
 log = logging.getLogger("gpupool.kube.wiring")
 

@@ -32,7 +32,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PromCounter
 
-from gpupool.service.routes.base import Service
+from gpupool.service.core import Service
 from gpupool.store.incidents import Firing
 
 log = logging.getLogger("gpupool.alerts")

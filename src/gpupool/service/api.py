@@ -2,8 +2,11 @@
 
 Where things are (see docs/service.md):
 * ``gpupool.service.routes``: one APIRouter per area (health, tokens, config, workloads,
-  approvals, cluster, audit); ``routes.base`` holds what they share (Service, ApiError, the
-  error handlers, the Caller/Svc dependencies) and the conventions every endpoint follows.
+  approvals, cluster, audit); ``routes.base`` holds what they share (the error handlers, the
+  Caller/Svc dependencies) and the conventions every endpoint follows.
+* ``gpupool.service.usecases``: what the routes, the CLI, the Kubernetes source and the
+  backends all call (submit, apply, cancel, drain, device health, onboard), over the
+  ``Service`` (``gpupool.service.core``) and raising ``gpupool.service.errors.ApiError``.
 * ``gpupool.service.admission``: whether a submission is refused, needs an approver, or asks
   for an exception.
 * ``gpupool.service.readmodel``: what the API shows of the controller's state.
@@ -30,6 +33,8 @@ from gpupool.service.backends import Backend, make_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
 from gpupool.service.controller import Controller
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.guard import RequestGuard
 from gpupool.service.hsts import StrictTransport
 from gpupool.service.leader import install_standby_guard, start_leader
@@ -44,7 +49,7 @@ from gpupool.service.routes import logs as logs_area
 from gpupool.service.routes import onboard as onboard_area
 from gpupool.service.routes import revisions as revisions_area
 from gpupool.service.routes import utilisation as utilisation_area
-from gpupool.service.routes.base import ApiError, Service, install_errors
+from gpupool.service.routes.base import install_errors
 from gpupool.service.routes.workloads import workload_view
 from gpupool.service.utilisation_loop import RULE as HELD_IDLE
 from gpupool.service.utilisation_loop import UtilisationLoop

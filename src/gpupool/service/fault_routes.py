@@ -21,9 +21,11 @@ from pydantic import BaseModel, Field
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
 from gpupool.service.convert import bundle_from_manifests, object_manifest
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.failures import UNHEALTHY_ANNOTATION
 from gpupool.service.openapi import BODY, doc
-from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 
 
 class DeviceHealthRequest(BaseModel):

@@ -30,7 +30,8 @@ from gpupool.manifests import Bundle
 from gpupool.model import UNLIMITED, ZERO, Running, Snapshot, Workload
 from gpupool.service import failures as flt
 from gpupool.service.convert import workload_model
-from gpupool.service.routes.base import ApiError, Service
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.windows import windowed_cycle
 
 #: previews remembered for the apply that follows (per store), oldest dropped first

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpupool.service.routes.base import Service
+from gpupool.service.core import Service
 from gpupool.service.utilisation import About, HeldIdle, UtilisationSettings, UtilisationTracker, idle_for_of
 from gpupool.service.utilisation_sources import (
     NvmlReadings,

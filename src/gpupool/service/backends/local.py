@@ -40,7 +40,7 @@ from gpupool.service.backends.run_logs import FileLogs
 if TYPE_CHECKING:
     import subprocess
 
-    from gpupool.service.routes.base import Service
+    from gpupool.service.core import Service
 
 log = logging.getLogger(__name__)
 STATE_FILE = "local-backend.json"

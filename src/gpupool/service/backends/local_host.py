@@ -30,7 +30,7 @@ import yaml
 from gpupool.discovery.nvml import Device, islands_label
 
 if TYPE_CHECKING:
-    from gpupool.service.routes.base import Service
+    from gpupool.service.core import Service
     from gpupool.store import Store
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,10 @@ from gpupool.service.admission import (
     exception_duration_s,
     is_exception,
 )
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.openapi import AUTH, BODY, doc
-from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 from gpupool.service.routes.paging import make_continue, read_continue
 from gpupool.service.routes.workloads import workload_view
 from gpupool.store import NotFound

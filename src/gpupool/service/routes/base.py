@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-import time
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
@@ -27,60 +24,22 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpupool import oidc
-from gpupool.audit import AuditEntry
-from gpupool.auth import Action, Principal, Resource, Role, authorize, parse_bearer
+from gpupool.auth import Principal, parse_bearer
 from gpupool.manifests import ManifestError
 from gpupool.service import openapi as oa
-from gpupool.service.admission import (
-    Refusal,
-)
-from gpupool.service.backends import Backend
-from gpupool.service.batch import SubmitBatcher
-from gpupool.service.config import ServiceConfig
-from gpupool.service.controller import Controller
 from gpupool.service.convert import (
     error_items,
 )
-from gpupool.service.leader import LeaderElector
-from gpupool.service.limits import PendingCounter, TokenBuckets, controller_waiting
-from gpupool.service.metrics import Metrics
-from gpupool.service.readmodel import ControllerReadModel
-from gpupool.service.view import ConfigLookups
-from gpupool.store import NotFound, Store, StoreError, WorkloadRecord
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
+from gpupool.store import StoreError
 
 log = logging.getLogger("gpupool.api")
 
-TOKEN_CACHE_S = 5.0
 #: the detail of the 400 FastAPI raises when it cannot read a JSON body (see ``install_errors``)
 FASTAPI_BODY_ERROR = "There was an error parsing the body"
 #: the largest id or sequence number any store column holds (a signed 64-bit integer)
 MAX_ID = 2**63 - 1
-
-
-class ApiError(Exception):
-    """An error the client can act on; becomes the JSON error body."""
-
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        errors: list[dict[str, str]] | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.errors = errors or []
-        self.headers = headers  # e.g. Retry-After of a 429
-
-
-class Denied(ApiError):
-    """A 403 whose audit record the caller still has to write."""
-
-    def __init__(self, message: str, entry: AuditEntry) -> None:
-        super().__init__(403, message)
-        self.entry = entry
 
 
 def _err(
@@ -91,139 +50,6 @@ def _err(
     if extra:
         headers = {**(headers or {}), **extra}
     return JSONResponse(body, status_code=status, headers=headers)
-
-
-@dataclass
-class Service:
-    """What the endpoints share."""
-
-    config: ServiceConfig
-    store: Store
-    backend: Backend
-    controller: Controller
-    metrics: Metrics
-    batcher: SubmitBatcher
-    bootstrap_token: str | None = None
-    #: the leader lease keeper (gpupool.service.leader); None when the controller does not run
-    leader: LeaderElector | None = None
-
-    def __post_init__(self) -> None:
-        self._tokens: dict[str, tuple[float, Principal]] = {}
-        self._tlock = threading.Lock()
-        #: what the routes show of the controller's state (never ``controller.engine`` directly)
-        self.read = ControllerReadModel(self.controller)
-        #: single sign-on (gpupool.oidc): ID tokens from the configured issuer; None when off
-        self.oidc = oidc.from_env()
-        #: fair to everyone (gpupool.service.limits): pending work per queue and user, and the
-        #: submit rate per token (None: unlimited)
-        lim = self.config.tenant_limits
-        ctl = self.controller
-        self.pending_limits = PendingCounter(lim.default, controller_waiting(ctl), lambda: ctl.cycles)
-        rate = lim.submit_rate
-        self.submit_rate = TokenBuckets(rate, lim.submit_burst) if rate else None
-
-    # -- auth ---------------------------------------------------------------------------------
-    def authenticate(self, header: str | None) -> Principal:
-        token = parse_bearer(header)
-        if token is None:
-            why = (
-                "no Authorization header"
-                if not header
-                else "the Authorization header is not 'Bearer <token>'"
-            )
-            raise ApiError(
-                401,
-                f"authentication required: {why}; send 'Authorization: Bearer <token>' "
-                f"(the bootstrap admin token is in {self.config.token_file})",
-            )
-        now = time.monotonic()
-        with self._tlock:
-            hit = self._tokens.get(token)
-        if hit is not None and now - hit[0] < TOKEN_CACHE_S:
-            return hit[1]
-        p = self._oidc_principal(token) if self.oidc and oidc.looks_like_jwt(token) else None
-        p = p or self.store.authenticate(token)
-        if p is None:
-            raise ApiError(401, "authentication failed: the token is not recognised or has been revoked")
-        with self._tlock:
-            if len(self._tokens) > 10_000:
-                self._tokens.clear()
-            self._tokens[token] = (now, p)
-        return p
-
-    def _oidc_principal(self, token: str) -> Principal:
-        """The caller an OIDC ID token names; 401 with the reason it is refused."""
-        assert self.oidc is not None
-        try:
-            return self.oidc.principal(token)
-        except oidc.OidcError as exc:
-            raise ApiError(401, f"authentication failed: {exc}") from None
-
-    def cached_principal(self, token: str) -> Principal | None:
-        with self._tlock:
-            hit = self._tokens.get(token)
-        if hit is not None and time.monotonic() - hit[0] < TOKEN_CACHE_S:
-            return hit[1]
-        return None
-
-    def forget_tokens(self) -> None:
-        with self._tlock:
-            self._tokens.clear()
-
-    def check(
-        self,
-        p: Principal,
-        action: Action,
-        res: Resource,
-        mutating: bool = True,
-        defer: bool = False,
-        tree: ConfigLookups | None = None,
-    ) -> None:
-        """403 unless allowed; a denied mutation is audited (``defer``: by the caller, off the event
-        loop). ``tree``: the queue tree to judge by (default: the one in force)."""
-        d = authorize(p, action, res, (tree or self.controller).is_in_subtree)
-        if not d.allowed:
-            entry = AuditEntry(
-                p.name,
-                "request.denied",
-                res.kind,
-                res.name,
-                {"action": str(action), "role": str(p.role), "reason": d.reason},
-            )
-            if mutating and defer:
-                raise Denied(f"forbidden: {d.reason}", entry)
-            if mutating:
-                self.store.append_audit(entry)
-            raise ApiError(403, f"forbidden: {d.reason}")
-
-    def can_read_workload(self, p: Principal, queue: str) -> bool:
-        return authorize(
-            p, Action.READ, Resource("Workload", queue=queue), self.controller.is_in_subtree
-        ).allowed
-
-    def visible_workload(self, p: Principal, name: str) -> WorkloadRecord:
-        """The workload, or 404 when it does not exist or lies outside the caller's subtree."""
-        try:
-            rec = self.store.get_workload(name)
-        except NotFound:
-            rec = None
-        if rec is None or not self.can_read_workload(p, rec.queue):
-            where = (
-                f" among the workloads visible to {p.role.value} {p.name!r} (queue subtree {p.scope!r})"
-                if p.scope
-                else ""
-            )
-            raise ApiError(
-                404, f"workload {name!r} not found{where}", [{"field": "name", "problem": "not found"}]
-            )
-        return rec
-
-    def visible_queues(self, p: Principal) -> list[str] | None:
-        """None: every queue; else the queues of the caller's subtree."""
-        if p.role is Role.PLATFORM_ADMIN or (p.role is Role.VIEWER and p.scope is None):
-            return None
-        ctl = self.controller
-        return [q for q in ctl.parents if p.scope is not None and ctl.is_in_subtree(q, p.scope)]
 
 
 async def principal(request: Request) -> Principal:
@@ -290,10 +116,6 @@ def _not_object(value: Any) -> str:
         return f"{BODY_NOT_OBJECT} sent with content-type application/json"
     kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value))
     return f"{BODY_NOT_OBJECT}, not {kind or 'a number'}"
-
-
-def refusal_error(r: Refusal) -> ApiError:
-    return ApiError(r.status, r.message, [{"field": r.field, "problem": r.problem}])
 
 
 def install_errors(app: FastAPI) -> None:

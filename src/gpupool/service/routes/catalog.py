@@ -8,8 +8,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from gpupool.service.catalog import catalog, entry_json
+from gpupool.service.errors import ApiError
 from gpupool.service.openapi import AUTH, READ, doc
-from gpupool.service.routes.base import ApiError, Caller, Svc
+from gpupool.service.routes.base import Caller, Svc
 
 router = APIRouter()
 

@@ -16,10 +16,12 @@ from gpupool.service.convert import (
     bundle_from_manifests,
     object_manifest,
 )
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.failures import device_health, node_health
 from gpupool.service.fault_routes import add_routes as add_fault_routes
 from gpupool.service.openapi import AUTH, READ, WRITE, doc
-from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 
 router = APIRouter()
 

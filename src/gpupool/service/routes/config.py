@@ -23,8 +23,10 @@ from gpupool.service.convert import (
     resource_version,
     without_server_metadata,
 )
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError, Denied
 from gpupool.service.openapi import BODY, READ, WRITE, doc
-from gpupool.service.routes.base import ApiError, Caller, Denied, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 from gpupool.service.routes.workloads import Prepared, prepare, submit_many
 from gpupool.service.view import ConfigView
 from gpupool.store import NotFound, ObjectRecord, WorkloadRecord

@@ -26,8 +26,10 @@ from gpupool.cost.metering import Window
 from gpupool.cost.render import render
 from gpupool.cost.reports import chargeback_report, load_store, parse_time, usage_report
 from gpupool.cost.weekly import weekly_report
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.openapi import AUTH, doc
-from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 
 router = APIRouter()
 

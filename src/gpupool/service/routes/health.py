@@ -7,10 +7,11 @@ from fastapi.responses import JSONResponse, Response
 
 from gpupool.auth import Role
 from gpupool.service import openapi as oa
+from gpupool.service.errors import ApiError
 from gpupool.service.leader import readiness
 from gpupool.service.metrics import Metrics
 from gpupool.service.openapi import AUTH, doc
-from gpupool.service.routes.base import ApiError, Svc
+from gpupool.service.routes.base import Svc
 from gpupool.store.schema import PHASES
 
 router = APIRouter()

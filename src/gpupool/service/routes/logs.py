@@ -21,8 +21,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.service import openapi as oa
 from gpupool.service.backends.run_logs import AttemptLog, RunLogs, last_lines
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.openapi import READ, doc
-from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 
 router = APIRouter()
 #: a plain read returns at most the last this many bytes (follow streams everything after)

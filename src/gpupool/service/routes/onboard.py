@@ -20,8 +20,10 @@ from gpupool.manifests import Bundle, Document, build
 from gpupool.manifests.templates import Onboarding, TeamTemplateSpec, TemplateError, render
 from gpupool.service import preview as pv
 from gpupool.service.convert import parse_manifest
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.openapi import BODY, doc
-from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 from gpupool.service.routes.config import _check_config, _parse_set
 
 router = APIRouter()

@@ -12,7 +12,8 @@ import binascii
 import json
 from typing import Literal
 
-from gpupool.service.routes.base import MAX_ID, ApiError
+from gpupool.service.errors import ApiError
+from gpupool.service.routes.base import MAX_ID
 
 Order = Literal["newest", "oldest"]
 

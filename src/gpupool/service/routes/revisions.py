@@ -17,8 +17,10 @@ import yaml
 from fastapi import APIRouter, Path, Query
 
 from gpupool.auth import Action, Principal, Resource
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError
 from gpupool.service.openapi import READ, doc
-from gpupool.service.routes.base import ApiError, Caller, Service, Svc
+from gpupool.service.routes.base import Caller, Svc
 from gpupool.service.routes.config import _kind
 from gpupool.store.revisions import RevisionRecord
 

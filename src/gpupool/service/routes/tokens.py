@@ -10,8 +10,9 @@ from pydantic import BaseModel, Field
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Resource, Role
 from gpupool.service import openapi as oa
+from gpupool.service.errors import ApiError
 from gpupool.service.openapi import AUTH, BODY, WRITE, doc
-from gpupool.service.routes.base import MAX_ID, ApiError, Caller, Svc
+from gpupool.service.routes.base import MAX_ID, Caller, Svc
 from gpupool.store import NotFound
 
 router = APIRouter()

@@ -25,7 +25,8 @@ from fastapi import APIRouter, FastAPI, Request
 
 from gpupool.deploy.mutate import MutationError, json_patch, mutate, queue_of
 from gpupool.manifests import validate_document
-from gpupool.service.routes.base import ApiError, install_errors
+from gpupool.service.errors import ApiError
+from gpupool.service.routes.base import install_errors
 
 router = APIRouter()
 REVIEW_API = "admission.k8s.io/v1"

@@ -35,21 +35,13 @@ from gpupool.service.convert import (
     parse_manifest,
     workload_model,
 )
+from gpupool.service.core import Service
+from gpupool.service.errors import ApiError, Denied, refusal_error
 from gpupool.service.failures import history_view
 from gpupool.service.guard import PARSED_KEY
 from gpupool.service.limits import TokenBuckets
 from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
-from gpupool.service.routes.base import (
-    MAX_ID,
-    ApiError,
-    Caller,
-    Denied,
-    Service,
-    Svc,
-    json_object,
-    principal,
-    refusal_error,
-)
+from gpupool.service.routes.base import MAX_ID, Caller, Svc, json_object, principal
 from gpupool.service.routes.paging import Order, make_continue, read_continue
 from gpupool.service.view import ConfigView
 from gpupool.store import NotFound, StoreError, WorkloadRecord
