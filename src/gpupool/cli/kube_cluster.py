@@ -42,10 +42,14 @@ def cluster_up(
     heartbeat: float = typer.Option(
         10.0, "--heartbeat-seconds", min=0.1, help="how often each node renews its Lease"
     ),
+    with_scheduler: bool = typer.Option(False, "--with-scheduler", help="also run kube-scheduler"),
+    with_kueue: bool = typer.Option(
+        False, "--with-kueue", help="also run Kueue's manager (CRDs, RBAC, webhooks) and kube-scheduler"
+    ),
 ) -> None:
     """Run etcd, kube-apiserver, kube-controller-manager and a node agent (the nodes' kubelets)
-    until Ctrl-C. No kube-scheduler runs: pods wait until something binds them (gpupool).
-    Kueue (`--with-kueue`) is not offered yet."""
+    until Ctrl-C. Without --with-scheduler/--with-kueue no kube-scheduler runs: pods wait until
+    something binds them (gpupool)."""
     from gpupool.cli.kube import _cluster_docs, _stop_on_signals
     from gpupool.kube.client import KubeApi, load_config
     from gpupool.kube.fake import nodes as builders
@@ -62,7 +66,7 @@ def cluster_up(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--cluster") from None
     try:
-        cp = RealControlPlane()
+        cp = RealControlPlane(scheduler=with_scheduler, kueue=with_kueue)
     except MissingBinaries as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -70,15 +74,23 @@ def cluster_up(
     api: KubeApi | None = None
     _stop_on_signals()  # first: a Ctrl-C during the ~15 s start must still stop what started
     try:
-        cp.start()
+        try:
+            cp.start()
+        except MissingBinaries as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
         api = KubeApi(load_config(str(cp.kubeconfig)))
-        agent = NodeAgent(api, objs, time_scale=time_scale, heartbeat_s=heartbeat)
+        # kube-scheduler writes no HAMi device annotations: with it the nodes act as with
+        # NVIDIA's plain device plugin (whole GPUs), not HAMi's, so its pods are not refused.
+        agent = NodeAgent(api, objs, time_scale=time_scale, heartbeat_s=heartbeat, use_hami=not cp.scheduler)
         agent.start()
         agent.wait_ready(120)
         cfg = _write_kubeconfig(cp, kubeconfig)
+        extra = ", kube-scheduler" if cp.scheduler else "; no kube-scheduler"
+        extra = ", kube-scheduler, Kueue v0.17.0" if cp.kueue else extra
         typer.echo(
             f"up: Kubernetes {KUBERNETES_VERSION} API server at {cp.server} with {len(objs)} nodes Ready"
-            " (etcd, kube-apiserver, kube-controller-manager, node agent; no kube-scheduler)"
+            f" (etcd, kube-apiserver, kube-controller-manager, node agent{extra})"
         )
         typer.echo(f"export KUBECONFIG={cfg.resolve()}")
         while True:

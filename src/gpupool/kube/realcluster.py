@@ -60,6 +60,15 @@ BINARY_NAMES = ("etcd", "kube-apiserver", "kube-controller-manager")
 SERVICE_CIDR = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 
+# Identities of the optional components: kube-scheduler under the user its bootstrap RBAC role
+# binding names, Kueue's manager as the service account its own ClusterRoleBinding names.
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_USER = f"system:serviceaccount:{KUEUE_NAMESPACE}:kueue-controller-manager"
+EXTRA_USERS = (
+    ("system:kube-scheduler", ""),
+    (KUEUE_USER, f"system:serviceaccounts,system:serviceaccounts:{KUEUE_NAMESPACE}"),
+)
+
 
 class RealClusterError(RuntimeError):
     """The control plane could not be started (the message names the component and why)."""
@@ -243,6 +252,8 @@ class RealControlPlane:
         controllers: str = "*",
         start_timeout: float = 240.0,
         stop_timeout: float = 20.0,
+        scheduler: bool = False,
+        kueue: bool = False,
     ) -> None:
         self.binaries = binaries or find_binaries()
         self.controllers = controllers
@@ -253,6 +264,11 @@ class RealControlPlane:
         self._kcm_token = secrets.token_hex(24)
         self.server = ""
         self._components: list[_Component] = []
+        # kube-scheduler and Kueue's manager (``gpupool.kube.kueue_local``), started after the
+        # controller manager when asked for; each gets a token of its own in the token file.
+        self.scheduler = scheduler or kueue
+        self.kueue = kueue
+        self.tokens = {user: secrets.token_hex(24) for user, _ in EXTRA_USERS}
 
     # -- paths --------------------------------------------------------------------------------
 
@@ -301,6 +317,13 @@ class RealControlPlane:
             etcd_url = self._start_etcd(deadline)
             self._start_apiserver(etcd_url, deadline)
             self._start_controller_manager(deadline)
+            if self.scheduler or self.kueue:
+                from gpupool.kube import kueue_local
+
+                if self.scheduler:
+                    kueue_local.start_scheduler(self, deadline)
+                if self.kueue:
+                    kueue_local.start_kueue(self, deadline)
         except BaseException:
             self.stop()
             raise
@@ -329,13 +352,13 @@ class RealControlPlane:
 
     # -- components ---------------------------------------------------------------------------
 
-    def _spawn(self, name: str, args: list[str]) -> _Component:
+    def _spawn(self, name: str, args: list[str], prefix: tuple[str, ...] = ()) -> _Component:
         log = self._dir() / f"{name}.log"
         with log.open("wb") as out:
             # Own session: a Ctrl-C in the terminal reaches us, not the components directly, so
             # they are stopped in order; and stop() signals exactly these processes.
             process = subprocess.Popen(
-                [str(self.binaries.path(name)), *args],
+                [*prefix, str(self.binaries.path(name)), *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -398,6 +421,10 @@ class RealControlPlane:
         tokens.write_text(
             f'{self.admin_token},admin,admin,"system:masters"\n'
             f"{self._kcm_token},system:kube-controller-manager,kube-controller-manager\n"
+            + "".join(
+                f"{self.tokens[user]},{user},{user}" + (f',"{groups}"' if groups else "") + "\n"
+                for user, groups in EXTRA_USERS
+            )
         )
         tokens.chmod(0o600)
         port = free_port()
