@@ -30,19 +30,17 @@ class LeaseMethods(StoreBase):
         ``idle_timeout_s``: PostgreSQL aborts a fenced transaction left idle that long.
         """
         view = copy.copy(self)
-        view._fence = epoch
-        view._fence_idle_ms = max(1, int(idle_timeout_s * 1000))
+        view._compose(self.db.fenced(epoch, idle_timeout_s))
         return view
 
     @property
     def fence(self) -> int | None:
         """The fencing token this view checks (None for the plain store)."""
-        return self._fence
+        return self.db.fence
 
     def _lease_writer(self) -> sa.Engine:
         """The lease's own connection, writing as the store's writers do (SQLite: BEGIN IMMEDIATE)."""
-        eng = self._lease_engine
-        return eng.execution_options(gpupool_begin="IMMEDIATE") if eng.dialect.name == "sqlite" else eng
+        return self.db.lease_writer()
 
     def get_lease(self) -> Lease:
         """The leader lease as stored (holder empty when nobody holds it)."""

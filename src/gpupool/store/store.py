@@ -8,12 +8,12 @@ Manifests are stored as JSON so this layer does not depend on the engine.
 
 ``Store`` is composed of one mixin per kind of state, each in its own module:
 
-- ``base``: sessions, transactions, the clock, the fence, audit appends (``StoreBase``);
+- ``database``: the ``Database`` part (sessions, transactions, the clock, the fence);
+- ``audit_log``: the ``AuditLog`` part (appends in a caller's transaction, reading, verifying);
 - ``leadership``: the leader lease and fenced views;
 - ``objects``: configuration objects (apply / create / update / delete);
 - ``submissions``: workload submission and its group commit (``pg_pipeline`` on PostgreSQL);
 - ``workloads``: workload reads, pending reasons, phase changes and events;
-- ``audit_log``: reading, verifying and exporting the audit chain;
 - ``tokens``: API tokens and principals;
 - ``approvals``: approval requests and their decisions.
 
@@ -24,7 +24,7 @@ write), ``phases`` (the workload lifecycle), ``rows`` (tables and row -> record)
 from __future__ import annotations
 
 from gpupool.store.approvals import ApprovalMethods
-from gpupool.store.audit_log import AuditMethods
+from gpupool.store.audit_log import AuditLog
 from gpupool.store.base import Clock
 from gpupool.store.database import (
     DEFAULT_URL,
@@ -33,6 +33,7 @@ from gpupool.store.database import (
     create_engine,
     run_migrations,
 )
+from gpupool.store.delegate import Via
 from gpupool.store.incidents import IncidentMethods
 from gpupool.store.leadership import LeaseMethods
 from gpupool.store.objects import ObjectMethods
@@ -72,7 +73,6 @@ class Store(
     ObjectMethods,
     SubmitMethods,
     WorkloadMethods,
-    AuditMethods,
     TokenMethods,
     ApprovalMethods,
     RevisionMethods,
@@ -84,3 +84,10 @@ class Store(
     def utilisation(self) -> UtilisationRollups:
         """The hourly GPU utilisation rollups (a repository of its own over this store)."""
         return UtilisationRollups(self)
+
+    # the audit chain (AuditLog)
+    append_audit = Via("audit_log", AuditLog.append_audit)
+    audit_records = Via("audit_log", AuditLog.audit_records)
+    audit_head = Via("audit_log", AuditLog.audit_head)
+    verify_audit = Via("audit_log", AuditLog.verify_audit)
+    export_audit = Via("audit_log", AuditLog.export_audit)

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from gpupool.audit import AuditEntry
-from gpupool.store.base import StoreBase, chain_rows
+from gpupool.store.audit_log import chain_rows
+from gpupool.store.base import StoreBase
 from gpupool.store.errors import Conflict, StoreError
 from gpupool.store.pg_pipeline import pg_append, pg_lock_and_insert, pg_pipeline_ok
 from gpupool.store.records import WorkloadRecord, WorkloadSubmission
