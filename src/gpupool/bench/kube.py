@@ -480,6 +480,9 @@ def bench_kube_command(
         help="seconds of faults while work flows (gpupool.bench.chaos); exit 1 unless all 0",
     ),
     seed: int = typer.Option(1, "--seed", help="the chaos run's fault schedule"),
+    versus: str | None = typer.Option(
+        None, "--versus", help="kueue: the same Jobs on real clusters, Kueue + kube-scheduler against gpupool"
+    ),
 ) -> None:
     """Binds/s, API requests per bind and restart-to-first-bind against the fake API server,
     beside the same workloads through the virtual backend; or, with ``--chaos``, the faults run."""
@@ -490,6 +493,14 @@ def bench_kube_command(
         c = run_chaos(chaos, seed=seed, say=say)
         sys.stdout.write(json.dumps(c, indent=2) + "\n" if output == "json" else format_chaos(c))
         raise typer.Exit(1 if any(c[k] for k in COUNTS) else 0)
+    if versus is not None:
+        if versus != "kueue":
+            raise typer.BadParameter("only 'kueue' is offered", param_hint="--versus")
+        from gpupool.bench.kueue_versus import format_versus, run_versus
+
+        v = run_versus(nodes, jobs, say, keep)
+        sys.stdout.write(json.dumps(v, indent=2) + "\n" if output == "json" else format_versus(v))
+        return
     r = run_bench(nodes, jobs, pods, say, keep)
     if output == "json":
         sys.stdout.write(json.dumps(r, indent=2) + "\n")
