@@ -189,6 +189,45 @@ def test_no_module_imports_another_packages_private_names() -> None:
     )
 
 
+#: the HTTP layer (``gpupool.service.routes``) and who may import it: the routes themselves and
+#: the application factories that mount them. Everything else (the CLI, the Kubernetes source,
+#: the backends, the loops) calls the use-cases below it (``gpupool.service.usecases``).
+HTTP_LAYER = "gpupool.service.routes"
+HTTP_IMPORTERS_ALLOWED = {
+    "gpupool.service.api": "the application factory: mounts every router",
+    "gpupool.deploy.cli": "the admission webhook's own small application (routes.webhooks)",
+}
+
+
+def _route_importers(imports: list[Import]) -> set[str]:
+    """Every import of the HTTP layer from outside it, at any depth (inside functions and under
+    ``TYPE_CHECKING`` too: a late import is still a call into the routes)."""
+    return {
+        f"{i.importer}:{i.line} imports {i.module}"
+        for i in imports
+        if _within(i.module, HTTP_LAYER)
+        and not _within(i.importer, HTTP_LAYER)
+        and i.importer not in HTTP_IMPORTERS_ALLOWED
+    }
+
+
+def test_only_the_http_layer_and_the_app_factory_import_the_routes() -> None:
+    bad = sorted(_route_importers(IMPORTS))
+    assert not bad, (
+        "modules below the HTTP layer import a route module (call gpupool.service."
+        "usecases instead):\n" + "\n".join(bad)
+    )
+
+
+def test_the_route_check_sees_imports_inside_functions() -> None:
+    src = "def f():\n    from gpupool.service.routes.config import apply\n"
+    collector = _Collector("gpupool.kube.config_source")
+    collector.visit(ast.parse(src))
+    assert _route_importers(collector.out) == {
+        "gpupool.kube.config_source:2 imports gpupool.service.routes.config"
+    }
+
+
 def _module_graph() -> dict[str, set[str]]:
     """Module -> the project modules it imports when it is imported."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}

@@ -1,5 +1,6 @@
 """``gpupool onboard TEMPLATE --team NAME``: a team's queues and tokens from a TeamTemplate, in
-one atomic step, after printing what they would change (gpupool.service.routes.onboard).
+one atomic step, after printing what they would change (``POST /v1/onboard``, the use-case
+gpupool.service.usecases.onboard).
 
 Why the template is read here and sent whole: it is validated locally first (a bad template
 never reaches the server), and the server renders it again, so what is created is exactly what

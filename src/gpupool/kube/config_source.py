@@ -36,7 +36,6 @@ POOLS = Resource("gpupool.io", "v1alpha1", "resourcepools", "ResourcePool", Fals
 QUEUES = Resource("gpupool.io", "v1alpha1", "queues", "Queue", False)
 PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False)
 KINDS = {"ResourcePool": POOLS, "Queue": QUEUES, "PriorityClass": PRIORITY_CLASSES}
-PLURAL = {"ResourcePool": "pools", "Queue": "queues", "PriorityClass": "priorityclasses"}
 ORIGIN = "gpupool.io/origin"
 PREEMPTIBLE = "gpupool.io/preemptible"
 #: a PriorityClass's ``spec.preemptionWait`` (docs/engine.md, "Preemption cost"): "0s" evicts at once
@@ -167,7 +166,7 @@ class ConfigSource(LoopThread):
 
     def _apply(self, kind: str, obj: Mapping[str, Any]) -> None:
         from gpupool.auth import Principal, Role
-        from gpupool.service.routes.config import ApplyRequest, apply
+        from gpupool.service.usecases.apply import apply_set
 
         md = obj.get("metadata") or {}
         key, rv = (kind, str(md.get("name") or "")), str(md.get("resourceVersion") or "")
@@ -178,8 +177,7 @@ class ConfigSource(LoopThread):
             return
         try:
             who = Principal(PRINCIPAL, Role.PLATFORM_ADMIN)
-            body = ApplyRequest(items=[manifest], reason="kubectl apply", dryRun=False)
-            [res] = apply(body, who, self.svc, dry_run=False, reason="")["results"]
+            [res] = apply_set(self.svc, who, [manifest], "kubectl apply")
         except Exception as exc:  # refused: the others go on; the object says why
             self.stats["refused"] += 1
             why = _located(exc)
@@ -216,7 +214,7 @@ class ConfigSource(LoopThread):
     def _deleted(self, kind: str, name: str, gone: Mapping[str, Any] | None) -> None:
         """The Kubernetes object is gone: delete gpupool's copy if it came from the cluster."""
         from gpupool.auth import Principal, Role
-        from gpupool.service.routes.config import delete_object
+        from gpupool.service.usecases.delete_config import delete_object
         from gpupool.store import NotFound
 
         self._applied.pop((kind, name), None)
@@ -227,7 +225,7 @@ class ConfigSource(LoopThread):
         if (rec.annotations or {}).get(ORIGIN) != "cluster":
             return  # from files or the API: the cluster does not own it
         try:
-            delete_object(PLURAL[kind], name, Principal(PRINCIPAL, Role.PLATFORM_ADMIN), self.svc)
+            delete_object(self.svc, Principal(PRINCIPAL, Role.PLATFORM_ADMIN), kind, name)
             self.stats["deleted"] += 1
         except Exception as exc:  # in use: it stays, and says so where the user looks
             self.stats["refused"] += 1

@@ -1,6 +1,6 @@
 """Workloads created with kubectl become gpupool submissions; deleted ones are cancelled.
 
-Why through the API's own submission path (``routes.workloads.prepare`` and the batcher, in
+Why through the API's own submission path (``usecases.submit.prepare`` and the batcher, in
 ``wiring.ServiceSubmitter``): a Job created with kubectl must meet exactly the validation,
 admission policy and approval rules a ``gpupool submit`` meets, and land in the same store with
 the same audit record. The source

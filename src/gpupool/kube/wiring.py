@@ -32,7 +32,7 @@ from gpupool.kube.lease import KubeLease, KubeLeaseSettings
 from gpupool.kube.outcomes import PodsReadyPolicy, pods_ready_policy
 from gpupool.kube.source import SYSTEM_NAME, Outcome, SourcePolicy, policy_from_options
 from gpupool.service.errors import ApiError
-from gpupool.service.routes.workloads import Prepared, after, prepare
+from gpupool.service.usecases.submit import Prepared, after, prepare
 from gpupool.store import TERMINAL_PHASES, NotFound, StoreError
 from gpupool.store.schema import PHASES
 

@@ -1,7 +1,7 @@
 """Kubernetes objects as gpupool Workloads (Kueue's admission surface, KAI's top-owner grouping).
 
 Why a gpupool manifest and not a model object: the manifest goes through the same validation,
-authorization and admission policy as a submission over the API (``service.routes.workloads
+authorization and admission policy as a submission over the API (``service.usecases.submit
 .prepare``), so a Job created with kubectl meets exactly the rules a ``gpupool submit`` meets.
 """
 

@@ -14,7 +14,7 @@ as fast as the API answers. Two parts, each with its own state:
   one token's flood is answered 429 with ``Retry-After`` while every other token submits.
 
 The refusal itself is ``admission.pending_refusal``, on the one submit path the API, apply and
-the Kubernetes source share (``routes.workloads.prepare``).
+the Kubernetes source share (``usecases.submit.prepare``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ brings the Cluster object up to date on every start (a changed GPU count, say), 
 annotations (cordon, devices marked unhealthy).
 
 Why health goes through the API's own path: a device NVML reports broken is handled exactly as
-one an operator marks unhealthy (``fault_routes.set_device_health``): stored on the Cluster
+one an operator marks unhealthy (``usecases.device_health.set_device_health``): stored on the Cluster
 object (it survives a restart), audited, its work evicted by the failure policy and requeued,
 the device held out of placement.
 """
@@ -195,7 +195,7 @@ class HealthWatch:
     def check(self, svc: Service) -> list[int]:
         """Mark each device that turned unhealthy since the last check; returns their indexes."""
         from gpupool.auth import Principal, Role
-        from gpupool.service.fault_routes import DeviceHealthRequest, set_device_health
+        from gpupool.service.usecases.device_health import set_device_health
 
         if not svc.controller.ready:
             return []  # not leading (or still recovering): the leader's check will do it
@@ -203,7 +203,7 @@ class HealthWatch:
         actor = Principal(HEALTH_ACTOR, Role.PLATFORM_ADMIN)
         for i, why in sorted(new.items()):
             log.warning("device %s/%d is unhealthy: %s", self.node, i, why)
-            set_device_health(svc, actor, self.node, i, DeviceHealthRequest(healthy=False, reason=why))
+            set_device_health(svc, actor, self.node, i, healthy=False, reason=why)
             self.reported[i] = why
         return sorted(new)
 

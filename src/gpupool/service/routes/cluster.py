@@ -1,4 +1,4 @@
-"""The cluster: nodes and their devices, cordon (and, from fault_routes, drain and device
+"""The cluster: nodes and their devices, cordon (and, from routes.faults, drain and device
 health), pools with capacity and allocation, quota per queue and pool."""
 
 from __future__ import annotations
@@ -7,21 +7,16 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from gpupool.audit import AuditEntry
-from gpupool.auth import Action, Principal, Resource
+from gpupool.auth import Principal
 from gpupool.model import UNLIMITED
 from gpupool.service import openapi as oa
-from gpupool.service.convert import (
-    CORDON_ANNOTATION,
-    bundle_from_manifests,
-    object_manifest,
-)
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 from gpupool.service.failures import device_health, node_health
-from gpupool.service.fault_routes import add_routes as add_fault_routes
 from gpupool.service.openapi import AUTH, READ, WRITE, doc
 from gpupool.service.routes.base import Caller, Svc
+from gpupool.service.routes.faults import add_routes as add_fault_routes
+from gpupool.service.usecases.drain import set_cordon
 
 router = APIRouter()
 
@@ -102,50 +97,19 @@ def node(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     raise ApiError(404, f"node {name!r} not found", [{"field": "name", "problem": "no such node"}])
 
 
-def set_cordon(name: str, cordon: bool, p: Principal, svc: Service) -> dict[str, Any]:
-    ctl = svc.controller
-    if name not in {n.name for n in ctl.nodes()}:
-        raise ApiError(404, f"node {name!r} not found", [{"field": "name", "problem": "no such node"}])
-    svc.check(p, Action.UPDATE, Resource("Cluster", name))
-    with ctl.lock:
-        for rec in svc.store.list_objects("Cluster"):
-            m = object_manifest(rec)
-            nodes_here = {n.name for n in bundle_from_manifests([m]).nodes}
-            if name not in nodes_here:
-                continue
-            ann = dict(m["metadata"].get("annotations") or {})
-            cur = {x for x in ann.get(CORDON_ANNOTATION, "").split(",") if x}
-            cur = cur | {name} if cordon else cur - {name}
-            if cur:
-                ann[CORDON_ANNOTATION] = ",".join(sorted(cur))
-            else:
-                ann.pop(CORDON_ANNOTATION, None)
-            m["metadata"]["annotations"] = ann
-            svc.store.apply_object(
-                m, audit=AuditEntry(p.name, "node.cordon" if cordon else "node.uncordon", "Node", name)
-            )
-            ctl.reload_config()
-            return {"name": name, "schedulable": not cordon}
-    raise ApiError(
-        404,
-        f"node {name!r} is not defined by any Cluster object",
-        [{"field": "name", "problem": "no such node"}],
-    )
-
-
 @router.post("/v1/nodes/{name}/cordon", tags=["cluster"], **doc(oa.Cordoned, *WRITE, 404))
 def cordon(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     """Stop placing new work on a node (platform-admin); a node change event."""
-    return set_cordon(name, True, p, svc)
+    return set_cordon(svc, p, name, True)
 
 
 @router.post("/v1/nodes/{name}/uncordon", tags=["cluster"], **doc(oa.Cordoned, *WRITE, 404))
 def uncordon(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     """Allow new work on a node again (platform-admin)."""
-    return set_cordon(name, False, p, svc)
+    return set_cordon(svc, p, name, False)
 
 
-add_fault_routes(router, set_cordon)  # drain, device health: registered here to keep the route order
+add_fault_routes(router)  # drain, device health: registered here to keep the route order
 
 
 @router.get("/v1/cluster", tags=["cluster"], **doc(oa.ClusterView, *AUTH))

@@ -1,50 +1,31 @@
-"""Workloads: submit (the hot path), list, read, cancel, events, explain; and the
-submission steps ``POST /v1/apply`` shares (prepare, hand to the controller)."""
+"""Workloads over HTTP: submit (the hot path), list, read, cancel, events, explain. The steps
+of a submission (prepare, hand to the controller) are the submit use-case
+(gpupool.service.usecases.submit), shared with ``POST /v1/apply`` and the Kubernetes source."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
-import time
-from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from gpupool.audit import AuditEntry
-from gpupool.auth import Action, Principal, Resource
-from gpupool.manifests import KUEUE_QUEUE_LABEL
-from gpupool.model import Workload, WorkloadType
+from gpupool.auth import Principal
+from gpupool.model import WorkloadType
 from gpupool.service import holders
 from gpupool.service import openapi as oa
-from gpupool.service.admission import (
-    backend_refusal,
-    is_exception,
-    needs_approval,
-    pending_refusal,
-    queue_refusal,
-    request_refusal,
-)
-from gpupool.service.controller import Controller
-from gpupool.service.convert import (
-    parse_manifest,
-    workload_model,
-)
 from gpupool.service.core import Service
-from gpupool.service.errors import ApiError, Denied, refusal_error
+from gpupool.service.errors import Denied
 from gpupool.service.failures import history_view
 from gpupool.service.guard import PARSED_KEY
-from gpupool.service.limits import TokenBuckets
 from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
 from gpupool.service.routes.base import MAX_ID, Caller, Svc, json_object, principal
 from gpupool.service.routes.paging import Order, make_continue, read_continue
-from gpupool.service.view import ConfigView
-from gpupool.store import NotFound, StoreError, WorkloadRecord
+from gpupool.service.usecases.cancel import cancel_workload
+from gpupool.service.usecases.submit import after, failed, prepare, rate_limit
+from gpupool.store import NotFound, WorkloadRecord
 
 router = APIRouter()
 
@@ -65,159 +46,6 @@ def workload_view(rec: WorkloadRecord) -> dict[str, Any]:
         "seq": rec.seq,
         "manifest": rec.manifest,
     }
-
-
-def normalise_workload(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored form: the Kueue queue-name label becomes spec.queue (so lookups by queue work)."""
-    m = {k: v for k, v in manifest.items() if k != "status"}
-    spec = dict(m.get("spec") or {})
-    labels = (m.get("metadata") or {}).get("labels") or {}
-    if not spec.get("queue") and isinstance(labels, Mapping) and labels.get(KUEUE_QUEUE_LABEL):
-        spec["queue"] = labels[KUEUE_QUEUE_LABEL]
-        m["spec"] = spec
-    return m
-
-
-@dataclass(slots=True)
-class Prepared:
-    body: dict[str, Any]
-    model: Workload
-    queue: str
-    approval: bool
-    audit: AuditEntry
-
-
-def prepare(svc: Service, p: Principal, body: Mapping[str, Any], view: ConfigView | None = None) -> Prepared:
-    """Validate and authorize a submission from memory only (safe on the event loop);
-    against ``view`` (a configuration about to be applied) instead of the one in force."""
-    doc = parse_manifest(body)
-    if doc.kind != "Workload":
-        raise ApiError(
-            422,
-            f"kind: expected Workload, got {doc.kind}",
-            [{"field": "kind", "problem": "must be Workload"}],
-        )
-    body = normalise_workload(body)
-    ctl: Controller | ConfigView = view or svc.controller
-    bundle = ctl.bundle
-    model = workload_model(body, bundle.priority_classes, 0.0, doc=doc, types=bundle.task_types)
-    queue = model.queue
-    refused = queue_refusal(queue, ctl)
-    if refused is None:
-        svc.check(
-            p,
-            Action.SUBMIT,
-            Resource("Workload", doc.name, queue=queue, owner=p.name),
-            defer=True,
-            tree=ctl,
-        )
-        refused = request_refusal(model, body, ctl)
-    if refused is None:
-        refused = backend_refusal(doc.name, p.name, svc.controller.backend)
-    if refused is None:  # last: it reserves the workload's place until ``after`` or ``failed``
-        refused = pending_refusal(doc.name, model, p.name, svc.pending_limits, ctl)
-    if refused is not None:
-        raise refusal_error(refused)
-    exception = is_exception(body)
-    approval = needs_approval(model, body, bundle, ctl)
-    audit = AuditEntry(
-        p.name,
-        "workload.submit",
-        "Workload",
-        doc.name,
-        {"queue": queue, "approval": approval, "exception": exception},
-    )
-    return Prepared(dict(body), model, queue, approval, audit)
-
-
-def after(svc: Service, prep: Prepared, rec: WorkloadRecord, created: bool) -> WorkloadRecord:
-    """Hand a committed submission to the controller (or open its approval request)."""
-    try:
-        out = _handed(svc, prep, rec, created)
-    except BaseException:
-        failed(svc, prep)
-        raise
-    if created and not prep.approval:
-        svc.pending_limits.handed(prep.model.name)  # counted until the controller holds it
-    else:
-        failed(svc, prep)  # unchanged, or awaiting approval: not new pending work
-    return out
-
-
-def failed(svc: Service, prep: Prepared) -> None:
-    """A prepared submission adds no pending work (not committed, unchanged, or awaiting
-    approval): it no longer counts against the limits."""
-    svc.pending_limits.release(prep.model.name)
-
-
-def _handed(svc: Service, prep: Prepared, rec: WorkloadRecord, created: bool) -> WorkloadRecord:
-    if not created:
-        return rec
-    svc.metrics.submits.labels(prep.queue).inc()
-    if prep.approval:
-        # the workload is committed: a failure to open its request must not answer 500 for
-        # an accepted submission; it is rejected with the reason instead (never left waiting)
-        with svc.controller.lock:
-            svc.controller.open_approval(rec, time.time())
-        return svc.store.get_workload(rec.name)
-    svc.controller.submitted(rec, prep.model)
-    return rec
-
-
-def submit_many(svc: Service, p: Principal, preps: Sequence[Prepared]) -> list[dict[str, str]]:
-    """Submit checked workloads together; one apply result each, in order.
-
-    Why all queued at once: the group commit then writes them in batches of its
-    ``max_batch``, each batch one transaction; submitted one after another, 10,000 workloads
-    were 10,000 transactions (over a minute). A failure fails its item alone."""
-    queued: list[tuple[Prepared, Future[tuple[WorkloadRecord, bool]] | StoreError]] = []
-    for prep in preps:
-        try:
-            fut: Future[tuple[WorkloadRecord, bool]] | StoreError = svc.batcher.submit(
-                prep.body,
-                owner=p.name,
-                phase="AwaitingApproval" if prep.approval else "Pending",
-                audit=prep.audit,
-                resolved_class=prep.model.priority_class or None,
-            )
-        except StoreError as exc:
-            fut = exc
-        queued.append((prep, fut))
-    out: list[dict[str, str]] = []
-    for i, (prep, fut) in enumerate(queued):
-        try:
-            if isinstance(fut, StoreError):
-                raise fut
-            rec, created = fut.result()
-        except StoreError as exc:
-            failed(svc, prep)
-            out.append({"kind": "Workload", "name": prep.model.name, "result": "failed", "error": str(exc)})
-            continue
-        except BaseException:  # the database is away: nothing after it counts as pending work
-            for rest, _ in queued[i:]:
-                failed(svc, rest)
-            raise
-        after(svc, prep, rec, created)
-        out.append({"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"})
-    return out
-
-
-def rate_limit(buckets: TokenBuckets, p: Principal) -> None:
-    """429 with Retry-After (whole seconds, rounded up) when this token's bucket is empty."""
-    wait = buckets.take(p.token_id if p.token_id is not None else p.name)
-    if wait is None:
-        return
-    secs = max(1, math.ceil(wait))
-    problem = (
-        f"this token may submit {buckets.rate:g} workloads a second (a burst of {buckets.burst}); "
-        f"try again in {secs} s"
-    )
-    raise ApiError(
-        429,
-        f"submit rate limit: {problem}",
-        [{"field": "submit-rate", "problem": problem}],
-        headers={"Retry-After": str(secs)},
-    )
 
 
 @router.post(
@@ -333,9 +161,7 @@ def get_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
 
 
 def _cancel(name: str, p: Principal, svc: Service) -> dict[str, Any]:
-    rec = svc.visible_workload(p, name)
-    svc.check(p, Action.CANCEL, Resource("Workload", name, queue=rec.queue, owner=rec.owner))
-    return workload_view(svc.controller.cancel(name, p.name))
+    return workload_view(cancel_workload(svc, p, name))
 
 
 @router.post("/v1/workloads/{name}/cancel", tags=["workloads"], **doc(oa.WorkloadView, *WRITE, 404))
