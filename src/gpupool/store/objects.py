@@ -15,13 +15,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from gpupool.audit import AuditEntry
+from gpupool.store.audit_log import AuditLog
+from gpupool.store.database import Database
 from gpupool.store.errors import Conflict, NotFound, StoreError, ValidationFailed
 from gpupool.store.object_batches import apply_batch
 from gpupool.store.records import ObjectRecord
 from gpupool.store.revisions import record_revision
 from gpupool.store.rows import object_record
 from gpupool.store.schema import ObjectRow
-from gpupool.store.tokens import TokenMethods
+from gpupool.store.tokens import TokenRepository
 from gpupool.store.validation import OBJECT_KINDS, canonical, check_version, object_parts
 
 #: configuration objects written in one transaction by ``apply_objects``
@@ -35,11 +37,17 @@ def _after(exc: StoreError, applied: int) -> StoreError:
     return type(exc)(exc.field, f"{exc.problem} ({applied:,} objects of the set were applied before it)")
 
 
-class ObjectMethods(TokenMethods):
+class ObjectRepository:
     """Create, update, apply, read and delete configuration objects.
 
-    A TokenMethods because deleting a queue revokes the tokens scoped to it, in the same
-    transaction."""
+    Given the token repository because deleting a queue revokes the tokens scoped to it, in
+    the same transaction."""
+
+    def __init__(self, db: Database, audit: AuditLog, tokens: TokenRepository) -> None:
+        self.db = db
+        self.audit = audit
+        #: tokens scoped to a deleted queue are revoked in the same transaction
+        self.tokens = tokens
 
     def apply_object(
         self,
@@ -78,10 +86,10 @@ class ObjectMethods(TokenMethods):
         at: datetime | None,
     ) -> tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]:
         parts = object_parts(manifest)
-        now = self._now(at)
+        now = self.db.now(at)
         try:
-            with self._write() as s:
-                return self._put_in(s, parts, mode, expected_version, audit, now)
+            with self.db.write() as s:
+                return self.put_in(s, parts, mode, expected_version, audit, now)
         except IntegrityError as exc:  # concurrent create of the same kind+name
             raise Conflict("metadata.name", f"{parts[0]} {parts[1]!r} already exists") from exc
 
@@ -102,26 +110,26 @@ class ObjectMethods(TokenMethods):
         resourceVersion, a concurrent create) writes nothing of itself or of the batches
         after it, and its error says how many objects were applied before it."""
         parts = [(object_parts(m), a, v) for m, a, v in items]
-        now = self._now(at)
+        now = self.db.now(at)
         size = max(1, batch_size or OBJECT_BATCH)
         out: list[tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]] = []
         for start in range(0, len(parts), size):
             if start:
-                self.turn.step_aside()
+                self.db.turn.step_aside()
             try:
-                with self._write() as s:
+                with self.db.write() as s:
                     done, audits = apply_batch(s.connection(), parts[start : start + size], now)
-                    self._audit_many(s, audits, now)
+                    self.audit.append_many(s, audits, now)
             except StoreError as exc:
                 raise _after(exc, start) from exc
             except IntegrityError as exc:
                 problem = "an object of the set was created concurrently; retry"
                 raise _after(Conflict("metadata.name", problem), start) from exc
             out.extend(done)
-            self.turn.batches += 1
+            self.db.turn.batches += 1
         return out
 
-    def _put_in(
+    def put_in(
         self,
         s: Session,
         parts: tuple[str, str, dict[str, Any], dict[str, str], dict[str, str]],
@@ -130,6 +138,9 @@ class ObjectMethods(TokenMethods):
         audit: AuditEntry | None,
         now: datetime,
     ) -> tuple[ObjectRecord, Literal["created", "updated", "unchanged"]]:
+        """Write one object, its revision and its audit record in the open transaction ``s``:
+        this repository's own, or one another opened (onboarding creates a team's objects in
+        its transaction)."""
         kind, name, spec, labels, annotations = parts
         row = s.execute(
             sa.select(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name).with_for_update()
@@ -152,7 +163,7 @@ class ObjectMethods(TokenMethods):
             s.add(row)
             s.flush()
             record_revision(s, row, audit, now)  # history in the same transaction as the change
-            self._audit(s, audit, now, kind, name)
+            self.audit.append(s, audit, now, kind, name)
             return object_record(row), "created"
         if mode == "create":
             raise Conflict("metadata.name", f"{kind} {name!r} already exists")
@@ -169,12 +180,12 @@ class ObjectMethods(TokenMethods):
         row.updated_at = now
         s.flush()
         record_revision(s, row, audit, now)
-        self._audit(s, audit, now, kind, name)
+        self.audit.append(s, audit, now, kind, name)
         return object_record(row), "updated"
 
     def get_object(self, kind: str, name: str) -> ObjectRecord:
         """One object; NotFound if missing."""
-        with self._read() as s:
+        with self.db.read() as s:
             row = s.execute(
                 sa.select(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name)
             ).scalar_one_or_none()
@@ -189,7 +200,7 @@ class ObjectMethods(TokenMethods):
         q = sa.select(ObjectRow).order_by(ObjectRow.kind, ObjectRow.name)
         if kind is not None:
             q = q.where(ObjectRow.kind == kind)
-        with self._read() as s:
+        with self.db.read() as s:
             return [object_record(r) for r in s.execute(q).scalars()]
 
     def delete_object(
@@ -202,8 +213,8 @@ class ObjectMethods(TokenMethods):
         at: datetime | None = None,
     ) -> ObjectRecord:
         """Delete and return the last state; NotFound if missing."""
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             row = s.execute(
                 sa.select(ObjectRow).where(ObjectRow.kind == kind, ObjectRow.name == name).with_for_update()
             ).scalar_one_or_none()
@@ -214,7 +225,7 @@ class ObjectMethods(TokenMethods):
             record_revision(s, row, audit, now, "delete")  # the state it was deleted in
             s.delete(row)
             s.flush()
-            self._audit(s, audit, now, kind, name)
+            self.audit.append(s, audit, now, kind, name)
             if kind == "Queue":
-                self._revoke_scoped(s, name, now)
+                self.tokens.revoke_scoped(s, name, now)
             return rec

@@ -24,8 +24,10 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from gpupool.audit import AuditEntry
 from gpupool.auth import Role
+from gpupool.store.audit_log import AuditLog
+from gpupool.store.database import Database
 from gpupool.store.errors import Conflict, ValidationFailed
-from gpupool.store.objects import ObjectMethods
+from gpupool.store.objects import ObjectRepository
 from gpupool.store.records import IssuedToken, ObjectRecord
 from gpupool.store.revisions import RevisionRow
 from gpupool.store.rows import token_record
@@ -49,8 +51,14 @@ class GroupGrantRow(Base):
     created_at: Mapped[datetime]
 
 
-class OnboardMethods(ObjectMethods):
+class OnboardingRepository:
     """Create a team's configuration objects and tokens together."""
+
+    def __init__(self, db: Database, audit: AuditLog, objects: ObjectRepository) -> None:
+        self.db = db
+        self.audit = audit
+        #: the objects are created in onboarding's own transaction (``put_in``)
+        self.objects = objects
 
     def onboard_team(
         self,
@@ -65,10 +73,10 @@ class OnboardMethods(ObjectMethods):
         and record every OIDC group grant (group, role, scope), all or none; one audit record
         for the whole, naming what was created."""
         parts = [object_parts(m) for m in objects]
-        now = self._now(at)
+        now = self.db.now(at)
         try:
-            with self._write() as s:
-                recs = [self._put_in(s, p, "create", None, None, now)[0] for p in parts]
+            with self.db.write() as s:
+                recs = [self.objects.put_in(s, p, "create", None, None, now)[0] for p in parts]
                 # the revisions carry who onboarded and why, though no per-object record is written
                 s.execute(
                     sa.update(RevisionRow)
@@ -92,7 +100,7 @@ class OnboardMethods(ObjectMethods):
                 if groups:
                     detail["oidcGroups"] = [{"group": g, "role": r, "scope": sc} for g, r, sc in groups]
                 entry = AuditEntry(audit.actor, audit.action, audit.kind, audit.name, detail)
-                self._audit(s, entry, now, audit.kind, audit.name)
+                self.audit.append(s, entry, now, audit.kind, audit.name)
                 return recs, issued
         except IntegrityError as exc:
             if "oidc_group_grants" in str(exc.orig):
@@ -118,7 +126,7 @@ class OnboardMethods(ObjectMethods):
     def oidc_group_grants(self) -> list[tuple[str, str, str]]:
         """Every recorded OIDC group grant (group, role, scope), oldest first."""
         q = sa.select(GroupGrantRow.group_name, GroupGrantRow.role, GroupGrantRow.scope)
-        with self._read() as s:
+        with self.db.read() as s:
             return [(g, r, sc) for g, r, sc in s.execute(q.order_by(GroupGrantRow.id))]
 
     @staticmethod

@@ -19,7 +19,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from gpupool.audit import AuditEntry
-from gpupool.store.base import StoreBase
+from gpupool.store.audit_log import AuditLog
+from gpupool.store.database import Database
 from gpupool.store.errors import NotFound
 from gpupool.store.records import API_VERSION
 from gpupool.store.schema import Base, ObjectRow
@@ -133,8 +134,12 @@ def record_revision(
     s.flush()
 
 
-class RevisionMethods(StoreBase):
+class RevisionRepository:
     """Reading the configuration history."""
+
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self.db = db
+        self.audit = audit
 
     def list_revisions(self, kind: str, name: str) -> list[RevisionRecord]:
         """Every revision of one object, oldest first; NotFound if it never had one."""
@@ -143,7 +148,7 @@ class RevisionMethods(StoreBase):
             .where(RevisionRow.kind == kind, RevisionRow.name == name)
             .order_by(RevisionRow.revision)
         )
-        with self._read() as s:
+        with self.db.read() as s:
             out = [_record(r) for r in s.execute(q).scalars()]
         if not out:
             raise NotFound(kind, name)
@@ -154,14 +159,14 @@ class RevisionMethods(StoreBase):
         were written. Why: what existed when (the Cluster objects' nodes, for the capacity a
         cost report prices) is the sequence of states, not the state in force."""
         q = sa.select(RevisionRow).where(RevisionRow.kind == kind).order_by(RevisionRow.id)
-        with self._read() as s:
+        with self.db.read() as s:
             return [_record(r) for r in s.execute(q).scalars()]
 
     def get_revision(self, kind: str, name: str, revision: int | None = None) -> RevisionRecord:
         """One revision (None: the latest); NotFound naming the revision if there is none."""
         q = sa.select(RevisionRow).where(RevisionRow.kind == kind, RevisionRow.name == name)
         q = q.where(RevisionRow.revision == revision) if revision is not None else q
-        with self._read() as s:
+        with self.db.read() as s:
             row = s.execute(q.order_by(RevisionRow.revision.desc()).limit(1)).scalar_one_or_none()
             if row is None:
                 raise NotFound(kind, name if revision is None else f"{name} revision {revision}")

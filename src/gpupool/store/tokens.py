@@ -13,7 +13,8 @@ from sqlalchemy.orm import Session
 
 from gpupool.audit import AuditEntry
 from gpupool.auth import Principal, Role, generate_token, hash_token, token_matches
-from gpupool.store.base import StoreBase
+from gpupool.store.audit_log import AuditLog
+from gpupool.store.database import Database
 from gpupool.store.errors import Conflict, NotFound, ValidationFailed
 from gpupool.store.records import IssuedToken, TokenRecord
 from gpupool.store.rows import beyond_ids, token_record
@@ -34,8 +35,12 @@ def add_token(s: Session, name: str, role: str, scope: str | None, now: datetime
     return row, plaintext
 
 
-class TokenMethods(StoreBase):
+class TokenRepository:
     """Issuing, authenticating, revoking and listing tokens, and the first start's admin token."""
+
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self.db = db
+        self.audit = audit
 
     def create_token(
         self,
@@ -59,14 +64,14 @@ class TokenMethods(StoreBase):
             raise ValidationFailed("scope", "platform-admin tokens are cluster-wide; omit scope")
         if scope is not None:
             check_name(scope, "scope")
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             row, plaintext = add_token(s, name, r.value, scope, now)
             detail_entry = None
             if audit is not None:
                 detail = {"role": r.value, "scope": scope, "id": row.id, **dict(audit.detail)}
                 detail_entry = replace(audit, detail=detail)
-            self._audit(s, detail_entry, now, "Token", name)
+            self.audit.append(s, detail_entry, now, "Token", name)
             return IssuedToken(token_record(row), plaintext)
 
     def authenticate(self, token: str) -> Principal | None:
@@ -74,7 +79,7 @@ class TokenMethods(StoreBase):
         if not token:
             return None
         digest = hash_token(token)
-        with self._read() as s:
+        with self.db.read() as s:
             row = s.execute(sa.select(TokenRow).where(TokenRow.token_hash == digest)).scalar_one_or_none()
             if row is None or row.revoked or not token_matches(token, row.token_hash):
                 return None
@@ -84,10 +89,10 @@ class TokenMethods(StoreBase):
         self, token_id: int, *, audit: AuditEntry | None = None, at: datetime | None = None
     ) -> TokenRecord:
         """Revoke (idempotent); NotFound for an unknown id."""
-        now = self._now(at)
+        now = self.db.now(at)
         if beyond_ids(token_id):  # no id is that large (PostgreSQL could not even compare it)
             raise NotFound("Token", str(token_id))
-        with self._write() as s:
+        with self.db.write() as s:
             row = s.get(TokenRow, token_id, with_for_update=True)
             if row is None:
                 raise NotFound("Token", str(token_id))
@@ -97,7 +102,7 @@ class TokenMethods(StoreBase):
                 row.revoked = True
                 row.revoked_at = now
                 s.flush()
-                self._audit(s, audit, now, "Token", row.name)
+                self.audit.append(s, audit, now, "Token", row.name)
             return token_record(row)
 
     @staticmethod
@@ -113,7 +118,7 @@ class TokenMethods(StoreBase):
                 "id", "this is the last platform-admin token; create another platform-admin token first"
             )
 
-    def _revoke_scoped(self, s: Session, queue: str, now: datetime) -> None:
+    def revoke_scoped(self, s: Session, queue: str, now: datetime) -> None:
         """Tokens scoped to a deleted queue die with it: a queue created later under the same
         name (perhaps by another team) must not inherit them."""
         rows = s.execute(
@@ -122,7 +127,7 @@ class TokenMethods(StoreBase):
         for row in rows:
             row.revoked, row.revoked_at = True, now
             s.flush()
-            self._audit(
+            self.audit.append(
                 s,
                 AuditEntry(
                     "system",
@@ -141,7 +146,7 @@ class TokenMethods(StoreBase):
         q = sa.select(TokenRow).order_by(TokenRow.id)
         if not include_revoked:
             q = q.where(TokenRow.revoked.is_(False))
-        with self._read() as s:
+        with self.db.read() as s:
             return [token_record(r) for r in s.execute(q).scalars()]
 
     def ensure_bootstrap_admin(
@@ -151,8 +156,8 @@ class TokenMethods(StoreBase):
 
         Safe against concurrent first starts: the audit anchor is locked before checking.
         """
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             s.execute(sa.select(AuditAnchorRow).where(AuditAnchorRow.id == 1).with_for_update()).scalar_one()
             if s.execute(sa.select(TokenRow.id).limit(1)).first() is not None:
                 return None
@@ -171,5 +176,5 @@ class TokenMethods(StoreBase):
             entry = AuditEntry(
                 actor="system", action="token.bootstrap", detail={"role": Role.PLATFORM_ADMIN.value}
             )
-            self._audit(s, entry, now, "Token", name)
+            self.audit.append(s, entry, now, "Token", name)
             return plaintext
