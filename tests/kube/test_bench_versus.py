@@ -39,6 +39,12 @@ def test_kueue_objects_are_generated_from_the_gpupool_manifests(tmp_path: Path) 
     nominal = {n: s["resourceGroups"][0]["flavors"][0]["resources"][0] for n, s in cqs.items()}
     assert sum(r["nominalQuota"] for r in nominal.values()) == 200  # the GPUs, exactly
     assert nominal["team-a"] == {"name": GPU, "nominalQuota": 100, "borrowingLimit": 50}
+    # gpupool's default preemption policy goes over, not Kueue's (Never everywhere)
+    assert cqs["team-b"]["preemption"] == {
+        "withinClusterQueue": "LowerPriority",
+        "reclaimWithinCohort": "Any",
+        "borrowWithinCohort": {"policy": "Never"},
+    }
     assert limits(docs) == {n: r["nominalQuota"] + r["borrowingLimit"] for n, r in nominal.items()}
     lqs = {o["metadata"]["name"]: o["spec"]["clusterQueue"] for o in objs if o["kind"] == "LocalQueue"}
     assert lqs == {n: n for n in cqs}
@@ -63,6 +69,8 @@ def _side(admitted_s: float | None) -> dict[str, Any]:
         "to_all_bound_s": 9.0,
         "admissions_per_s": 25.0,
         "peak_gpus_per_queue": {"team-a": 75, "team-b": 90},
+        "final_gpus_per_queue": {"team-a": 75, "team-b": 88},
+        "preemptions": 2,
         "limit_per_queue": {"team-a": 150, "team-b": 90},
         "quota_violations": [],
         "cpu_seconds": {"kueue": 3.0, "kube-apiserver": 9.0},
@@ -81,7 +89,7 @@ def test_the_report_prints_both_rows() -> None:
     }
     out = format_versus(r)
     assert "kueue + kube-scheduler" in out and "\n  gpupool " in out
-    assert "team-b 90/90" in out
+    assert "team-b 90/88/90" in out and "preemptions 2" in out
     assert " - " in out  # a side that never got there reads "-", not 0
 
 

@@ -117,8 +117,9 @@ def kueue_objects(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]
         cq = {
             "cohortName": spec["parent"],
             "namespaceSelector": {},
-            "queueingStrategy": "BestEffortFIFO",
+            "queueingStrategy": spec.get("queueingStrategy", "BestEffortFIFO"),
             "resourceGroups": [{"coveredResources": [GPU], "flavors": flavors}],
+            "preemption": kueue_preemption(spec.get("preemption") or {}),
         }
         out.append(
             (
@@ -138,6 +139,22 @@ def kueue_objects(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]
             )
         )
     return out
+
+
+def kueue_preemption(p: dict[str, Any]) -> dict[str, Any]:
+    """A gpupool Queue's preemption policy (gpupool's defaults where unset) as Kueue's, so both
+    sides may reclaim alike. gpupool's defaults differ from Kueue's (``Never`` everywhere)."""
+    borrow = p.get("borrowWithinCohort") or {}
+    reclaim = p.get("reclaimWithinCohort", "Any")
+    if reclaim not in ("Never", "LowerPriority", "Any"):
+        raise ValueError(f"spec.preemption.reclaimWithinCohort {reclaim!r} has no Kueue equivalent")
+    return {
+        "withinClusterQueue": p.get("withinQueue", "LowerPriority"),
+        "reclaimWithinCohort": reclaim,
+        "borrowWithinCohort": {
+            "policy": borrow.get("policy", "Never") if isinstance(borrow, dict) else borrow
+        },
+    }
 
 
 def limits(docs: list[dict[str, Any]]) -> dict[str, int]:
@@ -194,52 +211,69 @@ def _cpu_s(pid: int) -> float:
         return 0.0
 
 
+def _sample(http: httpx.Client) -> tuple[dict[str, str], int]:
+    """(admitted Job name -> its queue, pods bound) now."""
+    items = http.get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs").json()["items"]
+    admitted = {
+        j["metadata"]["name"]: j["metadata"]["labels"][QUEUE_LABEL]
+        for j in items
+        if j["spec"].get("suspend") is False
+    }
+    pods = http.get(f"/api/v1/namespaces/{NAMESPACE}/pods").json()["items"]
+    return admitted, sum(1 for p in pods if p["spec"].get("nodeName"))
+
+
 def _observe(
-    http: httpx.Client, target: int, caps: dict[str, int], gpus: int, t0: float, stall_s: float = 90.0
+    http: httpx.Client,
+    target: int,
+    caps: dict[str, int],
+    gpus: int,
+    t0: float,
+    stall_s: float = 90.0,
+    settle_s: float = 20.0,
 ) -> dict[str, Any]:
-    """Sample the Jobs and pods until ``target`` are admitted and bound (or no progress for
-    ``stall_s``): when each count was reached, and the most GPUs each queue held."""
-    peak = dict.fromkeys(caps, 0)
+    """Sample the Jobs and pods every 0.5 s until ``target`` are admitted and bound, then on
+    until nothing changed for ``settle_s`` (a reclaim may still be under way), or until no
+    progress for ``stall_s``: when each count was reached, the most GPUs each queue held at any
+    sample and at the end, and the preemptions (an admitted Job seen suspended again)."""
+    peak, peak_total = dict.fromkeys(caps, 0), 0
     admitted_at = bound_at = None
-    last, last_at = (-1, -1), time.monotonic()
-    admitted = bound = 0
+    before: dict[str, str] = {}
+    preempted: set[str] = set()
+    last, last_at = None, time.monotonic()
     while True:
-        items = http.get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs").json()["items"]
-        held = dict.fromkeys(caps, 0)
-        admitted = 0
-        for j in items:
-            if j["spec"].get("suspend") is False:
-                admitted += 1
-                held[j["metadata"]["labels"][QUEUE_LABEL]] += 1
-        pods = http.get(f"/api/v1/namespaces/{NAMESPACE}/pods").json()["items"]
-        bound = sum(1 for p in pods if p["spec"].get("nodeName"))
+        admitted, bound = _sample(http)
         now = time.monotonic()
+        preempted |= set(before) - set(admitted)
+        before = admitted
+        held = dict.fromkeys(caps, 0)
+        for queue in admitted.values():
+            held[queue] += 1
         peak = {q: max(peak[q], held[q]) for q in caps}
-        peak_total = max(peak.get("_total", 0), sum(held.values()))
-        peak["_total"] = peak_total
-        if admitted >= target and admitted_at is None:
+        peak_total = max(peak_total, len(admitted))
+        if len(admitted) >= target and admitted_at is None:
             admitted_at = now
         if bound >= target and bound_at is None:
             bound_at = now
-        if admitted_at is not None and bound_at is not None:
-            break
-        if (admitted, bound) != last:
-            last, last_at = (admitted, bound), now
-        elif now - last_at > stall_s:
+        state = (frozenset(admitted), bound)
+        if state != last:
+            last, last_at = state, now
+        elif now - last_at > (settle_s if admitted_at and bound_at else stall_s):
             break
         time.sleep(0.5)
-    total = peak.pop("_total")
     violations = [f"{q} held {peak[q]} > {caps[q]}" for q in caps if peak[q] > caps[q]]
-    violations += [f"cohort held {total} > {gpus} GPUs"] if total > gpus else []
+    violations += [f"cohort held {peak_total} > {gpus} GPUs"] if peak_total > gpus else []
     return {
-        "admitted": admitted,
+        "admitted": len(admitted),
         "bound": bound,
         "to_all_admitted_s": None if admitted_at is None else admitted_at - t0,
         "to_all_bound_s": None if bound_at is None else bound_at - t0,
-        "admissions_per_s": admitted / (admitted_at - t0) if admitted_at else 0.0,
+        "admissions_per_s": target / (admitted_at - t0) if admitted_at else 0.0,
         "peak_gpus_per_queue": peak,
+        "final_gpus_per_queue": held,
         "limit_per_queue": caps,
         "quota_violations": violations,
+        "preemptions": len(preempted),
     }
 
 
@@ -389,7 +423,8 @@ def format_versus(r: dict[str, Any]) -> str:
     for name in ("kueue", "gpupool"):
         x = r["sides"][name]
         peak = ", ".join(
-            f"{q} {x['peak_gpus_per_queue'][q]}/{x['limit_per_queue'][q]}" for q in x["limit_per_queue"]
+            f"{q} {x['peak_gpus_per_queue'][q]}/{x['final_gpus_per_queue'][q]}/{x['limit_per_queue'][q]}"
+            for q in x["limit_per_queue"]
         )
-        lines.append(f"  peak GPUs/limit, {name}: {peak}")
+        lines.append(f"  GPUs peak/final/limit, {name}: {peak}; preemptions {x['preemptions']}")
     return "\n".join(lines) + "\n"
