@@ -1,5 +1,5 @@
 """The store's parts in isolation: a repository built over a ``Database`` and an ``AuditLog``
-alone and a write joining a transaction another opened.
+alone, a write joining a transaction another opened, and a fenced copy of the ``Database``.
 
 Why: ``Store`` only composes these parts; each must work when given just what it needs.
 """
@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from gpupool.audit import AuditEntry
+from gpupool.store import NotLeader
 from gpupool.store.audit_log import AuditLog
 from gpupool.store.database import Database, create_engine, run_migrations
+from gpupool.store.leadership import LeaseRepository
 from gpupool.store.objects import ObjectRepository
 from gpupool.store.records import API_VERSION
 from gpupool.store.tokens import TokenRepository
@@ -73,3 +75,18 @@ def test_a_write_joining_another_transaction_rolls_back_with_it(db: Database) ->
         audit.append(s, AuditEntry("alice", "onboard"), T0)
     assert [r.name for r in objects.list_objects("Queue")] == ["team-a"]
     assert [r.action for r in audit.audit_records()] == ["object.create", "onboard"]
+
+
+def test_a_fenced_copy_refuses_writes_once_the_lease_moved_on(db: Database) -> None:
+    leases = LeaseRepository(db)
+    first = leases.acquire_lease("a", "http://a", 30.0)
+    assert first is not None
+    stale = db.fenced(first.epoch, idle_timeout_s=4.0)
+    assert db.fence is None and stale.engine is db.engine and stale.turn is db.turn
+    with stale.write():
+        pass  # still the holder's epoch
+    assert leases.acquire_lease("b", "http://b", 30.0, dead_holder="a") is not None
+    audit = AuditLog(stale)
+    with pytest.raises(NotLeader):
+        audit.append_audit(AuditEntry("a", "late.write"))
+    assert AuditLog(db).audit_records() == []  # the plain database is not fenced

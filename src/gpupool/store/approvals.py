@@ -12,7 +12,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from gpupool.audit import AuditEntry
-from gpupool.store.base import StoreBase
+from gpupool.store.audit_log import AuditLog
+from gpupool.store.database import Database
 from gpupool.store.errors import Conflict, NotFound, ValidationFailed
 from gpupool.store.phases import TERMINAL_PHASES, WARNING_PHASES
 from gpupool.store.records import ApprovalRecord
@@ -20,8 +21,12 @@ from gpupool.store.rows import approval_record, beyond_ids
 from gpupool.store.schema import ApprovalRow, EventRow, WorkloadRow
 
 
-class ApprovalMethods(StoreBase):
+class ApprovalRepository:
     """Requesting, deciding, expiring and reading approvals."""
+
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self.db = db
+        self.audit = audit
 
     def request_approval(
         self,
@@ -34,13 +39,13 @@ class ApprovalMethods(StoreBase):
         at: datetime | None = None,
     ) -> ApprovalRecord:
         """Open an approval request; Conflict if one is already pending for the workload."""
-        now = self._now(at)
-        exp = self._now(expires_at)
+        now = self.db.now(at)
+        exp = self.db.now(expires_at)
         if exp <= now:
             raise ValidationFailed("expires_at", "must be in the future")
         if not requested_by:
             raise ValidationFailed("requested_by", "required")
-        with self._write() as s:
+        with self.db.write() as s:
             if s.execute(sa.select(WorkloadRow.seq).where(WorkloadRow.name == workload)).first() is None:
                 raise NotFound("Workload", workload)
             pending = s.execute(
@@ -62,7 +67,7 @@ class ApprovalMethods(StoreBase):
             )
             s.add(row)
             s.flush()
-            self._audit(s, audit, now, "Workload", workload)
+            self.audit.append(s, audit, now, "Workload", workload)
             return approval_record(row)
 
     def decide_approval(
@@ -79,12 +84,12 @@ class ApprovalMethods(StoreBase):
         """Approve or reject a pending request, atomically moving an AwaitingApproval workload
         to Pending (approved) or Rejected. Conflict if already decided or expired, or (by
         default) if the approver is the requester (four-eyes)."""
-        now = self._now(at)
+        now = self.db.now(at)
         if not approver:
             raise ValidationFailed("approver", "required")
         if beyond_ids(approval_id):
             raise NotFound("Approval", str(approval_id))
-        with self._write() as s:
+        with self.db.write() as s:
             row = s.get(ApprovalRow, approval_id, with_for_update=True)
             if row is None:
                 raise NotFound("Approval", str(approval_id))
@@ -108,7 +113,7 @@ class ApprovalMethods(StoreBase):
                     s, wl, "Pending" if approve else "Rejected", reason or f"{row.state} by {approver}", now
                 )
             s.flush()
-            self._audit(s, audit, now, "Workload", row.workload)
+            self.audit.append(s, audit, now, "Workload", row.workload)
             return approval_record(row)
 
     def _set_phase(self, s: Session, wl: WorkloadRow, phase: str, reason: str, now: datetime) -> None:
@@ -130,8 +135,8 @@ class ApprovalMethods(StoreBase):
 
     def expire_approvals(self, *, actor: str = "system", at: datetime | None = None) -> list[ApprovalRecord]:
         """Mark overdue pending approvals Expired; their AwaitingApproval workloads become Rejected."""
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             rows = (
                 s.execute(
                     sa.select(ApprovalRow)
@@ -151,14 +156,14 @@ class ApprovalMethods(StoreBase):
             s.flush()
             for row in rows:
                 entry = AuditEntry(actor=actor, action="approval.expire", detail={"approval": row.id})
-                self._audit(s, entry, now, "Workload", row.workload)
+                self.audit.append(s, entry, now, "Workload", row.workload)
             return [approval_record(r) for r in rows]
 
     def get_approval(self, approval_id: int) -> ApprovalRecord:
         """One approval; NotFound if missing."""
         if beyond_ids(approval_id):
             raise NotFound("Approval", str(approval_id))
-        with self._read() as s:
+        with self.db.read() as s:
             row = s.get(ApprovalRow, approval_id)
             if row is None:
                 raise NotFound("Approval", str(approval_id))
@@ -173,5 +178,5 @@ class ApprovalMethods(StoreBase):
             q = q.where(ApprovalRow.state == state)
         if workload is not None:
             q = q.where(ApprovalRow.workload == workload)
-        with self._read() as s:
+        with self.db.read() as s:
             return [approval_record(r) for r in s.execute(q).scalars()]

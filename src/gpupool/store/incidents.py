@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from gpupool.audit import AuditEntry
-from gpupool.store.base import StoreBase
+from gpupool.store.audit_log import AuditLog
+from gpupool.store.database import Database
 from gpupool.store.errors import Conflict, NotFound
 from gpupool.store.rows import beyond_ids
 from gpupool.store.schema import Base
@@ -116,8 +117,12 @@ def incident_json(r: IncidentRow) -> dict[str, Any]:
     }
 
 
-class IncidentMethods(StoreBase):
+class IncidentRepository:
     """Open, acknowledge, resolve and list incidents."""
+
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self.db = db
+        self.audit = audit
 
     def sync_incidents(
         self,
@@ -133,7 +138,7 @@ class IncidentMethods(StoreBase):
         condition is unknown, not cleared. ``on_change`` is given each opened or resolved
         incident once the transaction has committed (the notifier). Returns (opened, resolved)."""
         changed: list[dict[str, Any]] = []
-        counts = self._sync_rows(firing, rules, self._now(at), changed)
+        counts = self._sync_rows(firing, rules, self.db.now(at), changed)
         for incident in changed if on_change is not None else ():
             on_change(incident)  # type: ignore[misc]
         return counts
@@ -148,7 +153,7 @@ class IncidentMethods(StoreBase):
         want = {(f.rule, f.subject): f for f in firing}
         answered = None if rules is None else set(rules)
         opened = resolved = 0
-        with self._write() as s:
+        with self.db.write() as s:
             rows = s.execute(sa.select(IncidentRow).where(IncidentRow.state.in_(OPEN))).scalars().all()
             have = {(r.rule, r.subject) for r in rows}
             for r in rows:
@@ -178,7 +183,9 @@ class IncidentMethods(StoreBase):
         detail = {"rule": r.rule, "subject": r.subject, "state": r.state}
         if r.resolution:
             detail["resolution"] = r.resolution
-        self._audit(s, AuditEntry(actor, action, "Incident", str(r.id), detail), now, "Incident", str(r.id))
+        self.audit.append(
+            s, AuditEntry(actor, action, "Incident", str(r.id), detail), now, "Incident", str(r.id)
+        )
 
     def _open_row(self, s: Session, incident: int) -> IncidentRow:
         if beyond_ids(incident):
@@ -194,8 +201,8 @@ class IncidentMethods(StoreBase):
         self, incident: int, who: str, owner: str = "", *, at: datetime | None = None
     ) -> dict[str, Any]:
         """Someone takes it: Acknowledged, owned by ``owner`` (default: who)."""
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             row = self._open_row(s, incident)
             row.state, row.acked_by, row.acked_at, row.owner = "Acknowledged", who, now, owner or who
             self._note(s, row, "incident.ack", now, who)
@@ -205,8 +212,8 @@ class IncidentMethods(StoreBase):
         self, incident: int, who: str, note: str, *, at: datetime | None = None
     ) -> dict[str, Any]:
         """Closed by a person with what was done (the note is required: it is the record)."""
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             row = self._open_row(s, incident)
             row.state, row.resolved_by, row.resolved_at, row.resolution = "Resolved", who, now, note
             self._note(s, row, "incident.resolve", now, who)
@@ -217,7 +224,7 @@ class IncidentMethods(StoreBase):
         q = sa.select(IncidentRow).order_by(IncidentRow.id.desc()).limit(limit)
         if open_only:
             q = q.where(IncidentRow.state.in_(OPEN))
-        with self._read() as s:
+        with self.db.read() as s:
             return [incident_json(r) for r in s.execute(q).scalars()]
 
     def incidents_between(self, start: datetime, end: datetime) -> list[dict[str, Any]]:
@@ -229,14 +236,14 @@ class IncidentMethods(StoreBase):
             .where(sa.or_(IncidentRow.resolved_at.is_(None), IncidentRow.resolved_at >= start))
             .order_by(IncidentRow.id)
         )
-        with self._read() as s:
+        with self.db.read() as s:
             return [incident_json(r) for r in s.execute(q).scalars()]
 
     def get_incident(self, incident: int) -> dict[str, Any]:
         """One incident with its deliveries (oldest first)."""
         if beyond_ids(incident):
             raise NotFound("Incident", str(incident))
-        with self._read() as s:
+        with self.db.read() as s:
             row = s.get(IncidentRow, incident)
             if row is None:
                 raise NotFound("Incident", str(incident))
@@ -245,8 +252,8 @@ class IncidentMethods(StoreBase):
 
     def open_delivery(self, incident: int, sink: str, state: str, *, at: datetime | None = None) -> int:
         """Record a notification as pending (nothing tried yet): its id."""
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             row = DeliveryRow(
                 incident_id=incident, sink=sink, state=state, attempts=0, outcome="pending",
                 last_error="", created_at=now, updated_at=now,
@@ -261,8 +268,8 @@ class IncidentMethods(StoreBase):
         """How a notification stands after an attempt (or being dropped)."""
         if outcome not in OUTCOMES:
             raise ValueError(f"outcome: must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             row = s.get(DeliveryRow, delivery)
             if row is None:
                 raise NotFound("IncidentDelivery", str(delivery))

@@ -16,10 +16,6 @@ never diverge. Manifests are stored as JSON so this layer does not depend on the
   events), ``tokens``, ``approvals``, ``incidents``, ``leases`` (the leader lease) and
   ``utilisation`` (hourly GPU rollups).
 
-Mid-conversion (issue 26): the lease, submissions, workloads, approvals and incidents are
-still mixins over ``base.StoreBase``, which forwards their ``self._write``-style calls to the
-``Database`` and the ``AuditLog``; they become repositories next.
-
 A write spanning aggregates is one transaction: its repository opens it and passes the open
 session to the other's method (``onboarding`` -> ``objects.put_in``; deleting a queue ->
 ``tokens.revoke_scoped``), or ``Database.write(join=s)`` joins it. The methods below delegate,
@@ -37,7 +33,7 @@ from typing import Self
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from gpupool.store.approvals import ApprovalMethods
+from gpupool.store.approvals import ApprovalRepository
 from gpupool.store.audit_log import AuditLog
 from gpupool.store.database import (
     DEFAULT_URL,
@@ -49,18 +45,18 @@ from gpupool.store.database import (
     run_migrations,
 )
 from gpupool.store.delegate import Via
-from gpupool.store.incidents import IncidentMethods
-from gpupool.store.leadership import LeaseMethods
+from gpupool.store.incidents import IncidentRepository
+from gpupool.store.leadership import LeaseRepository
 from gpupool.store.objects import ObjectRepository
 from gpupool.store.onboarding import OnboardingRepository
 from gpupool.store.phases import ALLOWED_TRANSITIONS, EVENT_TYPES, TERMINAL_PHASES, WARNING_PHASES
 from gpupool.store.revisions import RevisionRepository
-from gpupool.store.submissions import SubmitMethods
+from gpupool.store.submissions import SubmissionRepository
 from gpupool.store.tokens import TokenRepository
 from gpupool.store.turns import WriteTurn
 from gpupool.store.utilisation import UtilisationRollups
 from gpupool.store.validation import NAME_RE, OBJECT_KINDS, check_submission
-from gpupool.store.workloads import WorkloadMethods
+from gpupool.store.workloads import WorkloadRepository
 
 #: the engine factory under its former name (tests open an engine without migrating)
 _create_engine = create_engine
@@ -83,7 +79,7 @@ __all__ = [
 ]
 
 
-class Store(LeaseMethods, SubmitMethods, WorkloadMethods, ApprovalMethods, IncidentMethods):
+class Store:
     """Repository over the gpupool database. Thread-safe; one transaction per call."""
 
     def __init__(self, engine: Engine, *, clock: Clock | None = None) -> None:
@@ -97,11 +93,13 @@ class Store(LeaseMethods, SubmitMethods, WorkloadMethods, ApprovalMethods, Incid
         self.objects = ObjectRepository(db, audit, self.tokens)
         self.onboarding = OnboardingRepository(db, audit, self.objects)
         self.revisions = RevisionRepository(db, audit)
-
-    @property
-    def utilisation(self) -> UtilisationRollups:
-        """The hourly GPU utilisation rollups (a repository of its own over this store)."""
-        return UtilisationRollups(self)
+        self.submissions = SubmissionRepository(db, audit)
+        self.workloads = WorkloadRepository(db, audit)
+        self.approvals = ApprovalRepository(db, audit)
+        self.incidents = IncidentRepository(db, audit)
+        self.leases = LeaseRepository(db)
+        #: the hourly GPU utilisation rollups (a repository of its own over this database)
+        self.utilisation = UtilisationRollups(db)
 
     @classmethod
     def open(cls, url: str = DEFAULT_URL, *, clock: Clock | None = None, echo: bool = False) -> Self:
@@ -171,6 +169,12 @@ class Store(LeaseMethods, SubmitMethods, WorkloadMethods, ApprovalMethods, Incid
         with self.engine.connect() as c:
             c.execute(sa.text("SELECT 1"))
 
+    # the leader lease (LeaseRepository)
+    get_lease = Via("leases", LeaseRepository.get_lease)
+    acquire_lease = Via("leases", LeaseRepository.acquire_lease)
+    renew_lease = Via("leases", LeaseRepository.renew_lease)
+    release_lease = Via("leases", LeaseRepository.release_lease)
+
     # configuration objects (ObjectRepository), their history and onboarding
     apply_object = Via("objects", ObjectRepository.apply_object)
     create_object = Via("objects", ObjectRepository.create_object)
@@ -185,6 +189,20 @@ class Store(LeaseMethods, SubmitMethods, WorkloadMethods, ApprovalMethods, Incid
     onboard_team = Via("onboarding", OnboardingRepository.onboard_team)
     oidc_group_grants = Via("onboarding", OnboardingRepository.oidc_group_grants)
 
+    # workloads: submission (SubmissionRepository), reads, phases and events (WorkloadRepository)
+    submit_workload = Via("submissions", SubmissionRepository.submit_workload)
+    submit_workloads = Via("submissions", SubmissionRepository.submit_workloads)
+    pending_reasons = Via("workloads", WorkloadRepository.pending_reasons)
+    set_pending_reasons = Via("workloads", WorkloadRepository.set_pending_reasons)
+    get_workload = Via("workloads", WorkloadRepository.get_workload)
+    list_workloads = Via("workloads", WorkloadRepository.list_workloads)
+    page_workloads = Via("workloads", WorkloadRepository.page_workloads)
+    phase_counts = Via("workloads", WorkloadRepository.phase_counts)
+    transition_workload = Via("workloads", WorkloadRepository.transition_workload)
+    apply_transitions = Via("workloads", WorkloadRepository.apply_transitions)
+    add_event = Via("workloads", WorkloadRepository.add_event)
+    list_events = Via("workloads", WorkloadRepository.list_events)
+
     # the audit chain (AuditLog)
     append_audit = Via("audit_log", AuditLog.append_audit)
     audit_records = Via("audit_log", AuditLog.audit_records)
@@ -198,3 +216,20 @@ class Store(LeaseMethods, SubmitMethods, WorkloadMethods, ApprovalMethods, Incid
     revoke_token = Via("tokens", TokenRepository.revoke_token)
     list_tokens = Via("tokens", TokenRepository.list_tokens)
     ensure_bootstrap_admin = Via("tokens", TokenRepository.ensure_bootstrap_admin)
+
+    # approvals (ApprovalRepository)
+    request_approval = Via("approvals", ApprovalRepository.request_approval)
+    decide_approval = Via("approvals", ApprovalRepository.decide_approval)
+    expire_approvals = Via("approvals", ApprovalRepository.expire_approvals)
+    get_approval = Via("approvals", ApprovalRepository.get_approval)
+    list_approvals = Via("approvals", ApprovalRepository.list_approvals)
+
+    # incidents and their deliveries (IncidentRepository)
+    sync_incidents = Via("incidents", IncidentRepository.sync_incidents)
+    ack_incident = Via("incidents", IncidentRepository.ack_incident)
+    resolve_incident = Via("incidents", IncidentRepository.resolve_incident)
+    list_incidents = Via("incidents", IncidentRepository.list_incidents)
+    incidents_between = Via("incidents", IncidentRepository.incidents_between)
+    get_incident = Via("incidents", IncidentRepository.get_incident)
+    open_delivery = Via("incidents", IncidentRepository.open_delivery)
+    update_delivery = Via("incidents", IncidentRepository.update_delivery)

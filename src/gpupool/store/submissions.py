@@ -15,8 +15,8 @@ import sqlalchemy as sa
 from sqlalchemy.exc import DBAPIError
 
 from gpupool.audit import AuditEntry
-from gpupool.store.audit_log import chain_rows
-from gpupool.store.base import StoreBase
+from gpupool.store.audit_log import AuditLog, chain_rows
+from gpupool.store.database import Database
 from gpupool.store.errors import Conflict, StoreError
 from gpupool.store.pg_pipeline import pg_append, pg_lock_and_insert, pg_pipeline_ok
 from gpupool.store.records import WorkloadRecord, WorkloadSubmission
@@ -58,8 +58,12 @@ def _new_record(sub: WorkloadSubmission, seq: int, now: datetime) -> WorkloadRec
     )
 
 
-class SubmitMethods(StoreBase):
+class SubmissionRepository:
     """``submit_workload`` and its batch form ``submit_workloads``."""
+
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self.db = db
+        self.audit = audit
 
     def submit_workload(
         self,
@@ -97,9 +101,9 @@ class SubmitMethods(StoreBase):
         """
         if not batch:
             return []
-        now = self._now(at)
+        now = self.db.now(at)
         try:
-            with self._core_writer.begin() as conn:
+            with self.db.core_writer.begin() as conn:
                 return self._submit_batch(conn, batch, now)
         except DBAPIError:
             if len(batch) == 1:
@@ -107,7 +111,7 @@ class SubmitMethods(StoreBase):
             out: list[tuple[WorkloadRecord, bool] | StoreError] = []
             for sub in batch:
                 try:
-                    with self._core_writer.begin() as conn:
+                    with self.db.core_writer.begin() as conn:
                         out.extend(self._submit_batch(conn, [sub], now))
                 except DBAPIError as exc:
                     out.append(StoreError("workload", f"the database refused it: {type(exc.orig).__name__}"))
@@ -159,7 +163,7 @@ class SubmitMethods(StoreBase):
         # uncommitted names, so they cannot deadlock; every audited write takes it anyway
         pg = conn.dialect.name == "postgresql" and pg_pipeline_ok()
         anchor, seqs = pg_lock_and_insert(conn, new, now) if pg else self._lock_and_insert(conn, new, now)
-        self._check_fence(conn)
+        self.db.check_fence(conn)
         missing = sorted({sub.name for sub in new} - seqs.keys())
         existing: dict[str, Any] = {}
         if missing:

@@ -7,7 +7,7 @@ allocations) is a sum over hours. Each row holds sums, so hours add up exactly a
 writes the same hour again adds to it (``add``), never overwrites it.
 
 Why a repository of its own, not another ``Store`` mixin: it owns one table and a narrow
-interface (add, read a period, prune), and is given the store whose transactions it uses.
+interface (add, read a period, prune), and is given the ``Database`` whose transactions it uses.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.orm import Mapped, mapped_column
 
-from gpupool.store.base import StoreBase
+from gpupool.store.database import Database
 from gpupool.store.schema import Base
 
 
@@ -69,15 +69,15 @@ _FIELDS = tuple(f.name for f in fields(Rollup))
 class UtilisationRollups:
     """Add to, read and prune the hourly rollups, in the given store's transactions."""
 
-    def __init__(self, store: StoreBase) -> None:
-        self.store = store
+    def __init__(self, db: Database) -> None:
+        self.db = db
 
     def add(self, rollups: Sequence[Rollup]) -> None:
         """Add each rollup's sums to its (hour, workload) row, creating it when new; the
         memory maximum is the larger of the two. One transaction (a leader's fenced write)."""
         if not rollups:
             return
-        with self.store._write() as s:
+        with self.db.write() as s:
             for r in rollups:
                 row = s.get(UtilisationRow, (r.hour, r.workload), with_for_update=True)
                 if row is None:
@@ -95,12 +95,12 @@ class UtilisationRollups:
             .where(UtilisationRow.hour >= start, UtilisationRow.hour < end)
             .order_by(UtilisationRow.hour, UtilisationRow.workload)
         )
-        with self.store._read() as s:
+        with self.db.read() as s:
             return [Rollup(**{f: getattr(r, f) for f in _FIELDS}) for r in s.execute(q).scalars()]
 
     def prune(self, before: datetime) -> int:
         """Drop the hours that start before ``before`` (the retention); how many rows went."""
-        with self.store._write() as s:
+        with self.db.write() as s:
             res = s.execute(sa.delete(UtilisationRow).where(UtilisationRow.hour < before))
             return int(getattr(res, "rowcount", 0) or 0)
 

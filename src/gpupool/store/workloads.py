@@ -14,7 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from gpupool.audit import AuditEntry
-from gpupool.store.base import StoreBase
+from gpupool.store.audit_log import AuditLog
+from gpupool.store.database import Database
 from gpupool.store.errors import Conflict, NotFound, ValidationFailed
 from gpupool.store.phases import ALLOWED_TRANSITIONS, EVENT_TYPES, TERMINAL_PHASES, WARNING_PHASES
 from gpupool.store.records import KEEP, EventRecord, PhaseChange, WorkloadRecord, _Keep
@@ -53,8 +54,12 @@ def _change_phase(row: WorkloadRow, c: PhaseChange, now: datetime) -> EventRow:
     )
 
 
-class WorkloadMethods(StoreBase):
+class WorkloadRepository:
     """Workload reads, pending reasons, phase changes and events."""
+
+    def __init__(self, db: Database, audit: AuditLog) -> None:
+        self.db = db
+        self.audit = audit
 
     def pending_reasons(self, names: Sequence[str] | None = None) -> dict[str, str]:
         """Name -> stored reason of the Pending workloads (of ``names``; all in arrival order).
@@ -69,7 +74,7 @@ class WorkloadMethods(StoreBase):
             .order_by(WORKLOADS.c.seq)
         )
         out: dict[str, str] = {}
-        with self.engine.connect() as conn:
+        with self.db.engine.connect() as conn:
             if names is None:
                 out.update((n, r) for n, r in conn.execute(q))
             else:
@@ -93,18 +98,18 @@ class WorkloadMethods(StoreBase):
         # than the UPDATEs themselves for a few thousand reasons (and it runs in the scheduler)
         # (PostgreSQL: one statement over two arrays instead of a round trip per row)
         pairs = sorted(reasons.items())
-        with self._core_writer.begin() as conn:
-            if self.dialect == "postgresql":
+        with self.db.core_writer.begin() as conn:
+            if self.db.dialect == "postgresql":
                 # the anchor first, as every writer does (no lock-order deadlock with a cycle)
                 conn.execute(sa.select(ANCHOR.c.id).where(ANCHOR.c.id == 1).with_for_update())
-                self._check_fence(conn)
+                self.db.check_fence(conn)
                 res = conn.exec_driver_sql(
                     "UPDATE workloads AS w SET reason = v.r FROM unnest(%s::text[], %s::text[]) AS v(n, r) "
                     "WHERE w.name = v.n AND w.phase = 'Pending'",
                     ([n for n, _ in pairs], [r for _, r in pairs]),
                 )
             else:
-                self._check_fence(conn)
+                self.db.check_fence(conn)
                 res = conn.exec_driver_sql(
                     "UPDATE workloads SET reason = ? WHERE name = ? AND phase = 'Pending'",
                     [(r, n) for n, r in pairs],
@@ -113,7 +118,7 @@ class WorkloadMethods(StoreBase):
 
     def get_workload(self, name: str) -> WorkloadRecord:
         """One workload; NotFound if missing."""
-        with self._read() as s:
+        with self.db.read() as s:
             row = s.execute(sa.select(WorkloadRow).where(WorkloadRow.name == name)).scalar_one_or_none()
             if row is None:
                 raise NotFound("Workload", name)
@@ -140,7 +145,7 @@ class WorkloadMethods(StoreBase):
             q = q.where(WorkloadRow.name.in_(list(names)))
         if limit is not None:
             q = q.limit(limit)
-        with self._read() as s:
+        with self.db.read() as s:
             return [workload_record(r) for r in s.execute(q).scalars()]
 
     def page_workloads(
@@ -176,13 +181,13 @@ class WorkloadMethods(StoreBase):
             # a manifest that names no type has the schema's default, batch
             match = kind.in_(list(types))
             q = q.where(sa.or_(match, kind.is_(None)) if "batch" in types else match)
-        with self._read() as s:
+        with self.db.read() as s:
             rows = list(s.execute(q.limit(limit + 1)).scalars())
         return [workload_record(r) for r in rows[:limit]], len(rows) > limit
 
     def phase_counts(self) -> dict[str, int]:
         """How many workloads are in each phase (phases with none are absent); for the metrics."""
-        with self.engine.connect() as c:
+        with self.db.engine.connect() as c:
             rows = c.execute(sa.select(WorkloadRow.phase, sa.func.count()).group_by(WorkloadRow.phase)).all()
         return {p: n for p, n in rows}
 
@@ -217,7 +222,7 @@ class WorkloadMethods(StoreBase):
         ``events`` ``(workload, type, reason, message)`` (e.g. a failure record that must never
         be lost while its requeue is kept, or the reverse).
         """
-        now = self._now(at)
+        now = self.db.now(at)
         names = [c.name for c in changes]
         if len(set(names)) != len(names):
             raise ValidationFailed("changes", "a workload appears more than once")
@@ -225,7 +230,7 @@ class WorkloadMethods(StoreBase):
             if c.phase not in PHASES:
                 raise ValidationFailed("phase", f"unknown phase {c.phase!r}; one of {list(PHASES)}")
         out: dict[str, WorkloadRecord] = {}
-        with self._write() as s:
+        with self.db.write() as s:
             rows = {
                 r.name: r
                 for r in s.execute(
@@ -245,7 +250,7 @@ class WorkloadMethods(StoreBase):
                     raise ValidationFailed("type", f"must be one of {list(EVENT_TYPES)}")
                 s.add(EventRow(workload=wl, type=typ, reason=reason, message=message, at=now))
             s.flush()
-            self._audit_many(s, audit or (), now, "Workload", names[0] if len(names) == 1 else "")
+            self.audit.append_many(s, audit or (), now, "Workload", names[0] if len(names) == 1 else "")
             out = {n: workload_record(rows[n]) for n in names}
         return [out[n] for n in names]
 
@@ -257,8 +262,8 @@ class WorkloadMethods(StoreBase):
             raise ValidationFailed("type", f"must be one of {list(EVENT_TYPES)}")
         if not reason:
             raise ValidationFailed("reason", "required")
-        now = self._now(at)
-        with self._write() as s:
+        now = self.db.now(at)
+        with self.db.write() as s:
             if s.execute(sa.select(WorkloadRow.seq).where(WorkloadRow.name == workload)).first() is None:
                 raise NotFound("Workload", workload)
             row = EventRow(workload=workload, type=type, reason=reason, message=message, at=now)
@@ -273,7 +278,7 @@ class WorkloadMethods(StoreBase):
             q = q.where(EventRow.workload == workload)
         if limit is not None:
             q = q.limit(limit)
-        with self._read() as s:
+        with self.db.read() as s:
             return [event_record(r) for r in reversed(s.execute(q).scalars().all())]
 
 
