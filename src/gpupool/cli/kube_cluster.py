@@ -85,14 +85,7 @@ def cluster_up(
         agent = NodeAgent(api, objs, time_scale=time_scale, heartbeat_s=heartbeat, use_hami=not cp.scheduler)
         agent.start()
         agent.wait_ready(120)
-        cfg = _write_kubeconfig(cp, kubeconfig)
-        extra = ", kube-scheduler" if cp.scheduler else "; no kube-scheduler"
-        extra = ", kube-scheduler, Kueue v0.17.0" if cp.kueue else extra
-        typer.echo(
-            f"up: Kubernetes {KUBERNETES_VERSION} API server at {cp.server} with {len(objs)} nodes Ready"
-            f" (etcd, kube-apiserver, kube-controller-manager, node agent{extra})"
-        )
-        typer.echo(f"export KUBECONFIG={cfg.resolve()}")
+        _announce(cp, len(objs), _write_kubeconfig(cp, kubeconfig), KUBERNETES_VERSION)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -107,6 +100,17 @@ def cluster_up(
         if api is not None:
             api.close()
         cp.stop()
+
+
+def _announce(cp: RealControlPlane, nodes: int, cfg: Path, version: str) -> None:
+    """The 'up' line (what runs, where) and the export line, once the nodes are Ready."""
+    extra = ", kube-scheduler" if cp.scheduler else "; no kube-scheduler"
+    extra = ", kube-scheduler, Kueue v0.17.0" if cp.kueue else extra
+    typer.echo(
+        f"up: Kubernetes {version} API server at {cp.server} with {nodes} nodes Ready"
+        f" (etcd, kube-apiserver, kube-controller-manager, node agent{extra})"
+    )
+    typer.echo(f"export KUBECONFIG={cfg.resolve()}")
 
 
 def _ignore_signals() -> None:
