@@ -90,6 +90,14 @@ def test_kill9_during_submissions(tmp_path: Path, db_url: str) -> None:
     try:
         for _ in range(3):
             time.sleep(rnd.uniform(0.3, 1.0))
+            # a few more acknowledged since the last start, however slow the machine: the kill must
+            # land inside a running stream (a fixed sleep saw 5-8 in all at load 12, not 10)
+            want = len(acked) + 4
+
+            def enough(want: int = want) -> bool:
+                return len(acked) >= want
+
+            wait_for(enough, timeout=120, what="submissions before the kill")
             srv.kill9()
             srv.start()
             _check_consistent(srv, set(acked))
