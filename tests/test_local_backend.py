@@ -430,7 +430,7 @@ def serve(state: Path, port: int) -> subprocess.Popen[bytes]:
     cmd += ["--fake-gpus", "2xH100-80GB", "--state-dir", str(state), "--port", str(port), "--tick", "0.05"]
     log = open(state.parent / "server.log", "ab")  # noqa: SIM115 (the child writes it)
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO), env=dict(os.environ))
-    wait_for(lambda: _ready(port), 30, "the server to be ready")
+    wait_for(lambda: _ready(port), 180, "the server to be ready")  # a loaded 2-core machine
     return p
 
 

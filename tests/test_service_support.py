@@ -228,7 +228,7 @@ class Server:
         return httpx.Client(
             base_url=self.base,
             headers={"Authorization": f"Bearer {self.token}"},
-            timeout=10.0,
+            timeout=60.0,  # a report page took over 10 s on a loaded 2-core machine
             verify=self.verify,
         )
 
