@@ -118,3 +118,27 @@ def exit_code(pod: Obj) -> int:
         return int(raw)
     except ValueError:
         return 0
+
+
+def pod_event(pod: Obj, etype: str, reason: str, message: str) -> Obj:
+    """The core/v1 Event a kubelet records about ``pod`` (Pulled, Started, Killing, ...): the
+    fake's kubelet and the HTTP node agent write the same one."""
+    md = pod["metadata"]
+    now = now_rfc3339()
+    return {
+        "metadata": {"generateName": md["name"] + ".", "namespace": md["namespace"]},
+        "involvedObject": {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "namespace": md["namespace"],
+            "name": md["name"],
+            "uid": md["uid"],
+        },
+        "reason": reason,
+        "message": message,
+        "type": etype,
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
+    }

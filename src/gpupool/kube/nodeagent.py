@@ -402,26 +402,7 @@ class NodeAgent:
                 raise
 
     def _event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
-        md = pod["metadata"]
-        now = ks.now_rfc3339()
-        event = {
-            "metadata": {"generateName": md["name"] + ".", "namespace": md["namespace"]},
-            "involvedObject": {
-                "kind": "Pod",
-                "apiVersion": "v1",
-                "namespace": md["namespace"],
-                "name": md["name"],
-                "uid": md["uid"],
-            },
-            "reason": reason,
-            "message": message,
-            "type": etype,
-            "count": 1,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
-        }
-        self.api.create(EVENTS, md["namespace"], event)
+        self.api.create(EVENTS, pod["metadata"]["namespace"], ks.pod_event(pod, etype, reason, message))
 
 
 def _fresh_conditions(node: Mapping[str, Any]) -> list[Obj]:

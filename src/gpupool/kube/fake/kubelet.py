@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING
 
 from gpupool.kube.fake import hami
 from gpupool.kube.fake.resources import ResourceType
-from gpupool.kube.fake.storage import Obj, now_rfc3339
+from gpupool.kube.fake.storage import Obj
 from gpupool.kube.kubelet_status import EXIT_CODE, RUN_SECONDS, START_SECONDS
 from gpupool.kube.kubelet_status import creating_status as _creating_status
 from gpupool.kube.kubelet_status import failed_status as _failed_status
+from gpupool.kube.kubelet_status import pod_event as _pod_event
 from gpupool.kube.kubelet_status import running_status as _running_status
 from gpupool.kube.kubelet_status import terminated_status as _terminated_status
 
@@ -222,29 +223,8 @@ class Kubelet:
                 )
 
     def _event(self, pod: Obj, etype: str, reason: str, message: str) -> None:
-        md = pod["metadata"]
-        now = now_rfc3339()
-        self.ops.create(
-            self.store.types["events"],
-            md["namespace"],
-            {
-                "metadata": {"generateName": md["name"] + "."},
-                "involvedObject": {
-                    "kind": "Pod",
-                    "apiVersion": "v1",
-                    "namespace": md["namespace"],
-                    "name": md["name"],
-                    "uid": md["uid"],
-                },
-                "reason": reason,
-                "message": message,
-                "type": etype,
-                "count": 1,
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "source": {"component": "kubelet", "host": pod["spec"].get("nodeName", "")},
-            },
-        )
+        ns = pod["metadata"]["namespace"]
+        self.ops.create(self.store.types["events"], ns, _pod_event(pod, etype, reason, message))
 
 
 def kubelet_of(srv: FakeApiServer) -> Kubelet:
