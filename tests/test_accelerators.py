@@ -22,6 +22,7 @@ from gpupool.manifests import (
     load_bundle,
     parse_documents,
 )
+from gpupool.manifests.convert import admission_from_json, placement_json
 from gpupool.model import (
     ACCELERATORS,
     GPU,
@@ -46,7 +47,6 @@ from gpupool.model import (
     vmax,
     vsub,
 )
-from gpupool.service.convert import admission_from_json, placement_json
 
 ASCEND = "huawei.com/Ascend910"
 AMD = "amd.com/gpu"

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from gpupool.cli.main import app
 from gpupool.cost.sacct import SacctError, parse_sacct, parse_tres
+from gpupool.manifests.convert import workload_model
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.store import Store
 from tests.test_cost_profile import ONE_POOL, queues, rows
 from tests.test_service_support import wl

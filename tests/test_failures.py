@@ -10,10 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from gpupool.manifests.convert import workload_model
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller, Hooks
-from gpupool.service.convert import workload_model
 from gpupool.service.failures import DEFAULT_POLICIES, FaultState, RetryPolicy, history_view, policy_for
 from gpupool.service.metrics import Metrics
 from gpupool.store import Store

@@ -17,10 +17,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpupool.engine.decisions import PendingCode
+from gpupool.manifests.convert import workload_model
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.service.metrics import NEW_REASON, Metrics
 from gpupool.service.readmodel import ControllerReadModel
 from gpupool.store import Store

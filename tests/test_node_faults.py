@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupool.audit import AuditEntry
+from gpupool.manifests.convert import workload_model
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.service.failures import UNHEALTHY_ANNOTATION
 from gpupool.store import Store
 from tests.test_failures import Clock

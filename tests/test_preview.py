@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupool.audit import AuditEntry
+from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 from gpupool.service import preview as pv
 from gpupool.service.controller import Controller
-from gpupool.service.convert import bundle_from_manifests, object_manifest
 from gpupool.service.core import Service
 from gpupool.store import Store
 from tests.test_service_support import Api, in_process_controller, running_app, submit_to, wl

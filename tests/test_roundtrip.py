@@ -22,7 +22,7 @@ from typer.testing import CliRunner, Result
 from gpupool.cli import app
 from gpupool.cli.client_objects import KINDS, RESOURCES
 from gpupool.manifests import ManifestError
-from gpupool.service.convert import parse_manifest, resource_version, without_server_metadata
+from gpupool.manifests.convert import parse_manifest, resource_version, without_server_metadata
 from tests.test_service_support import API, Server, wl
 
 runner = CliRunner()

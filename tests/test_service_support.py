@@ -23,11 +23,11 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from gpupool.manifests.convert import workload_model
 from gpupool.service.api import create_app
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES, ServiceConfig, seed_config
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.store import Store
 from tests import pg
 

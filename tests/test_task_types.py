@@ -13,12 +13,12 @@ import pytest
 from gpupool.cli.client_workloads import type_lines
 from gpupool.engine import Engine, decide
 from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, parse_documents
+from gpupool.manifests.convert import workload_model
 from gpupool.manifests.documents import load_files
 from gpupool.manifests.task_types import FIELDS, packaged_task_types
 from gpupool.model import Snapshot, WorkloadType
 from gpupool.service import task_types
 from gpupool.service.config import EXAMPLES
-from gpupool.service.convert import workload_model
 from gpupool.service.failure_policy import FaultState, policy_for
 from tests.test_service_support import in_process_controller, submit_to
 

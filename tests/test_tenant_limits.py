@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpupool.manifests.convert import workload_model
 from gpupool.model import PendingLimits
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.service.limits import PendingCounter, TenantLimits, TokenBuckets, parse_rate
 from gpupool.store import Store
 from tests.test_service_support import Api, db_url, in_process_controller, running_app, wait_for, wl

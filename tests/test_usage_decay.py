@@ -19,6 +19,7 @@ from gpupool.audit import AuditEntry
 from gpupool.engine import Engine, decide
 from gpupool.engine.decay import DecayedUsage, decay_shares
 from gpupool.manifests import ManifestError, build, parse_documents
+from gpupool.manifests.convert import object_manifest
 from gpupool.model import (
     QUOTA_RESOURCES,
     UNLIMITED,
@@ -32,7 +33,6 @@ from gpupool.model import (
     Snapshot,
     Workload,
 )
-from gpupool.service.convert import object_manifest
 from tests.test_service_support import in_process_controller, submit_to
 
 HOUR = 3600.0

@@ -277,7 +277,7 @@ def service(store: Any, ctl: Any, be: Any) -> Service:
 
 
 def submit(store: Any, ctl: Any, name: str, annotations: dict[str, str], **kw: Any) -> None:
-    from gpupool.service.convert import workload_model
+    from gpupool.manifests.convert import workload_model
 
     m = wl(name, **kw)
     m["metadata"]["annotations"] = annotations
@@ -354,7 +354,7 @@ def test_the_local_backend_with_nvml_reporting_zero_raises_gpu_held_idle(tmp_pat
         m = {"apiVersion": API, "kind": "Workload", "metadata": {"name": "held"}}
         m["spec"] = {"queue": "default", "podGroups": [group]}
         rec, _ = store.submit_workload(m, owner="bob")
-        from gpupool.service.convert import workload_model
+        from gpupool.manifests.convert import workload_model
 
         ctl.submitted(rec, workload_model(m, ctl.bundle.priority_classes, 0.0))
         ctl.cycle()

@@ -9,10 +9,10 @@ from typing import Any
 
 from gpupool.kube import workloads
 from gpupool.kube.fake import FakeApiServer
+from gpupool.manifests.convert import workload_model
 from gpupool.service.adoption import ADOPTED
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.store import Store
 from tests.kube.test_backend import job, pods_of
 from tests.kube.test_backend_controller import Setup, setup

@@ -13,9 +13,9 @@ import pytest
 from gpupool.kube import workloads
 from gpupool.kube.backend import KubernetesBackend
 from gpupool.kube.fake import FakeApiServer
+from gpupool.manifests.convert import workload_model
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.store import Store
 from tests.kube.test_backend import Cluster, bound, job, pods_of
 

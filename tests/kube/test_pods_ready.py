@@ -17,10 +17,10 @@ from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.kubelet import START_SECONDS
 from gpupool.kube.outcomes import PODS_READY_TIMEOUT, PodsReadyPolicy, pods_ready_policy
 from gpupool.kube.wiring import PODS_READY_ENV, kube_options
+from gpupool.manifests.convert import workload_model
 from gpupool.service.backends import RunSpec
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.service.failure_policy import PLATFORM_FAULTS
 from gpupool.store import Store
 from tests.kube.test_backend import NODE0, Cluster, bound, job, known, placement, pods_of, wait_for

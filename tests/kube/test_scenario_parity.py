@@ -41,12 +41,12 @@ from gpupool.kube.inventory import InventoryOptions, node_inventory
 from gpupool.kube.source import SYSTEM_NAME, KubeSource, Outcome
 from gpupool.kube.translate_partial import MIN_PARALLELISM
 from gpupool.manifests import API_VERSION, Bundle, build, default_priority_classes, parse_documents
+from gpupool.manifests.convert import workload_model
 from gpupool.model import EngineConfig, Node, Queue, Running, Snapshot
 from gpupool.service.backends import Backend, RunState
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES
 from gpupool.service.controller import Controller
-from gpupool.service.convert import workload_model
 from gpupool.store import OBJECT_KINDS, Store
 from tests.kube.test_backend import Cluster, bare_pod
 

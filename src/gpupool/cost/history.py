@@ -225,7 +225,7 @@ def _detail_of(run: Run, admits: Sequence[AuditRecord]) -> Mapping[str, Any]:
 
 
 def _info(w: WorkloadRecord, bundle: Bundle) -> WorkloadInfo:
-    from gpupool.service.convert import workload_model
+    from gpupool.manifests.convert import workload_model
 
     m = workload_model(w.manifest, bundle.priority_classes, float(w.seq), strict=False)
     g, c, mem, _storage, _net = m.quota_vec()
@@ -292,7 +292,7 @@ BACKFILL_AUTHOR = "migration"
 
 def _revision_nodes(rev: Any) -> dict[str, Node]:
     """The nodes one Cluster revision declares (none for a deletion or an invalid state)."""
-    from gpupool.service.convert import bundle_from_manifests
+    from gpupool.manifests.convert import bundle_from_manifests
 
     if rev.action == "delete":
         return {}

@@ -56,7 +56,7 @@ def parse_add(values: Sequence[str], nodes: Sequence[Node]) -> list[Node]:
 
 def jobs_of(history: History, workloads: Sequence[Any], bundle: Bundle, start: datetime) -> list[JobSpec]:
     """The store's workloads submitted since ``start`` as a simulator trace."""
-    from gpupool.service.convert import workload_model
+    from gpupool.manifests.convert import workload_model
 
     last_run: dict[str, float] = {}
     for r in history.runs:

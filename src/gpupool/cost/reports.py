@@ -71,7 +71,7 @@ class CostData:
 def bundle_of(store: Any) -> Bundle:
     """The configuration in force, from the stored objects (invalid ones left out, as the
     controller does)."""
-    from gpupool.service.convert import bundle_from_manifests, object_manifest
+    from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 
     return bundle_from_manifests([object_manifest(r) for r in store.list_objects()], skip_invalid=True)
 

@@ -12,6 +12,8 @@ The package, by idea (everything public is importable from ``gpupool.manifests``
 - ``workloads``: the Workload spec, pod requests, and the model workload;
 - ``documents``: YAML text and files to validated documents (``validate_document``);
 - ``bundle``: documents to a ``Bundle`` with the references between objects checked.
+- ``convert``: stored JSON (manifests, placements) to model objects and back, for the store's
+  users (the service, the cost reports); imported from ``gpupool.manifests.convert`` only.
 """
 
 from gpupool.manifests import templates as _templates  # noqa: F401  (registers the TeamTemplate kind)

@@ -27,9 +27,9 @@ from gpupool.auth import Principal
 from gpupool.engine import Decisions, Engine
 from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
+from gpupool.manifests.convert import workload_model
 from gpupool.model import UNLIMITED, ZERO, Running, Snapshot, Workload
 from gpupool.service import failures as flt
-from gpupool.service.convert import workload_model
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 from gpupool.service.windows import windowed_cycle

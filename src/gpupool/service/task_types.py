@@ -13,8 +13,8 @@ from typing import Any
 
 from gpupool.manifests import Bundle, ManifestErrors
 from gpupool.manifests.base import KUEUE_QUEUE_LABEL
+from gpupool.manifests.convert import parse_manifest
 from gpupool.manifests.task_types import Resolved, resolve_workload
-from gpupool.service.convert import parse_manifest
 
 
 def resolved(manifest: Mapping[str, Any], bundle: Bundle) -> Resolved | None:

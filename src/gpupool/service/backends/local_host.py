@@ -152,7 +152,7 @@ def sync_cluster(store: Store, cluster: Mapping[str, Any]) -> bool:
     True when it changed (or was created). Why on every start: the host may have gained or lost
     GPUs since the first start, and the stored object is what the controller schedules on."""
     from gpupool.audit import AuditEntry
-    from gpupool.service.convert import object_manifest
+    from gpupool.manifests.convert import object_manifest
 
     current = next((r for r in store.list_objects("Cluster") if r.name == CLUSTER_NAME), None)
     manifest: dict[str, Any] = {k: v for k, v in cluster.items()}

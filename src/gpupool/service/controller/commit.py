@@ -14,12 +14,12 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.engine import Decisions, Pending
+from gpupool.manifests.convert import placement_json
 from gpupool.model import Running, Workload
 from gpupool.service.admission import is_exception
 from gpupool.service.backends import BackendError, RunSpec, pod_commands
 from gpupool.service.controller.context import SCHEDULER, Context, CycleStats, _dt, _Queued
 from gpupool.service.controller.pending import PendingSet
-from gpupool.service.convert import placement_json
 from gpupool.store import NotLeader, PhaseChange, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")

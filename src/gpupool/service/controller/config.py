@@ -16,12 +16,12 @@ from gpupool.engine import Engine
 from gpupool.engine.decay import DecayedUsage
 from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
+from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 from gpupool.model import Queue, ResourcePool, Running, Snapshot
 from gpupool.service import failures as flt
 from gpupool.service import usage_decay
 from gpupool.service.controller.context import Context
 from gpupool.service.controller.pending import PendingSet
-from gpupool.service.convert import bundle_from_manifests, object_manifest
 from gpupool.service.view import ConfigLookups, tree_of
 
 log = logging.getLogger("gpupool.controller")

@@ -21,10 +21,10 @@ from gpupool.audit import AuditEntry
 from gpupool.engine import Engine, PendingCode
 from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
+from gpupool.manifests.convert import workload_model
 from gpupool.model import Snapshot, Workload
 from gpupool.service import failures as flt
 from gpupool.service.backends import Backend
-from gpupool.service.convert import workload_model
 from gpupool.store import PhaseChange, Store
 
 SCHEDULER = "scheduler"

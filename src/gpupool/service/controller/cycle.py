@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from gpupool.audit import AuditEntry
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
+from gpupool.manifests.convert import running_from_json
 from gpupool.model import PoolQuota, Workload, vmax
 from gpupool.service import failures as flt
 from gpupool.service import usage_decay
@@ -26,7 +27,6 @@ from gpupool.service.controller.config import Configuration
 from gpupool.service.controller.context import SCHEDULER, Context, CycleStats, _dt
 from gpupool.service.controller.finish import Finishing
 from gpupool.service.controller.pending import PendingSet
-from gpupool.service.convert import running_from_json
 from gpupool.service.isolation import find_culprits
 from gpupool.service.windows import Hopeless, WindowStats, windowed_cycle
 

@@ -11,6 +11,7 @@ import logging
 
 from gpupool.audit import AuditEntry
 from gpupool.manifests import Bundle
+from gpupool.manifests.convert import running_from_json
 from gpupool.model import Running
 from gpupool.service import failures as flt
 from gpupool.service.adoption import Adoption
@@ -19,7 +20,6 @@ from gpupool.service.controller.commit import Commit
 from gpupool.service.controller.config import Configuration
 from gpupool.service.controller.context import ACTIVE, SCHEDULER, Context, _dt
 from gpupool.service.controller.pending import PendingSet
-from gpupool.service.convert import running_from_json
 from gpupool.store import PhaseChange
 
 log = logging.getLogger("gpupool.controller")

@@ -26,10 +26,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpupool.auth import Principal, parse_bearer
 from gpupool.manifests import ManifestError
-from gpupool.service import openapi as oa
-from gpupool.service.convert import (
+from gpupool.manifests.convert import (
     error_items,
 )
+from gpupool.service import openapi as oa
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 from gpupool.store import StoreError

@@ -21,14 +21,14 @@ from typing import Any
 from gpupool.audit import AuditEntry, canonical_json
 from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests import Document, ManifestError
-from gpupool.service import preview as pv
-from gpupool.service.convert import (
+from gpupool.manifests.convert import (
     bundle_from_manifests,
     object_manifest,
     parse_manifest,
     resource_version,
     without_server_metadata,
 )
+from gpupool.service import preview as pv
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError, Denied
 from gpupool.service.usecases.submit import Prepared, prepare, submit_many

@@ -13,7 +13,7 @@ from typing import Any
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal
 from gpupool.manifests import ManifestError
-from gpupool.service.convert import bundle_from_manifests, error_items, object_manifest
+from gpupool.manifests.convert import bundle_from_manifests, error_items, object_manifest
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 from gpupool.service.usecases.apply import CONFIG_ACTIONS, config_resource

@@ -14,7 +14,7 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
-from gpupool.service.convert import bundle_from_manifests, object_manifest
+from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 from gpupool.service.failures import UNHEALTHY_ANNOTATION

@@ -2,7 +2,7 @@
 
 Who calls them: ``POST /v1/nodes/{name}/cordon``, ``/uncordon`` and ``/drain``
 (gpupool.service.routes.cluster, routes.faults). The cordon mark lives on the Cluster object
-that defines the node (gpupool.service.convert.CORDON_ANNOTATION), so it survives a restart;
+that defines the node (gpupool.manifests.convert.CORDON_ANNOTATION), so it survives a restart;
 a drain cordons first, then the controller evicts and requeues each workload with the reason.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
-from gpupool.service.convert import CORDON_ANNOTATION, bundle_from_manifests, object_manifest
+from gpupool.manifests.convert import CORDON_ANNOTATION, bundle_from_manifests, object_manifest
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 

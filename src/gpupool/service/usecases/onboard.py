@@ -18,9 +18,9 @@ from typing import Any
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests import Bundle, Document, build
+from gpupool.manifests.convert import parse_manifest
 from gpupool.manifests.templates import Onboarding, TeamTemplateSpec, TemplateError, render
 from gpupool.service import preview as pv
-from gpupool.service.convert import parse_manifest
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 from gpupool.service.usecases.apply import check_config, parse_set

@@ -21,6 +21,7 @@ from typing import Any
 from gpupool.audit import AuditEntry
 from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests import KUEUE_QUEUE_LABEL
+from gpupool.manifests.convert import parse_manifest, workload_model
 from gpupool.model import Workload
 from gpupool.service.admission import (
     backend_refusal,
@@ -31,7 +32,6 @@ from gpupool.service.admission import (
     request_refusal,
 )
 from gpupool.service.controller import Controller
-from gpupool.service.convert import parse_manifest, workload_model
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError, refusal_error
 from gpupool.service.limits import TokenBuckets

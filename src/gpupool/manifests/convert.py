@@ -1,7 +1,9 @@
 """Translations between stored JSON (manifests, placements) and the engine's model objects.
 
 Why in one place: the store keeps manifests and placements as JSON so it does not depend on the
-engine; the controller and the API both need the same, lossless conversions.
+engine; the controller and the API both need the same, lossless conversions. They sit with
+the manifests (below the store, the service and the cost reports that all use them) so that no
+lower package has to reach up into the service for them.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from gpupool.engine.decisions import Admit
 from gpupool.manifests import (
@@ -34,7 +36,6 @@ from gpupool.model import (
     Running,
     Workload,
 )
-from gpupool.store import ObjectRecord
 
 log = logging.getLogger("gpupool.config")
 
@@ -99,7 +100,13 @@ def resource_version(manifest: Mapping[str, Any]) -> int | None:
     return expected_version(md.get("resourceVersion")) if isinstance(md, Mapping) else None
 
 
-def object_manifest(rec: ObjectRecord) -> dict[str, Any]:
+class StoredObject(Protocol):
+    """What :func:`object_manifest` needs of a stored object (``gpupool.store.ObjectRecord``)."""
+
+    def to_manifest(self) -> dict[str, Any]: ...
+
+
+def object_manifest(rec: StoredObject) -> dict[str, Any]:
     """A stored object as a manifest without the server-side resourceVersion."""
     m = rec.to_manifest()
     m["metadata"] = {k: v for k, v in m["metadata"].items() if k not in SERVER_METADATA}
