@@ -250,7 +250,7 @@ def build_history(
     bundle: Bundle,
 ) -> History:
     """Runs, waits and failures of every workload from the three record streams."""
-    from gpupool.service.failures import parse_failure
+    from gpupool.store.failure_events import parse_failure
 
     by_wl: dict[str, list[EventRecord]] = defaultdict(list)
     for e in events:

@@ -9,21 +9,16 @@ backoff's "not before" survive a restart.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from gpupool.quantity import QuantityError, parse_duration
-from gpupool.store import EventRecord
 
 if TYPE_CHECKING:
     pass
 
 SCHEDULER = "scheduler"
-
-FAILED_EVENT = "RunFailed"
 
 #: faults of the platform, not of the job: requeued at once and not counted against the
 #: workload's maxRetries (as Slurm requeues on node failure); past this many such requeues in a
@@ -51,8 +46,6 @@ MAX_BACKOFF_ANNOTATION = "gpupool.io/retry-max-backoff"
 UNHEALTHY_ANNOTATION = "gpupool.io/unhealthy-devices"
 
 RUN_HINTS = (FAIL_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION)
-
-_TAIL = re.compile(r" \[exit-code=(?P<code>\S+) (?:retry-at=(?P<at>[0-9.]+)|final)\]$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,10 +107,6 @@ class FaultState:
     max_backoff_s: float | None = None
 
 
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds")
-
-
 def policy_for(manifest: Mapping[str, Any], state: FaultState, max_retries: int | None = None) -> RetryPolicy:
     """The retry policy of a workload: its type's default, then the retry limit its task type
     resolved to (``max_retries``: queue ``typeDefaults`` or the Cluster's ``taskTypes``, see
@@ -175,49 +164,3 @@ def parse_failure_rates(values: Sequence[str]) -> dict[str, float]:
             )
         out[key or "*"] = r
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class FailureRecord:
-    at: datetime
-    code: str
-    reason: str
-    exit_code: int | None
-    retry_at: float | None  # None: the final failure
-
-    def view(self) -> dict[str, Any]:
-        return {
-            "at": self.at.isoformat(),
-            "exitCode": self.exit_code,
-            "reason": f"{self.code}: {self.reason}",
-            "retryAt": _iso(self.retry_at) if self.retry_at is not None else None,
-        }
-
-
-def parse_failure(ev: EventRecord) -> FailureRecord | None:
-    """A stored ``RunFailed`` event back as a record (None for any other event)."""
-    if ev.reason != FAILED_EVENT:
-        return None
-    m = _TAIL.search(ev.message)
-    head = ev.message[: m.start()] if m else ev.message
-    code, _, why = head.partition(": ")
-    exit_code = None
-    if m and m["code"] != "none":
-        try:
-            exit_code = int(m["code"])
-        except ValueError:
-            exit_code = None
-    retry_at = float(m["at"]) if m and m["at"] else None
-    return FailureRecord(ev.at, code, why.split("; retry ")[0].split("; no retries")[0], exit_code, retry_at)
-
-
-def failures(events: Iterable[EventRecord]) -> list[FailureRecord]:
-    return [f for e in events if (f := parse_failure(e)) is not None]
-
-
-def history_view(events: Sequence[EventRecord]) -> dict[str, Any]:
-    """``attempts`` (runs started) and ``failures`` [{at, exitCode, reason, retryAt}] of a workload."""
-    return {
-        "attempts": sum(1 for e in events if e.reason == "Running"),
-        "failures": [f.view() for f in failures(events)],
-    }

@@ -21,18 +21,16 @@ if TYPE_CHECKING:
     from gpupool.service.controller.context import Context
 from gpupool.service.failure_policy import (
     BACKOFF_CODE,
-    FAILED_EVENT,
     MAX_PLATFORM_REQUEUES,
     PLATFORM_FAULTS,
     SCHEDULER,
-    FailureRecord,
     Fault,
     FaultState,
     RetryPolicy,
-    _iso,
-    failures,
     policy_for,
 )
+from gpupool.store.failure_events import FAILED_EVENT, FailureRecord, failures
+from gpupool.store.failure_events import iso_seconds as _iso
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,20 +28,15 @@ from gpupool.service.failure_policy import (
     DEFAULT_POLICIES,
     EXIT_CODE_ANNOTATION,
     FAIL_AFTER_ANNOTATION,
-    FAILED_EVENT,
     MAX_BACKOFF_ANNOTATION,
     MAX_PLATFORM_REQUEUES,
     PLATFORM_FAULTS,
     RUN_HINTS,
     SCHEDULER,
     UNHEALTHY_ANNOTATION,
-    FailureRecord,
     Fault,
     FaultState,
     RetryPolicy,
-    failures,
-    history_view,
-    parse_failure,
     parse_failure_rates,
     policy_for,
     run_hints,
@@ -65,6 +60,13 @@ from gpupool.service.node_faults import (
     occupy_unhealthy,
     on_node,
     unhealthy_devices,
+)
+from gpupool.store.failure_events import (
+    FAILED_EVENT,
+    FailureRecord,
+    failures,
+    history_view,
+    parse_failure,
 )
 
 __all__ = [
