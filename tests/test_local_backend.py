@@ -532,7 +532,7 @@ def test_a_host_without_gpus_serves_cpu_only_work(tmp_path: Path) -> None:
 
 
 def test_make_backend_builds_the_local_backend_from_the_service_options(tmp_path: Path) -> None:
-    from gpupool.service.backends import make_backend
+    from gpupool.composition import make_backend
 
     opts = {"time_scale": 60.0, "failure_rates": {}, "node_mtbf_s": None, "node_repair_s": 7200.0}
     be = make_backend("local", state_file=tmp_path / "virtual-cluster.json", **opts)

@@ -370,7 +370,8 @@ def test_preempting_a_deployment_evicts_its_pods(cluster: Cluster) -> None:
 
 
 def test_make_backend_kubernetes_connects_and_syncs(cluster: Cluster) -> None:
-    from gpupool.service.backends import Backend, make_backend
+    from gpupool.composition import make_backend
+    from gpupool.service.backends import Backend
 
     be = make_backend("kubernetes", kubeconfig=str(cluster.srv.kubeconfig), bind_deadline_s=5.0)
     try:

@@ -3,7 +3,7 @@
 What is assembled here (and only here, so ``serve`` keeps one small block):
 
 * one connection (``client.KubeApi``: kubeconfig, ``--context``, or the pod's service account);
-* the informer caches, the Kubernetes Lease, the backend (``make_backend("kubernetes")``);
+* the informer caches, the Kubernetes Lease, the backend (``KubernetesBackend``);
 * the usual application (``create_app``: store, controller, store lease, API, dashboard);
 * after the application started: the source (kubectl objects -> submissions), the status
   writer (reasons on the objects), and a first-bind probe that logs the time from process start
@@ -203,7 +203,7 @@ class KubeRuntime:
         self.api = api if api is not None else KubeApi(make_client(opts.kubeconfig, opts.context))
         self.informers = Informers(self.api)
         self.lease = KubeLease(KubeApiLeases(self.api), opts.lease)
-        # the backend class itself rather than make_backend("kubernetes"), which opens its own
+        # the backend class itself rather than composition.make_backend("kubernetes"), which opens its own
         # connection and caches: here one connection and one set of caches serve the backend,
         # the source, the status writer and the Lease
         backend: Any = KubernetesBackend(self.api, self.informers, pods_ready=opts.pods_ready)

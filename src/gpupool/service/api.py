@@ -29,7 +29,8 @@ from fastapi.routing import APIRoute
 from gpupool.service import openapi as oa
 from gpupool.service.alerts import RULES, AlertLoop
 from gpupool.service.audit_witness import AuditWitness, start_witness
-from gpupool.service.backends import Backend, make_backend
+from gpupool.service.backends import Backend
+from gpupool.service.backends.builtin import make_builtin_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
 from gpupool.service.controller import Controller
@@ -166,7 +167,7 @@ def _start_service(
     token = st.ensure_bootstrap_admin()
     if token is not None and cfg.write_token_file:
         write_token_file(cfg.token_file, token)
-    be = backend or make_backend(
+    be = backend or make_builtin_backend(
         cfg.backend,
         state_file=cfg.backend_state_file,
         time_scale=cfg.time_scale,

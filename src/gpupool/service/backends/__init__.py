@@ -122,23 +122,6 @@ class Backend(Protocol):
     # configured ones, and the backend calls ``controller.nodes_changed()`` when they change.
 
 
-def make_backend(kind: str, **options: Any) -> Backend:
-    """Backend by name: ``virtual`` (simulated nodes) or ``local`` (processes on this host)."""
-    if kind == "virtual":
-        from gpupool.service.backends.virtual import VirtualBackend
-
-        return VirtualBackend(**options)
-    if kind == "local":
-        from gpupool.service.backends.local import LocalBackend
-
-        return LocalBackend(**options)
-    if kind == "kubernetes":  # kubeconfig=, context=, KubernetesBackend options; caches synced
-        from gpupool.kube.backend import connect
-
-        return connect(**options)
-    raise ValueError(f"unknown backend {kind!r}; available: virtual, local, kubernetes")
-
-
 __all__ = [
     "Backend",
     "BackendError",
@@ -146,6 +129,5 @@ __all__ = [
     "PodCommand",
     "RunSpec",
     "RunState",
-    "make_backend",
     "pod_commands",
 ]
