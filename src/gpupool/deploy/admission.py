@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpupool.deploy.mutate import QUEUE_LABEL
 from gpupool.deploy.objects import WEBHOOK_SECRET, WEBHOOK_SERVICE, labels, meta, pod_security
 from gpupool.deploy.rbac import certgen_rules, certgen_secret_rules
 from gpupool.deploy.values import RELEASE
 from gpupool.manifests import KUEUE_QUEUE_LABEL
+from gpupool.manifests.mutate import QUEUE_LABEL
 
 ADMISSION = "admissionregistration.k8s.io/v1"
 CERTGEN = f"{RELEASE}-certgen"

@@ -14,8 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpupool.deploy.mutate import QUEUE_LABEL
 from gpupool.kube.client import ApiError, KubeApi, Resource
+from gpupool.manifests.mutate import QUEUE_LABEL
 
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", False)
 log = logging.getLogger("gpupool.deploy.namespaces")

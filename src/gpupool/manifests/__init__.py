@@ -14,6 +14,8 @@ The package, by idea (everything public is importable from ``gpupool.manifests``
 - ``bundle``: documents to a ``Bundle`` with the references between objects checked.
 - ``convert``: stored JSON (manifests, placements) to model objects and back, for the store's
   users (the service, the cost reports); imported from ``gpupool.manifests.convert`` only.
+- ``mutate``: what the mutating admission webhook does to a Kubernetes object bound for a
+  gpupool queue (pure: object in, changed copy and JSON patch out); imported from its module.
 """
 
 from gpupool.manifests import templates as _templates  # noqa: F401  (registers the TeamTemplate kind)

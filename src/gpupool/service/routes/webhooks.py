@@ -8,7 +8,7 @@ a 400. A caller learns only what ``gpupool validate`` would tell it. In the char
 over TLS by the webhook container, whose Service only the API server needs to reach.
 
 ``POST /webhooks/mutate`` changes Pods, Jobs, JobSets and PyTorchJobs bound for a gpupool queue
-(:mod:`gpupool.deploy.mutate`): by label, or, at ``/webhooks/mutate/namespace`` (the webhook
+(:mod:`gpupool.manifests.mutate`): by label, or, at ``/webhooks/mutate/namespace`` (the webhook
 entry whose namespaceSelector matches namespaces labelled ``gpupool.io/queue``), every object.
 ``POST /webhooks/validate`` refuses a ResourcePool, Queue or Workload with the located errors
 ``gpupool validate`` prints.
@@ -23,8 +23,8 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 
-from gpupool.deploy.mutate import MutationError, json_patch, mutate, queue_of
 from gpupool.manifests import validate_document
+from gpupool.manifests.mutate import MutationError, json_patch, mutate, queue_of
 from gpupool.service.errors import ApiError
 from gpupool.service.routes.base import install_errors
 

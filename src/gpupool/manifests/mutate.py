@@ -15,6 +15,11 @@ binds the pod, not here.
 
 Everything here is pure: an object in, the changed copy out; :func:`json_patch` turns the
 difference into the RFC 6902 patch the API server applies.
+
+Why with the manifests rather than in ``gpupool.deploy``: the webhook's route
+(``gpupool.service.routes.webhooks``) and the deploy tools (the queue label of a namespace)
+both use it, and a pure translation of objects belongs below both; in ``deploy`` it made the
+service import a package above it.
 """
 
 from __future__ import annotations
