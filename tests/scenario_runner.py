@@ -105,6 +105,10 @@ def check_expectations(n: int, exp: dict[str, Any], d: Decisions, snap: Snapshot
                         [p.node, d_, p.gpu_milli, p.gpu_memory_mib] for p in a.pods for d_ in p.devices
                     )
                     assert got_d == sorted(props["devices"]), f"{where}: {name} devices {got_d}"
+                if "after_shrinking" in props:
+                    assert sorted(a.after_shrinking) == sorted(props["after_shrinking"]), (
+                        f"{where}: {name} shrinks {a.after_shrinking}"
+                    )
                 if "after_evicting" in props:
                     assert sorted(a.after_evicting) == sorted(props["after_evicting"]), (
                         f"{where}: {name} evicts {a.after_evicting}"
@@ -120,6 +124,14 @@ def check_expectations(n: int, exp: dict[str, Any], d: Decisions, snap: Snapshot
         by, v = victims[name]
         assert by == props["by"], f"{where}: {name} preempted by {by}"
         assert str(v.rule) == props["rule"], f"{where}: {name} rule {v.rule}"
+    shrunk = {sh.workload: (p.preemptor, sh) for p in d.preempted for sh in p.shrinks}
+    want_sh = exp.get("shrunk", {})
+    assert set(shrunk) == set(want_sh), f"{where}: shrunk {sorted(shrunk)}, expected {sorted(want_sh)}"
+    for name, props in want_sh.items():
+        by, sh = shrunk[name]
+        assert by == props["by"], f"{where}: {name} shrunk for {by}"
+        assert str(sh.rule) == props["rule"], f"{where}: {name} rule {sh.rule}"
+        assert sh.replicas == props["replicas"], f"{where}: {name} keeps {sh.replicas} pods"
     for name, props in exp.get("pending", {}).items():
         assert name in pending, f"{where}: {name} not pending (admitted={name in admitted})"
         props = props or {}
@@ -130,6 +142,9 @@ def check_expectations(n: int, exp: dict[str, Any], d: Decisions, snap: Snapshot
             assert props["reason"] in p.reason, (
                 f"{where}: {name} reason {p.reason!r} lacks {props['reason']!r}"
             )
+    for name, k in exp.get("running_pods", {}).items():
+        got = [len(r.admission.pods) for r in snap.running if r.name == name]
+        assert got == [k], f"{where}: {name} runs {got} pods, expected {k}"
     if "running" in exp:
         assert sorted(r.name for r in snap.running) == sorted(exp["running"]), (
             f"{where}: running {[r.name for r in snap.running]}"

@@ -12,9 +12,10 @@ from gpupool.engine.decisions import (
     PendingCode,
     Preempt,
     PreemptRule,
+    Shrink,
     Victim,
 )
-from gpupool.model import Admission, Running, Snapshot
+from gpupool.model import Admission, PodPlacement, Running, Snapshot
 
 __all__ = [
     "Admit",
@@ -24,6 +25,7 @@ __all__ = [
     "PendingCode",
     "Preempt",
     "PreemptRule",
+    "Shrink",
     "Victim",
     "apply_decisions",
     "decide",
@@ -33,12 +35,14 @@ __all__ = [
 def apply_decisions(snapshot: Snapshot, decisions: Decisions, now: float | None = None) -> Snapshot:
     """The snapshot after a backend carried the decisions out: victims gone, admissions running.
 
-    Victims leave the snapshot (a controller requeues them as new pending work if it wants).
+    Victims leave the snapshot (a controller requeues them as new pending work if it wants);
+    a shrunk elastic gang keeps running without the pods it lost.
     """
     t = snapshot.now if now is None else now
     victims = set(decisions.victims())
+    gone = {s.workload: set(s.pods) for s in decisions.shrinks()}
     admitted = {a.workload: a for a in decisions.admitted}
-    running = [r for r in snapshot.running if r.name not in victims]
+    running = [_without(r, gone.get(r.name)) for r in snapshot.running if r.name not in victims]
     pending = []
     for w in snapshot.pending:
         a = admitted.get(w.name)
@@ -47,3 +51,10 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions, now: float | None 
         else:
             running.append(Running(w, Admission(a.pool, a.pods, a.borrowing, t)))
     return replace(snapshot, running=tuple(running), pending=tuple(pending), now=t)
+
+
+def _without(r: Running, pods: set[PodPlacement] | None) -> Running:
+    """``r`` less the pods a shrink took (``r`` itself when none)."""
+    if not pods:
+        return r
+    return Running(r.workload, replace(r.admission, pods=tuple(p for p in r.admission.pods if p not in pods)))

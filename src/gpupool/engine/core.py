@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from gpupool.engine import over_quota
@@ -38,7 +39,7 @@ from gpupool.engine.preemption.search import Preemptor
 from gpupool.engine.rounds import BorrowRounds
 from gpupool.engine.session import Session
 from gpupool.engine.shape_mix import ShapeMix
-from gpupool.model import Admission, EngineConfig, Running, Snapshot, Workload
+from gpupool.model import Admission, EngineConfig, PodPlacement, Running, Snapshot, Workload
 
 ORDER_POLICIES = ("fair-share", "fifo")
 PREEMPT_POLICIES = ("default", "none")
@@ -119,11 +120,27 @@ class Engine:
         self.mix.add([r.workload], sign=-1)
         return r
 
+    def shrink_running(self, name: str, pods: Iterable[PodPlacement]) -> Running | None:
+        """Take some pods off a running elastic gang permanently (a ``Shrink`` carried out);
+        what it still runs, or None when it was not running."""
+        r = self.running.get(name)
+        if r is None:
+            return None
+        gone = set(pods)
+        self.ssn.discharge_part(
+            Running(r.workload, replace(r.admission, pods=tuple(p for p in r.admission.pods if p in gone)))
+        )
+        self.ssn.stmt.commit()
+        return self.running.get(name)
+
     def apply(self, decisions: Decisions, pending: Iterable[Workload], now: float) -> list[Running]:
-        """Make a cycle's decisions permanent: evict victims, then charge admissions."""
+        """Make a cycle's decisions permanent: evict victims, shrink elastic gangs, then charge
+        admissions."""
         by_name = {w.name: w for w in pending}
         for v in decisions.victims():
             self.remove_running(v)
+        for sh in decisions.shrinks():
+            self.shrink_running(sh.workload, sh.pods)
         out = []
         for a in decisions.admitted:
             w = self.shares.resolve(by_name[a.workload])  # the request it was placed as

@@ -39,6 +39,8 @@ class Admit:
     reason: str
     #: Victims that must be evicted before the pods start (empty when nothing is preempted).
     after_evicting: tuple[str, ...] = ()
+    #: Elastic gangs whose extra pods must be removed before the pods start (``Shrink``).
+    after_shrinking: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +53,28 @@ class Victim:
 
 
 @dataclass(frozen=True, slots=True)
+class Shrink:
+    """A running elastic gang (``gang.minMember`` below its pod count) that loses only the pods
+    above its minimum, as Volcano and KAI preempt elastic jobs: cheaper than evicting the whole
+    job when those pods free enough. It keeps running with ``replicas`` pods (never below its
+    ``gang_min``); ``pods`` are the removed placements, each recorded with ``reason``."""
+
+    workload: str
+    queue: str
+    priority: int
+    rule: PreemptRule
+    reason: str
+    pods: tuple[PodPlacement, ...]
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
 class Preempt:
     preemptor: str
     queue: str
     victims: tuple[Victim, ...]
+    #: elastic gangs that lose only their extra pods for this preemptor
+    shrinks: tuple[Shrink, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +104,10 @@ class Decisions:
     def victims(self) -> list[str]:
         return [v.workload for p in self.preempted for v in p.victims]
 
+    def shrinks(self) -> list[Shrink]:
+        """Every shrink of the cycle (running gangs that keep running with fewer pods)."""
+        return [s for p in self.preempted for s in p.shrinks]
+
     def by_workload(self) -> dict[str, Admit | Pending]:
         out: dict[str, Admit | Pending] = {p.workload: p for p in self.pending}
         out.update({a.workload: a for a in self.admitted})
@@ -94,6 +118,7 @@ class Decisions:
             "admitted": len(self.admitted),
             "preemptions": len(self.preempted),
             "victims": len(self.victims()),
+            "shrinks": len(self.shrinks()),
             "pending": len(self.pending),
             "considered": self.considered,
         }

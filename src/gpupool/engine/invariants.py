@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpupool.engine.cohorts import borrowing_below
-from gpupool.engine.decisions import Decisions, PreemptRule
+from gpupool.engine.decisions import Decisions, PreemptRule, Shrink
 from gpupool.engine.preemption.ordering import within_queue_victim
 from gpupool.engine.state.quota import QuotaState
 from gpupool.model import (
@@ -20,6 +20,7 @@ from gpupool.model import (
     PodRequest,
     PreemptionPolicy,
     ReclaimPolicy,
+    ResourcePool,
     Running,
     Snapshot,
     TopologyMode,
@@ -208,6 +209,40 @@ def _check_victims(before: Snapshot, decisions: Decisions, pending: dict[str, Wo
             if not vw.preemptible or (pool is not None and not pool.preemptible):
                 errs.append(f"{v.workload}: preempted but its class or pool is not preemptible")
             errs.extend(_victim_rule(w, vr, v.rule, qs))
+        errs.extend(_check_shrinks(w, pe.shrinks, running, pools, qs, victims))
+    return errs
+
+
+def _check_shrinks(
+    w: Workload,
+    shrinks: tuple[Shrink, ...],
+    running: dict[str, Running],
+    pools: dict[str, ResourcePool],
+    qs: QuotaState,
+    touched: set[str],
+) -> list[str]:
+    """Each shrink: of a running elastic gang, preemptible, taken once (never also evicted),
+    only pods it runs, never below its ``gang_min``, legal for its rule as a whole victim is."""
+    errs: list[str] = []
+    for sh in shrinks:
+        vr = running.get(sh.workload)
+        if vr is None:
+            errs.append(f"{sh.workload}: shrunk but not running")
+            continue
+        if sh.workload in touched:
+            errs.append(f"{sh.workload}: shrunk and preempted again in one cycle")
+        touched.add(sh.workload)
+        vw, pods = vr.workload, vr.admission.pods
+        pool = pools.get(vr.admission.pool)
+        if not vw.preemptible or (pool is not None and not pool.preemptible):
+            errs.append(f"{sh.workload}: shrunk but its class or pool is not preemptible")
+        if not sh.pods or len(set(sh.pods)) != len(sh.pods) or not set(sh.pods) <= set(pods):
+            errs.append(f"{sh.workload}: shrink takes pods it does not run")
+        if sh.replicas != len(pods) - len(sh.pods):
+            errs.append(f"{sh.workload}: shrink keeps {sh.replicas} pods of {len(pods)} less {len(sh.pods)}")
+        if vw.gang_min is None or sh.replicas < vw.min_pods:
+            errs.append(f"{sh.workload}: shrunk to {sh.replicas} pods, below its gang minimum {vw.gang_min}")
+        errs.extend(_victim_rule(w, vr, sh.rule, qs))
     return errs
 
 

@@ -11,6 +11,7 @@ caller reuses it over many cycles); ``begin`` gives it a fresh ``CycleState`` pe
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from gpupool.engine.decisions import Admit, Decisions
 from gpupool.engine.placement import Placer
@@ -93,6 +94,35 @@ class Session:
         if r.workload.queue in self.quota.queues and r.admission.pool in self.pools:
             self.quota.remove(r.workload.queue, r.admission.pool, r.admission.quota_vec())
         self.runs.set(r.name, None)
+
+    def discharge_part(self, part: Running) -> None:
+        """Some pods of a running workload (``part``) no longer run; it keeps the others (an
+        elastic shrink, ``preemption/shrink.py``). Its last pods gone, it no longer runs."""
+        for p in part.admission.pods:
+            if p.node in self.cluster.index:
+                self.cluster.release_pod(p)
+        if part.workload.queue in self.quota.queues and part.admission.pool in self.pools:
+            self.quota.remove(part.workload.queue, part.admission.pool, part.admission.quota_vec())
+        cur = self.runs.by_name[part.name]
+        gone = set(part.admission.pods)
+        left = tuple(p for p in cur.admission.pods if p not in gone)
+        self.runs.set(part.name, Running(cur.workload, replace(cur.admission, pods=left)) if left else None)
+
+    def charge_part(self, part: Running, full: Running) -> None:
+        """The reverse of ``discharge_part``: ``part``'s pods run again, in ``full``'s order
+        (all of them back: ``full`` itself runs again)."""
+        for p in part.admission.pods:
+            if p.node in self.cluster.index:
+                self.cluster.allocate_pod(p)
+        if part.workload.queue in self.quota.queues and part.admission.pool in self.pools:
+            self.quota.add(part.workload.queue, part.admission.pool, part.admission.quota_vec())
+        cur = self.runs.by_name.get(part.name)
+        have = set(part.admission.pods) | (set(cur.admission.pods) if cur is not None else set())
+        pods = tuple(p for p in full.admission.pods if p in have)
+        whole = len(pods) == len(full.admission.pods)
+        self.runs.set(
+            part.name, full if whole else Running(full.workload, replace(full.admission, pods=pods))
+        )
 
     def admit(
         self, w: Workload, pool: str, pods: tuple[PodPlacement, ...], borrowing: bool, out: Decisions

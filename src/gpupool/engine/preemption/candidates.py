@@ -38,6 +38,11 @@ class Candidate:
     #: for a fair-sharing victim: (the preemptor's side, the victim's side) of their common
     #: ancestor, whose weighted shares must stay in that order (``preemption/fair_sharing.py``)
     sides: tuple[str, str] | None = None
+    #: for a part of a running elastic gang (``preemption/shrink.py``): ``"extras"`` (its pods
+    #: above ``gang_min``, ``running`` holds only those) or ``"rest"`` (the pods that stay);
+    #: ``full`` is the whole running workload. None: the whole workload is the candidate
+    part: str | None = None
+    full: Running | None = None
 
     @property
     def reason(self) -> str:

@@ -9,11 +9,12 @@ evicted until the whole result has been simulated.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from gpupool.engine.cohorts import borrowing_below, fit_depth
-from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Victim
-from gpupool.engine.preemption import bounds, fair_sharing, floor
+from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Shrink, Victim
+from gpupool.engine.preemption import bounds, fair_sharing, floor, shrink
 from gpupool.engine.preemption.candidates import Candidate, CandidateFinder
 from gpupool.engine.preemption.slots import WholeSlots
 from gpupool.engine.preemption.victim_cost import choose_victims, should_wait
@@ -49,6 +50,7 @@ class Preemptor:
             return False
         cands = choose_victims(ssn.config, ssn.now, self.candidates.find(w, pool, vec))
         cands = fair_sharing.most_above_first(ssn.quota, cands)  # OverQuota trees only
+        cands = shrink.split(ssn.config, ssn.now, cands)  # elastic gangs' extra pods first
         slots = bounds.bounded_slots(ssn.cluster, ssn.quota, w, pool, vec, cands)
         cp = stmt.checkpoint()
         steps: list[tuple[Candidate, bool]] = []
@@ -65,7 +67,7 @@ class Preemptor:
             return False
         slots = None if slots is None else WholeSlots.of(ssn.cluster, w, pool)  # counts afresh
         removed = self._replay(steps, slots)  # the same search on the same state, without its trials
-        victims = self._give_back(w, pool, vec, removed, slots)
+        victims = self._trim(w, pool, vec, self._give_back(w, pool, vec, removed, slots), slots)
         res = ssn.placer.place(w, pool, ssn.config.max_domain_tries)
         assert res.pods is not None
         borrowing = ssn.quota.check(w.queue, pool, vec)[1]
@@ -153,6 +155,8 @@ class Preemptor:
         sides: list[tuple[str, str]] = []
         removed: list[Candidate] = []
         for c in cands:
+            if shrink.rest_too_early(c, removed):
+                continue  # a gang never falls below its minimum: its extras go first
             if c.rule is not PreemptRule.WITHIN_QUEUE and (
                 not borrowing_below(quota, c.running.workload.queue, pool, c.lca)
                 or floor.breaks_floor(
@@ -161,9 +165,9 @@ class Preemptor:
             ):
                 continue
             share = fair_sharing.weighted_share(quota, c.sides[1]) if c.sides is not None else 0.0
-            ssn.discharge(c.running)
+            shrink.release(ssn, c)
             if c.sides is not None and not fair_sharing.victim_lowers(quota, w, pool, vec, c.sides, share):
-                ssn.charge(c.running)  # its side would fall below the preemptor's: not a victim
+                shrink.restore(ssn, c)  # its side would fall below the preemptor's: not a victim
                 steps.append((c, False))
                 continue
             steps.append((c, True))
@@ -188,9 +192,9 @@ class Preemptor:
         ssn = self.ssn
         removed: list[Candidate] = []
         for c, kept in steps:
-            ssn.discharge(c.running)
+            shrink.release(ssn, c)
             if not kept:
-                ssn.charge(c.running)
+                shrink.restore(ssn, c)
                 continue
             removed.append(c)
             if slots is not None:
@@ -207,20 +211,53 @@ class Preemptor:
         rest = removed[:-1]
         while rest:
             c = rest.pop()
-            ssn.charge(c.running)
             kept = (*victims, *rest, removed[-1])
+            if shrink.pinned(c, kept):
+                victims.append(c)  # extras whose rest goes: the whole workload goes
+                continue
+            shrink.restore(ssn, c)
             depth = min((x.depth for x in kept if x.rule is PreemptRule.RECLAIM), default=1 << 30)
             sides = [x.sides for x in kept if x.sides is not None]
             own = _own_only(kept)
             room = slots is None or slots.enough(c)
             if not room or not self.fits_now(w, pool, vec, depth, sides, own):
-                ssn.discharge(c.running)
+                shrink.release(ssn, c)
                 if slots is not None:
                     slots.enough(c)
                 victims.append(c)
         victims.append(removed[-1])
         victims.reverse()
         return victims
+
+    def _trim(
+        self, w: Workload, pool: str, vec: Vec, victims: list[Candidate], slots: WholeSlots | None
+    ) -> list[Candidate]:
+        """Give back every extra pod of a shrink that is not needed, one pod at a time, its
+        first pods first (a shrink takes no more pods than make room)."""
+        ssn = self.ssn
+        depth = min((x.depth for x in victims if x.rule is PreemptRule.RECLAIM), default=1 << 30)
+        sides = [x.sides for x in victims if x.sides is not None]
+        own = _own_only(victims)
+        out: list[Candidate] = []
+        for c in victims:
+            if c.part != shrink.EXTRAS or shrink.pinned(c, victims):
+                out.append(c)
+                continue
+            taken = list(c.running.admission.pods)
+            for p in list(taken):
+                if len(taken) == 1:
+                    break  # it made room where none was: at least one pod is needed
+                one = replace(c, running=shrink.with_pods(c.running, (p,)))
+                shrink.restore(ssn, one)
+                room = slots is None or slots.enough(one)
+                if room and self.fits_now(w, pool, vec, depth, sides, own):
+                    taken.remove(p)
+                    continue
+                shrink.release(ssn, one)
+                if slots is not None:
+                    slots.enough(one)
+            out.append(replace(c, running=shrink.with_pods(c.running, taken)))
+        return out
 
 
 def _own_only(victims: Sequence[Candidate]) -> bool:
@@ -236,8 +273,10 @@ def _decide_preemption(
     victims: list[Candidate],
     out: Decisions,
 ) -> None:
-    """Record a preemption: the victims with their rules and reasons, and the admission."""
-    names = tuple(c.running.name for c in victims)
+    """Record a preemption: the victims with their rules and reasons, the elastic gangs that
+    lose only extra pods (``Shrink``), and the admission."""
+    whole, shrunk = shrink.whole_and_shrunk(victims)
+    names = tuple(c.running.name for c in whole)
     out.preempted.append(
         Preempt(
             w.name,
@@ -246,10 +285,27 @@ def _decide_preemption(
                 Victim(
                     c.running.name, c.running.workload.queue, c.running.workload.priority, c.rule, c.reason
                 )
-                for c in victims
+                for c in whole
             ),
+            tuple(_shrink_of(c) for c in shrunk),
         )
     )
+    small = tuple(c.running.name for c in shrunk)
     why = f"admitted to pool {pool} after preempting {len(names)} workload(s): {', '.join(names)}"
-    out.admitted.append(Admit(w.name, w.queue, pool, pods, borrowing, why, after_evicting=names))
+    if small:
+        why = f"admitted to pool {pool} after preempting {len(names)} workload(s){': ' if names else ''}"
+        why += f"{', '.join(names)}; shrinking {len(small)} elastic gang(s): {', '.join(small)}"
+    out.admitted.append(
+        Admit(w.name, w.queue, pool, pods, borrowing, why, after_evicting=names, after_shrinking=small)
+    )
     out.pending_after_preemption = len(out.pending)
+
+
+def _shrink_of(c: Candidate) -> Shrink:
+    """The shrink decision of an extras victim: the pods it loses, the count it keeps."""
+    v, full = c.running.workload, c.full
+    assert full is not None
+    gone = c.running.admission.pods
+    keep = len(full.admission.pods) - len(gone)
+    why = f"{c.reason}; {len(gone)} pod(s) above minMember {v.gang_min} removed, {keep} keep running"
+    return Shrink(c.running.name, v.queue, v.priority, c.rule, why, gone, keep)
