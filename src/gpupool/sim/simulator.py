@@ -50,6 +50,7 @@ from gpupool.sim.feasibility import Feasibility
 from gpupool.sim.pending import PendingSet
 from gpupool.sim.results import Event, JobRecord, RunResult, Series
 from gpupool.sim.scenario import Faults, Scenario, Variant, fifo_queues
+from gpupool.sim.shrinks import apply_shrinks
 from gpupool.sim.sources import JobSpec
 from gpupool.sim.windows import WindowPlanner
 
@@ -133,6 +134,7 @@ class Simulation:
             expected_duration_s=j.duration,
             arrival=j.submit,
             preemption_wait_s=wait,
+            gang_min=j.min_replicas,
         )
 
     def _snapshot(self, pending: tuple[Workload, ...], now: float) -> Snapshot:
@@ -225,6 +227,7 @@ class Simulation:
         self.qusage: dict[str, float] = {}
         self.violations: list[str] = []
         self.preemptions = self.cycles = 0
+        self.shrunk: dict[str, float] = {}  # units a running job lost to shrinks (sim/shrinks.py)
         self.now = 0.0
         self.done_arrivals = 0
         self.dirty = True  # something freed capacity, or the last cycle changed the running set
@@ -332,6 +335,7 @@ class Simulation:
                     f"t={t:g} {self.policy.name}: {v}" for v in check_cycle(before, d, after)
                 )
             victims = self._preempt(d, t)
+            apply_shrinks(self, d, t)
             admitted = self.eng.apply(d, passed, t)
             for v in victims:
                 if self.jobs[v].status == "pending":
@@ -377,6 +381,7 @@ class Simulation:
         for pp in ra.admission.pods:
             self.on_node.setdefault(pp.node, set()).add(name)
         rec = self.jobs[name]
+        self.shrunk.pop(name, None)  # a new run starts whole
         rec.status = "running"
         rec.attempt += 1
         rec.start = t
@@ -398,7 +403,7 @@ class Simulation:
 
     def _units(self, name: str) -> float:
         """How much of the metric resource ``name`` holds (GPUs, or CPUs on a CPU-only cluster)."""
-        return self.wl[name].quota_vec()[self.res] / 1000.0
+        return self.wl[name].quota_vec()[self.res] / 1000.0 - self.shrunk.get(name, 0.0)
 
     def _charge(self, name: str, t0: float, t1: float) -> None:
         q = self.jobs[name].spec.queue  # the trace's queue, also under the single FIFO queue

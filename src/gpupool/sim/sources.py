@@ -49,6 +49,8 @@ class JobSpec:
     source: str = ""
     #: the class the report breaks figures down by ("" : the priority class)
     label: str = ""
+    #: an elastic gang's minimum pod count (``gang.minMember``; None: all or nothing)
+    min_replicas: int | None = None
 
     @property
     def gpu_total_milli(self) -> int:
