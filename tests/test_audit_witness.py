@@ -328,6 +328,20 @@ def test_a_malformed_configmap_target_is_named(tmp_path: Path) -> None:
     assert settings_from_options("10m", "configmap://ns/cm", None, tmp_path) is not None
 
 
+def test_serve_gives_a_configmap_witness_its_kubernetes_client(tmp_path: Path) -> None:
+    # the service no longer imports gpupool.kube (tests/test_layers: the package order): the
+    # command line hands it the client factory, for configmap:// targets only
+    from gpupool.cli import server_audit
+    from gpupool.kube.client import make_client
+
+    cm = server_audit.settings("10m", "configmap://ns/cm", None, tmp_path)
+    assert cm is not None and cm.kube_client is make_client
+    plain = server_audit.settings("10m", None, None, tmp_path)
+    assert plain is not None and plain.kube_client is None
+    with pytest.raises(WitnessError, match="configmap://ns/cm: no Kubernetes client"):
+        ConfigMapSink("ns", "cm").newest()
+
+
 def test_verify_names_a_malformed_witness_before_asking_the_server(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -323,12 +323,7 @@ PACKAGE_ORDER: tuple[str, ...] = (
 
 #: imports up the order that exist today, as (importer, imported module) -> why; remove an
 #: entry when its import is fixed (each is one late import)
-UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    ("gpupool.service.audit_witness", "gpupool.kube.client"): (
-        "the ConfigMap witness sink makes its own Kubernetes client; it belongs in kube as an "
-        "adapter of the WitnessSink port, built by the composition root"
-    ),
-}
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 #: circles inside one package through imports at any depth, as sorted module names -> why.
 #: Each is a module split by size that imports the other half back inside one function.

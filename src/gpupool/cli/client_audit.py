@@ -119,11 +119,12 @@ def _checked_checkpoints(path: Path, public_key: Path) -> list[ckpt.Checkpoint]:
 
 def _newest_witness(where: str, public_key: Path) -> list[ckpt.Checkpoint]:
     """The newest checkpoint of a witness file or URL, its signature verified (none: exit 1)."""
+    from gpupool.kube.client import make_client
     from gpupool.service.audit_witness import WitnessError, sink_for
 
     try:
         pub = ckpt.load_public_key(public_key)
-        data = sink_for(where).newest()
+        data = sink_for(where, kube_client=make_client).newest()
     except (ckpt.CheckpointError, WitnessError, ValueError) as exc:  # ValueError: a malformed target
         fail(str(exc).replace("--audit-witness", "--witness"), 2)
     if data is None:

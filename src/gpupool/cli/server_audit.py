@@ -8,6 +8,7 @@ their checks are one idea (where the server's signed checkpoints go, and with wh
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
@@ -53,13 +54,18 @@ def _fail(msg: str) -> NoReturn:
 def settings(every: str, target: str | None, key: Path | None, state_dir: Path) -> WitnessSettings | None:
     """The witness's settings (None: off) with its key loaded, or made at the default path when
     absent there (an operator who names a key with --audit-key expects it to exist)."""
-    from gpupool.service.audit_witness import prepare, settings_from_options
+    from gpupool.service.audit_witness import CONFIGMAP, prepare, settings_from_options
 
     try:
         given = settings_from_options(every, target, key, state_dir)
-        return None if given is None else prepare(given, generate=key is None)
+        ready = None if given is None else prepare(given, generate=key is None)
     except ValueError as exc:
         _fail(str(exc))
+    if ready is not None and ready.target.startswith(CONFIGMAP):
+        from gpupool.kube.client import make_client  # the service does not import kube itself
+
+        ready = replace(ready, kube_client=make_client)
+    return ready
 
 
 def banner(given: WitnessSettings | None) -> str:

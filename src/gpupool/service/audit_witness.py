@@ -24,7 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -65,6 +65,10 @@ class WitnessSettings:
     retry_s: float = 1.0
     #: the key was made at this start (the banner says so: its .pub is needed to verify)
     key_generated: bool = False
+    #: makes the Kubernetes client a configmap:// target writes with, on first use; given by
+    #: the caller (``gpupool serve``: ``gpupool.kube.client.make_client``) so that the service
+    #: does not import the Kubernetes adapter above it
+    kube_client: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
 
 
 class WitnessSink(Protocol):
@@ -170,19 +174,28 @@ class ConfigMapSink:
     count), merge-patched in; the oldest beyond ``keep`` are dropped in the same patch, so the
     object stays far below the 1 MiB a ConfigMap may hold (only the newest is ever needed).
 
-    The client is made on first use (the kubeconfig, else the pod's service account), so an API
-    server away at start is a failed pass, retried, not a failed start."""
+    The client is made on first use by ``make_client`` (``gpupool.kube.client.make_client``: the
+    kubeconfig, else the pod's service account), so an API server away at start is a failed
+    pass, retried, not a failed start."""
 
-    def __init__(self, namespace: str, name: str, *, keep: int = 200, client: Any = None) -> None:
+    def __init__(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        keep: int = 200,
+        client: Any = None,
+        make_client: Callable[[], Any] | None = None,
+    ) -> None:
         self.namespace, self.name, self.keep = namespace, name, keep
         self.where = f"{CONFIGMAP}{namespace}/{name}"
-        self._client = client
+        self._client, self._make_client = client, make_client
 
     def _api(self) -> Any:
         if self._client is None:
-            from gpupool.kube.client import make_client
-
-            self._client = make_client()
+            if self._make_client is None:
+                raise WitnessError(f"{self.where}: no Kubernetes client given to make one with")
+            self._client = self._make_client()
         return self._client
 
     def _get(self) -> Any:
@@ -231,15 +244,16 @@ class ConfigMapSink:
             raise WitnessError(f"{self.where}: key {keys[-1]}: {exc}") from exc
 
 
-def sink_for(target: str) -> WitnessSink:
-    """A URL is an HTTP endpoint, ``configmap://NAMESPACE/NAME`` a ConfigMap, anything else a file."""
+def sink_for(target: str, *, kube_client: Callable[[], Any] | None = None) -> WitnessSink:
+    """A URL is an HTTP endpoint, ``configmap://NAMESPACE/NAME`` a ConfigMap (its client made
+    with ``kube_client`` on first use), anything else a file."""
     if target.startswith(("http://", "https://")):
         return HttpSink(target)
     if target.startswith(CONFIGMAP):
         namespace, _, name = target.removeprefix(CONFIGMAP).partition("/")
         if not namespace or not name or "/" in name:
             raise ValueError(f"--audit-witness {target!r}: a ConfigMap is configmap://NAMESPACE/NAME")
-        return ConfigMapSink(namespace, name)
+        return ConfigMapSink(namespace, name, make_client=kube_client)
     return FileSink(Path(target))
 
 
@@ -438,7 +452,7 @@ def start_witness(
     key = ckpt.load_private_key(settings.key_path)
     w = AuditWitness(
         store,
-        sink_for(settings.target),
+        sink_for(settings.target, kube_client=settings.kube_client),
         key,
         server=server,
         every_s=settings.every_s,
