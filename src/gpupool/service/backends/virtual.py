@@ -204,6 +204,17 @@ class VirtualBackend:
             if hit:
                 self._save()
 
+    def shrink(self, name: str, placement: Mapping[str, Any], message: str = "") -> None:
+        """An elastic gang loses its pods above the minimum (the engine's ``Shrink``): the run
+        keeps only the pods of ``placement``, whose devices alone it holds from now on; an
+        unknown or finished run is left alone (idempotent, like ``stop``)."""
+        with self._lock:
+            r = self._runs.get(name)
+            if r is None or r.get("finished"):
+                return
+            r["placement"] = dict(placement)
+            self._save()
+
     def _ends_at(self, r: dict[str, Any]) -> float | None:
         d = r.get("duration_s")
         f = r.get("fail_at_s")

@@ -223,5 +223,5 @@ class Cycle:
         flt.occupy_unhealthy(eng, ctx.faults.unhealthy)
         d = eng.cycle(ws, now)
         d.preempted = []  # an exception never evicts anyone
-        d.admitted = [a for a in d.admitted if not a.after_evicting]
+        d.admitted = [a for a in d.admitted if not a.after_evicting and not a.after_shrinking]
         return d
