@@ -9,17 +9,23 @@ looked at again), and ``backend.py`` stays one idea per module and under the siz
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from gpupool.kube import elastic
+from gpupool.kube import shrink as kube_shrink
+from gpupool.kube.evictor import Evictor
 from gpupool.kube.gangs import live
 from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.tracker import PodKey, Top, Tracker, is_terminal, node_of
 
 if TYPE_CHECKING:
     from gpupool.kube.backend import KubeRun
+
+log = logging.getLogger("gpupool.kube.backend")
 
 
 class ElasticRuns:
@@ -31,6 +37,29 @@ class ElasticRuns:
     #: pods of serving owners whose bind is in flight or not yet in the cache -> the run binding
     #: them (a base and its extras bind pods of one ReplicaSet)
     _claims: dict[PodKey, str]
+
+    _runs: dict[str, KubeRun]
+    evictor: Evictor
+
+    def shrink(self, name: str, placement: Mapping[str, Any], message: str = "") -> None:
+        """An elastic gang keeps only the pods of ``placement`` (the engine's ``Shrink``): a Job
+        runs with ``parallelism`` lowered, other kinds lose single pods (``kube/shrink.py``).
+        An unknown or ended run is left alone (idempotent, like ``stop``)."""
+        with self._lock:
+            run = self._runs.get(name)
+            if run is None or run.outcome is not None:
+                return
+            before = run.placement
+            run.placement = dict(placement)
+        obj = self.tracker.owner_object(run.top)
+        if obj is None:
+            return
+        try:
+            kube_shrink.shrink_owner(
+                self.evictor, run, obj, self._pods(replace(run, placement=before)), placement, message
+            )
+        except Exception:
+            log.exception("shrinking %s failed; its removed pods may linger", name)
 
     def _top_of(self, name: str) -> Top | None:
         """The top owner standing for a workload; an extra (``<base>-extra-<i>``) has its base's."""
