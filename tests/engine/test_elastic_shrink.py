@@ -11,7 +11,9 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
+from rich.console import Console
 
+from gpupool.cli.render import decisions_json, decisions_table
 from gpupool.engine import apply_decisions, decide
 from gpupool.engine.decisions import Decisions, PreemptRule, Shrink
 from gpupool.engine.invariants import check_cycle
@@ -146,3 +148,28 @@ def test_extras_go_before_a_whole_job_of_the_same_class() -> None:
     [sh] = d.shrinks()
     assert (sh.workload, sh.replicas, len(sh.pods)) == ("el", 3, 1)
     assert "above minMember 2 removed, 3 keep running" in sh.reason
+
+
+def test_the_decisions_json_and_table_show_the_shrink() -> None:
+    """``gpupool`` offline output (``cli/render.py``) lists the shrink beside the victims."""
+    nodes = tuple(Node(f"n{i}", "H100", 8, 81920, 64000, 524288) for i in range(2))
+    queues = (Queue("org", quotas=_g(16)), Queue("a", "org", quotas=_g(16)))
+    snap = Snapshot(
+        nodes,
+        (ResourcePool(POOL),),
+        queues,
+        tuple(CLASSES.values()),
+        pending=(_job("el", "a", "evaluation", 4, 4, 2, 0),),
+    )
+    snap = replace(apply_decisions(snap, decide(snap), now=0.0), pending=(), now=1.0)
+    w = _job("t", "a", "training", 1, 4, None, 9)
+    d = decide(replace(snap, pending=(w,)))
+    out = decisions_json(d)
+    [pre] = out["preempted"]
+    assert pre["victims"] == [] and [
+        (s["workload"], s["replicas"], len(s["pods"])) for s in pre["shrinks"]
+    ] == [("el", 3, 1)]
+    assert out["admitted"][0]["afterShrinking"] == ["el"] and out["summary"]["shrinks"] == 1
+    console = Console(record=True, width=200)
+    console.print(decisions_table(d, {w.name: w}))
+    assert "shrink" in console.export_text()

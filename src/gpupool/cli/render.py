@@ -55,6 +55,11 @@ def decisions_table(
         rows.append(
             (name, v.queue, str(v.priority), "[red]preempt[/]", "", "", f"{v.rule}: {v.reason} (for {by})")
         )
+    for pre in decisions.preempted:
+        for sh in pre.shrinks:  # an elastic gang loses only its extra pods
+            gone = placement_summary(sh.pods)
+            why = f"{sh.rule}: {sh.reason} (for {pre.preemptor})"
+            rows.append((sh.workload, sh.queue, str(sh.priority), "[red]shrink[/]", "", gone, why))
     for p in decisions.pending:
         w = workloads.get(p.workload)
         rows.append(
@@ -82,6 +87,7 @@ def decisions_json(decisions: Decisions) -> dict[str, Any]:
             "borrowing": a.borrowing,
             "reason": a.reason,
             "afterEvicting": list(a.after_evicting),
+            "afterShrinking": list(a.after_shrinking),
             "pods": [
                 {
                     "group": p.group,
@@ -104,6 +110,17 @@ def decisions_json(decisions: Decisions) -> dict[str, Any]:
                 "victims": [
                     {"workload": v.workload, "queue": v.queue, "rule": str(v.rule), "reason": v.reason}
                     for v in p.victims
+                ],
+                "shrinks": [
+                    {
+                        "workload": s.workload,
+                        "queue": s.queue,
+                        "rule": str(s.rule),
+                        "reason": s.reason,
+                        "replicas": s.replicas,
+                        "pods": [{"group": q.group, "index": q.index, "node": q.node} for q in s.pods],
+                    }
+                    for s in p.shrinks
                 ],
             }
             for p in decisions.preempted
