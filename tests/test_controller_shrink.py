@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.manifests.convert import workload_model
+from gpupool.service.backends import Capability
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.controller import Controller
 from gpupool.store import Store
@@ -52,9 +53,9 @@ def test_a_shrunk_gang_keeps_running_with_fewer_pods_recorded_per_pod(tmp_path: 
 
 
 class _WholeOnly(VirtualBackend):
-    """A backend that cannot remove single pods."""
+    """A backend that cannot remove single pods (it does not declare the capability)."""
 
-    shrink = None  # type: ignore[assignment]
+    capabilities = VirtualBackend.capabilities - {Capability.SHRINK}
 
 
 def test_a_backend_without_shrink_stops_and_requeues_the_gang_whole(tmp_path: Path, db_url: str) -> None:

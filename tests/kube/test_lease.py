@@ -176,6 +176,7 @@ def test_bad_settings_name_the_field(field: str, kw: dict[str, Any]) -> None:
 
 class _Backend:
     name = "fake"
+    capabilities: frozenset[Any] = frozenset()
 
     def __init__(self, gate: KubeLease) -> None:
         self.leader_gate = gate.held

@@ -47,7 +47,7 @@ from gpupool.kube.outcomes import (
 from gpupool.kube.recovery import adopted_runs, merge_adopted, submit_refusal
 from gpupool.kube.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
 from gpupool.model import Node
-from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
+from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
 
 log = logging.getLogger("gpupool.kube.backend")
 
@@ -96,6 +96,7 @@ class KubernetesBackend(ElasticRuns):
     """The Backend protocol over the Kubernetes API (see the module docstring)."""
 
     name = "kubernetes"
+    capabilities = frozenset(Capability) - {Capability.BIND, Capability.RUN_LOGS}
 
     def __init__(
         self,
@@ -138,8 +139,7 @@ class KubernetesBackend(ElasticRuns):
         self._adopted = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        #: called (with no argument) when the observed node set changed; the controller's
-        #: ``nodes_changed`` (it rebuilds the engine at its next cycle, at most once per cycle)
+        #: called (no argument) when the observed node set changed: the controller's ``nodes_changed``
         self.on_nodes_changed: Callable[[], None] | None = None
         #: only the leader binds and evicts (gpupool.kube.lease sets this; None: always)
         self.leader_gate: Callable[[], bool] | None = None

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from gpupool.manifests import Bundle
 from gpupool.model import UNLIMITED, Node, PodRequest, Workload
 from gpupool.quantity import QuantityError, format_cpu, format_mib, parse_duration
+from gpupool.service.backends import Backend, Capability, capability
 
 if TYPE_CHECKING:
     from gpupool.service.controller import Controller
@@ -183,10 +184,10 @@ def queue_refusal(queue: str, ctl: Controller | ConfigView) -> Refusal | None:
     return Refusal("spec.queue", problem, f"spec.queue: {problem}")
 
 
-def backend_refusal(name: str, submitter: str, backend: object) -> Refusal | None:
+def backend_refusal(name: str, submitter: str, backend: Backend) -> Refusal | None:
     """The backend cannot run this submission at all (Kubernetes: a workload gpupool's API
     received has no object whose pods it could bind): refused before anything is preempted."""
-    refuses = getattr(backend, "refuses", None)
+    refuses = capability(backend, Capability.REFUSES)
     why = refuses(name, submitter) if callable(refuses) else None
     if not isinstance(why, str):
         return None

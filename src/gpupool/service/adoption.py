@@ -26,7 +26,7 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.model import Running
-from gpupool.service.backends import RunState
+from gpupool.service.backends import Capability, RunState, capability
 from gpupool.store import PhaseChange
 
 log = logging.getLogger("gpupool.controller")
@@ -49,7 +49,7 @@ class Adoption:
         self, backend: Any, strays: Sequence[str], runs: Mapping[str, RunState], now: float
     ) -> list[str]:
         """Hold the strays the backend vouches for; returns the others (to stop now)."""
-        vouches = getattr(backend, "vouches", None)
+        vouches = capability(backend, Capability.VOUCHES)
         if not callable(vouches):
             return list(strays)
         keep = {n for n in strays if (runs[n].placement or {}).get("pool") and vouches(n)}

@@ -29,7 +29,7 @@ from fastapi.routing import APIRoute
 from gpupool.service import openapi as oa
 from gpupool.service.alerts import RULES, AlertLoop
 from gpupool.service.audit_witness import AuditWitness, start_witness
-from gpupool.service.backends import Backend
+from gpupool.service.backends import Backend, Capability, capability
 from gpupool.service.backends.builtin import make_builtin_backend
 from gpupool.service.batch import SubmitBatcher
 from gpupool.service.config import ServiceConfig, seed_config, write_token_file
@@ -183,7 +183,8 @@ def _start_service(
     if app.state.svc.oidc is not None:  # the OIDC groups teams were onboarded with (gpupool.oidc)
         app.state.svc.oidc.use_grants(st.oidc_group_grants)
     metrics.bind(app.state.svc.read, ctl)  # per-queue state, refreshed after cycles
-    getattr(be, "bind", lambda svc: None)(app.state.svc)  # the local backend's device health
+    if (bind := capability(be, Capability.BIND)) is not None:  # the local backend's device health
+        bind(app.state.svc)
     if start_controller:
         start_leader(app.state.svc)  # the controller runs only while this replica holds the lease
     else:

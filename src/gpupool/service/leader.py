@@ -36,7 +36,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpupool.model import Node
-from gpupool.service.backends import Backend, BackendHealth, RunSpec, RunState
+from gpupool.service.backends import Backend, BackendHealth, Capability, RunSpec, RunState, capability
 from gpupool.store import NotLeader, Store
 
 if TYPE_CHECKING:
@@ -323,7 +323,7 @@ class LeaderElector:
         try:
             with ctl.lock:
                 ctl.store = self.store.fenced(self.epoch, idle_timeout_s=self.settings.ttl_s / 2)
-            reload = getattr(self.backend, "reload", None)
+            reload = capability(self.backend, Capability.RELOAD)
             if callable(reload):
                 reload()
             ctl.recover()

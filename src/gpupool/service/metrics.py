@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gpupool.model import UNLIMITED, Node, Running
+from gpupool.service.backends import Capability, capability
 from gpupool.service.controller import CycleStats, Hooks
 
 if TYPE_CHECKING:
@@ -252,7 +253,7 @@ class Metrics:
         self._refresh_pending(ctl)
         running = ctl.running_view()
         self._count_cost(ctl, read, running)
-        check = getattr(ctl.backend, "overbooked", None)
+        check = capability(ctl.backend, Capability.OVERBOOKED)
         self.overbooked.set(len(check()) if callable(check) else 0)
         if mono - self._last_frag >= self.frag_refresh_s:
             self._last_frag = mono

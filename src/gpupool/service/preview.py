@@ -30,6 +30,7 @@ from gpupool.manifests import Bundle
 from gpupool.manifests.convert import workload_model
 from gpupool.model import UNLIMITED, ZERO, Running, Snapshot, Workload
 from gpupool.service import failures as flt
+from gpupool.service.backends import Capability, capability
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
 from gpupool.service.windows import windowed_cycle
@@ -116,7 +117,7 @@ def _engine(svc: Service, bundle: Bundle, running: Sequence[Running], now: float
 
 def with_live_nodes(svc: Service, bundle: Bundle) -> Bundle:
     """On a backend that observes its nodes the cluster's nodes are the live ones, as after a reload."""
-    if callable(getattr(svc.backend, "observed_nodes", None)):
+    if capability(svc.backend, Capability.OBSERVED_NODES) is not None:
         bundle.nodes = list(svc.controller.bundle.nodes)
     return bundle
 

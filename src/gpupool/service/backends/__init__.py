@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from gpupool.model import Node
@@ -87,11 +88,53 @@ class BackendError(RuntimeError):
     """The backend refused or failed an operation (the controller records it, never crashes)."""
 
 
+class Capability(StrEnum):
+    """An optional part of the backend protocol; its value is the name of the method (or, for
+    ``RUN_LOGS``, the attribute) a backend that declares it has.
+
+    Why declared rather than probed with ``getattr``: what a backend can do is then written once
+    on the backend, a typo is a failure (tests/test_backend_capabilities.py: a declared
+    capability's method exists, and an existing one is declared), and a reader of the
+    controller sees which optional parts it uses."""
+
+    #: ``down_nodes(now) -> {node: reason}``: the nodes that have failed and are not yet
+    #: repaired; the controller requeues their work and places nothing there until they are back
+    DOWN_NODES = "down_nodes"
+    #: ``observed_nodes() -> list[Node]``: the backend is the source of its nodes (Kubernetes:
+    #: the cluster's Node objects); the controller uses them instead of the configured ones
+    OBSERVED_NODES = "observed_nodes"
+    #: ``reported_unhealthy() -> {node: {index: reason}}``: devices the node's plugin reports bad
+    REPORTED_UNHEALTHY = "reported_unhealthy"
+    #: ``refuses(name, submitter) -> reason | None``: the backend refuses a submission itself
+    REFUSES = "refuses"
+    #: ``vouches(name) -> bool``: a run found at restart is the backend's own (adoption)
+    VOUCHES = "vouches"
+    #: ``overbooked() -> list``: devices more than one run holds (exclusive access broken)
+    OVERBOOKED = "overbooked"
+    #: ``shrink(name, placement, message)``: an elastic gang keeps only the pods of ``placement``
+    SHRINK = "shrink"
+    #: ``next_finish() -> float | None``: when the next run ends, so the loop wakes then
+    NEXT_FINISH = "next_finish"
+    #: ``reload()``: read the backend's persisted state again (a standby becoming leader)
+    RELOAD = "reload"
+    #: ``bind(svc)``: the backend is handed the service (the local backend's device health)
+    BIND = "bind"
+    #: ``run_logs``: a ``RunLogs`` (``gpupool logs``)
+    RUN_LOGS = "run_logs"
+
+
+def capability(backend: Backend, cap: Capability) -> Any:
+    """The backend's method (or attribute) for ``cap`` when it declares it, else None."""
+    return getattr(backend, cap.value) if cap in backend.capabilities else None
+
+
 @runtime_checkable
 class Backend(Protocol):
     """The controller's view of a cluster."""
 
     name: str
+    #: the optional parts of the protocol this backend has (see ``Capability``)
+    capabilities: frozenset[Capability]
 
     def set_nodes(self, nodes: Sequence[Node]) -> None:
         """Tell the backend which nodes exist (the Cluster objects changed)."""
@@ -114,20 +157,18 @@ class Backend(Protocol):
     def health(self) -> BackendHealth:
         """Readiness of the backend."""
 
-    # Optional (looked up with getattr): ``down_nodes(now) -> {node: reason}``, the nodes that
-    # have failed and are not yet repaired; the controller requeues their work and places
-    # nothing there until they are back.
-    # Optional: ``observed_nodes() -> list[Node]``, a backend that is the source of its nodes
-    # (Kubernetes: the cluster's Node objects); the controller uses them instead of the
-    # configured ones, and the backend calls ``controller.nodes_changed()`` when they change.
+    # The optional parts are declared in ``capabilities`` and looked up with ``capability``. A
+    # backend with OBSERVED_NODES calls ``controller.nodes_changed()`` when its nodes change.
 
 
 __all__ = [
     "Backend",
     "BackendError",
     "BackendHealth",
+    "Capability",
     "PodCommand",
     "RunSpec",
     "RunState",
+    "capability",
     "pod_commands",
 ]

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupool.discovery.nvml import Device, Discovery, StaticDiscovery, discover
 from gpupool.model import Node
-from gpupool.service.backends import BackendError, BackendHealth, PodCommand, RunSpec, RunState
+from gpupool.service.backends import BackendError, BackendHealth, Capability, PodCommand, RunSpec, RunState
 from gpupool.service.backends import local_host as host
 from gpupool.service.backends import local_process as proc
 from gpupool.service.backends.local_mps import MpsControl, fraction_refusal
@@ -50,6 +50,9 @@ class LocalBackend:
     """Runs workloads as processes on this host; see the module docstring."""
 
     name = "local"
+    capabilities = frozenset(
+        {Capability.RELOAD, Capability.BIND, Capability.NEXT_FINISH, Capability.RUN_LOGS}
+    )
     #: the controller fills RunSpec.commands for this backend (it runs what the pod groups say)
     needs_commands = True
     #: after an interrupted start, how long to wait for a just-spawned wrapper's pid file

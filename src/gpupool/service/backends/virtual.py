@@ -31,7 +31,7 @@ from typing import Any
 
 from gpupool.model import Node
 from gpupool.quantity import QuantityError, parse_duration
-from gpupool.service.backends import BackendError, BackendHealth, RunSpec, RunState
+from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
 from gpupool.service.backends.run_logs import SyntheticLogs
 
 
@@ -39,6 +39,15 @@ class VirtualBackend:
     """Simulated nodes. ``time_scale`` > 1 makes declared durations pass faster (60: a minute per second)."""
 
     name = "virtual"
+    capabilities = frozenset(
+        {
+            Capability.RELOAD,
+            Capability.SHRINK,
+            Capability.NEXT_FINISH,
+            Capability.DOWN_NODES,
+            Capability.RUN_LOGS,
+        }
+    )
 
     def __init__(
         self,

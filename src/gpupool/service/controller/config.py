@@ -20,6 +20,7 @@ from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 from gpupool.model import Queue, ResourcePool, Running, Snapshot
 from gpupool.service import failures as flt
 from gpupool.service import usage_decay
+from gpupool.service.backends import Capability, capability
 from gpupool.service.controller.context import Context
 from gpupool.service.controller.pending import PendingSet
 from gpupool.service.view import ConfigLookups, tree_of
@@ -82,12 +83,12 @@ class Configuration(ConfigLookups):
         """On a backend that observes its nodes (Kubernetes: ``observed_nodes()``), the cluster's
         nodes replace the configured ones; the virtual backend has none and keeps them."""
         backend = self.ctx.backend
-        observe = getattr(backend, "observed_nodes", None)
+        observe = capability(backend, Capability.OBSERVED_NODES)
         if callable(observe):
             if bundle.nodes and bundle is not self.ctx.bundle:  # a configuration (re)load, not a refresh
                 log.info("%d configured nodes ignored: the backend observes its nodes", len(bundle.nodes))
             bundle.nodes = list(observe())
-        report = getattr(backend, "reported_unhealthy", None)
+        report = capability(backend, Capability.REPORTED_UNHEALTHY)
         if callable(report):  # the device plugin's word on each device (HAMi's register)
             flt.merge_reported(self.ctx.faults, report())
         return bundle

@@ -24,7 +24,7 @@ from gpupool.manifests import Bundle
 from gpupool.manifests.convert import workload_model
 from gpupool.model import Snapshot, Workload
 from gpupool.service import failures as flt
-from gpupool.service.backends import Backend
+from gpupool.service.backends import Backend, Capability, capability
 from gpupool.store import PhaseChange, Store
 
 SCHEDULER = "scheduler"
@@ -117,5 +117,5 @@ class Context:
         )
 
     def backend_down(self, now: float) -> dict[str, str]:
-        report = getattr(self.backend, "down_nodes", None)
+        report = capability(self.backend, Capability.DOWN_NODES)
         return dict(report(now)) if callable(report) else {}

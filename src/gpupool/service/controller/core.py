@@ -40,7 +40,7 @@ from gpupool.model import Node, Queue, ResourcePool, Running, Workload
 from gpupool.service import failures as flt
 from gpupool.service import holders, task_types
 from gpupool.service.adoption import Adoption
-from gpupool.service.backends import Backend
+from gpupool.service.backends import Backend, Capability, capability
 from gpupool.service.controller.approvals import Approvals
 from gpupool.service.controller.commit import Commit
 from gpupool.service.controller.config import Configuration
@@ -167,7 +167,7 @@ class Controller(ConfigLookups):
                     self._stop.wait(min(pause, self.tick_s))
 
     def _sleep_for(self) -> float:
-        nxt = getattr(self.backend, "next_finish", None)
+        nxt = capability(self.backend, Capability.NEXT_FINISH)
         wait = self.tick_s
         if callable(nxt):
             t = nxt()

@@ -19,6 +19,7 @@ from typing import Any
 from gpupool.audit import AuditEntry
 from gpupool.engine import Decisions, Shrink
 from gpupool.model import Running
+from gpupool.service.backends import Capability, capability
 from gpupool.service.controller.context import SCHEDULER, Context
 from gpupool.store import NotFound, PhaseChange
 
@@ -80,7 +81,7 @@ def shrink_in_backend(
     stopped whole, for the caller to requeue as victims."""
     if not placements:
         return {}
-    shrink = getattr(ctx.backend, "shrink", None)
+    shrink = capability(ctx.backend, Capability.SHRINK)
     if not callable(shrink):
         names = [n for n in placements if n in running]
         log.warning("backend %s cannot remove single pods: stopping %s whole", ctx.backend.name, names)

@@ -20,6 +20,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpupool.service import openapi as oa
+from gpupool.service.backends import Capability, capability
 from gpupool.service.backends.run_logs import AttemptLog, RunLogs, last_lines
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
@@ -57,7 +58,7 @@ class LogAttempts(BaseModel):
 
 
 def _source(svc: Service) -> RunLogs:
-    logs: RunLogs | None = getattr(svc.backend, "run_logs", None)
+    logs: RunLogs | None = capability(svc.backend, Capability.RUN_LOGS)
     if logs is None:
         raise ApiError(
             501,
