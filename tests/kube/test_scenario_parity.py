@@ -13,7 +13,8 @@ the scenario's times (a clock the test sets), so every difference is the backend
 marks it Succeeded; (b) has the fake kubelet end the Job's pods (Succeeded, exit 0), its Job
 controller mark the Job Complete, and waits until the backend reports the run finished. Per cycle
 the admitted set (with each pod's node, devices, share and borrowing), the preempted set (by
-whom, which rule) and the pending reasons' codes must be equal; on (b) the pods bound over HTTP
+whom, which rule), the shrunk elastic gangs (pods removed, count kept) and the pending reasons'
+codes must be equal (a shrunk Job runs with its parallelism lowered); on (b) the pods bound over HTTP
 must carry the decided nodes and devices, and the fake HAMi plug-in must record no violation.
 """
 
@@ -327,8 +328,14 @@ def decisions(d: Sequence[Decisions], ctl: Controller, strip: str = "") -> dict[
     preempted = {
         n(v.workload): (n(p.preemptor), str(v.rule)) for x in d for p in x.preempted for v in p.victims
     }
+    shrunk = {
+        n(s.workload): (n(p.preemptor), str(s.rule), s.replicas, sorted((q.group, q.index) for q in s.pods))
+        for x in d
+        for p in x.preempted
+        for s in p.shrinks
+    }
     pending = {n(q): str(r.code) if (r := ctl.reasons.get(q)) else "none" for q in ctl.pending}
-    return {"admitted": admitted, "preempted": preempted, "pending": pending}
+    return {"admitted": admitted, "preempted": preempted, "shrunk": shrunk, "pending": pending}
 
 
 def node_shape(nodes: Sequence[Node]) -> list[tuple[Any, ...]]:
@@ -473,6 +480,12 @@ def check_bound(srv: FakeApiServer, d: Sequence[Decisions], s: Side) -> None:
         want = sorted((p.group, p.index, p.node, p.devices, p.gpu_milli) for p in a.pods)
         job = a.workload.removeprefix(PREFIX)
         wait_for(pods_are(srv, job, want), f"{job}'s pods bound as decided ({want})")
+    for sh in (sh for x in d for p in x.preempted for sh in p.shrinks):  # elastic gangs shrunk
+        r = s.ctl.engine.running[sh.workload]
+        want = sorted((p.group, p.index, p.node, p.devices, p.gpu_milli) for p in r.admission.pods)
+        job = sh.workload.removeprefix(PREFIX)
+        wait_for(pods_are(srv, job, want), f"{job}'s pods after its shrink ({want})")
+        assert srv.get("jobs.batch", NS, job)["spec"]["parallelism"] == sh.replicas
     for q in s.ctl.pending:
         job = q.removeprefix(PREFIX)
         wait_for(pods_are(srv, job, []), f"{job} (pending) without a bound pod")
@@ -521,6 +534,8 @@ def check_scenario(scn: Scenario, history: Sequence[Mapping[str, Any]]) -> None:
             assert set(got["admitted"]) == set(exp["admitted"]), f"{scn.name} cycle {n}: {got}"
         want_pre = {k: (v["by"], v["rule"]) for k, v in (exp.get("preempted") or {}).items()}
         assert got["preempted"] == want_pre, f"{scn.name} cycle {n}: {got}"
+        want_sh = {k: (v["by"], v["rule"], v["replicas"]) for k, v in (exp.get("shrunk") or {}).items()}
+        assert {k: v[:3] for k, v in got["shrunk"].items()} == want_sh, f"{scn.name} cycle {n}: {got}"
         for name, props in (exp.get("pending") or {}).items():
             assert name in got["pending"], f"{scn.name} cycle {n}: {name} not pending"
             if props and "code" in props:
