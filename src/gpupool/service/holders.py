@@ -204,8 +204,10 @@ class WaitReader:
         text = f"pool {pool}: {format_gpu(st.used_gpu_milli(pool) - bad)} of {format_gpu(total)} {noun} allocated"
         if bad:
             text += f" ({format_gpu(bad)} unhealthy)"
-        key = (blk, pool)
-        used, g = format_gpu(q.U[key][0]), format_gpu(q.G[key][0])
+        f = q.figures(blk, pool)
+        if f is None:  # not in the tree (it always is: blk was found on it)
+            return text
+        used, g = format_gpu(f.used[0]), format_gpu(f.guarantee[0])
         if blk == q.root[w.queue]:
             return f"{text}; cohort {blk}: in use {used} of {g}"
         return f"{text}; queue {blk}: in use {used} of guarantee {g}"

@@ -182,11 +182,13 @@ def _reclaimable(before: Engine, after: Engine, running: Sequence[Running]) -> l
     out = []
     for r in running:
         q, pool = r.workload.queue, r.admission.pool
-        if q not in after.quota.path or (q, pool) not in after.quota.G:
+        if q not in after.quota.path or after.quota.figures(q, pool) is None:
             continue
         if after.quota.is_borrowing(q, pool):
             was = (
-                q in before.quota.path and (q, pool) in before.quota.G and before.quota.is_borrowing(q, pool)
+                q in before.quota.path
+                and before.quota.figures(q, pool) is not None
+                and before.quota.is_borrowing(q, pool)
             )
             out.append({"workload": r.name, "queue": q, "pool": pool, "already": was})
     return out
@@ -200,10 +202,11 @@ def _gpus(milli: int) -> float | None:
 def _quota_rows(after: Engine, before: Engine) -> dict[tuple[str, str], dict[str, Any]]:
     """Per queue and pool: guarantee and limit before and after, and what it uses now."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
-    for key in sorted(set(after.quota.G) | set(before.quota.G)):
-        g0, g1 = before.quota.G.get(key), after.quota.G.get(key)
-        l0, l1 = before.quota.limit.get(key), after.quota.limit.get(key)
-        used = (before.quota.U.get(key) or ZERO)[0]
+    for key in sorted(set(after.quota.keys()) | set(before.quota.keys())):
+        f0, f1 = before.quota.figures(*key), after.quota.figures(*key)
+        g0, g1 = (f0.guarantee if f0 else None), (f1.guarantee if f1 else None)
+        l0, l1 = (f0.limit if f0 else None), (f1.limit if f1 else None)
+        used = (f0.used if f0 else ZERO)[0]
         if not (used or (g0 or (0,))[0] or (g1 or (0,))[0]):
             continue
         rows[key] = {
@@ -221,8 +224,9 @@ def _queue_changes(rows: dict[tuple[str, str], dict[str, Any]], after: Engine) -
     """Fill in use and borrowing after the cycle; keep the rows where anything changes."""
     out = []
     for key, row in rows.items():
-        used = (after.quota.U.get(key) or ZERO)[0]
-        g1 = after.quota.G.get(key)
+        f1 = after.quota.figures(*key)
+        used = (f1.used if f1 else ZERO)[0]
+        g1 = f1.guarantee if f1 else None
         row["usedGPUs"][1] = _gpus(used)
         row["borrowing"][1] = g1 is not None and used > g1[0]
         if any(row[k][0] != row[k][1] for k in ("guaranteeGPUs", "limitGPUs", "usedGPUs", "borrowing")):

@@ -119,7 +119,9 @@ class ControllerReadModel:
                 key = (qn, pl)
                 if (pool is not None and pl != pool) or not q.usable.get(key):
                     continue
-                yield QuotaRow(qn, pl, q.queues[qn].parent, q.G[key], q.limit[key], q.U[key])
+                f = q.figures(qn, pl)
+                if f is not None:
+                    yield QuotaRow(qn, pl, q.queues[qn].parent, f.guarantee, f.limit, f.used)
 
     def device_uses(self) -> dict[str, dict[int, list[DeviceUse]]]:
         """Node -> device index -> the running pods sharing it, in admission order."""

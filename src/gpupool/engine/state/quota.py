@@ -7,7 +7,8 @@ devices is ``state/cluster.py``'s; the two are undone together by ``state/statem
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, KeysView
+from typing import NamedTuple
 
 from gpupool.model import (
     NO_LIMIT,
@@ -22,6 +23,14 @@ from gpupool.model import (
     vmax,
     vsub,
 )
+
+
+class QuotaFigures(NamedTuple):
+    """What the quota tree says of one queue in one pool, for readers outside the engine."""
+
+    guarantee: Vec
+    limit: Vec  # guarantee + borrowing limit (a root: its guarantee)
+    used: Vec  # actual usage of the queue's subtree
 
 
 class QuotaState:
@@ -137,6 +146,17 @@ class QuotaState:
         for c in kids:
             e = vadd(e, vmax(self.E[(c, pool)], self.R[(c, pool)]))
         self.E[key] = e
+
+    # -- the read view (the service shows these; G, U and E stay the engine's) ---------------
+    def keys(self) -> KeysView[tuple[str, str]]:
+        """Every (queue, pool) the tree has figures for."""
+        return self.G.keys()
+
+    def figures(self, queue: str, pool: str) -> QuotaFigures | None:
+        """Guarantee, limit and usage of ``queue`` in ``pool`` (None: not in the tree)."""
+        key = (queue, pool)
+        g = self.G.get(key)
+        return None if g is None else QuotaFigures(g, self.limit[key], self.U[key])
 
     # -- transactions -------------------------------------------------------------------------
     def checkpoint(self) -> int:
