@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from gpupool.cli.render import decisions_json, decisions_table
-from gpupool.engine import apply_decisions, decide
+from gpupool.engine import Engine, apply_decisions, decide
 from gpupool.engine.decisions import Decisions, PreemptRule, Shrink
 from gpupool.engine.invariants import check_cycle
 from gpupool.manifests import default_priority_classes
@@ -173,3 +173,26 @@ def test_the_decisions_json_and_table_show_the_shrink() -> None:
     console = Console(record=True, width=200)
     console.print(decisions_table(d, {w.name: w}))
     assert "shrink" in console.export_text()
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_cases())
+def test_a_cycle_with_shrinks_rolls_back_and_applies_like_a_fresh_engine(
+    case: tuple[Snapshot, Workload],
+) -> None:
+    """The incremental engine (the simulator's, the controller's): a cycle that shrinks leaves
+    the state as it found it, and ``apply`` then gives the state a fresh engine builds from
+    ``apply_decisions``' snapshot (the shrunk gang with only its kept pods)."""
+    snap, w = case
+    before = replace(snap, pending=(w,))
+    eng = Engine(before)
+    state = ([list(d) for d in eng.cluster.dev_milli], dict(eng.quota.E), dict(eng.running))
+    d = eng.cycle(before.pending)
+    assert ([list(d) for d in eng.cluster.dev_milli], dict(eng.quota.E), dict(eng.running)) == state
+    assert eng.cycle(before.pending) == d == decide(before)
+    eng.apply(d, before.pending, 1.0)
+    fresh = Engine(apply_decisions(before, d, now=1.0))
+    assert fresh.cluster.dev_milli == eng.cluster.dev_milli and fresh.quota.E == eng.quota.E
+    assert {n: r.admission.pods for n, r in fresh.running.items()} == {
+        n: r.admission.pods for n, r in eng.running.items()
+    }
