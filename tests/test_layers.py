@@ -339,9 +339,6 @@ LATE_CYCLES_ALLOWED: dict[tuple[str, ...], str] = {
         "cli.kube mounts the cluster commands; kube_cluster reuses cli.kube's _cluster_docs and "
         "_stop_on_signals"
     ),
-    ("gpupool.cost.render", "gpupool.cost.weekly"): (
-        "render hands a weekly report's HTML and chart to weekly, which renders with render's tables"
-    ),
     ("gpupool.kube.backend", "gpupool.kube.recovery"): (
         "the backend adopts the cluster's runs through recovery, which builds the backend's KubeRun"
     ),

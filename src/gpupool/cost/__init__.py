@@ -9,5 +9,7 @@ its own and can run against a live service's database or a simulator's history a
 - ``policy``: the optional CostPolicy file (priority multipliers, idle spreading, retention);
 - ``chargeback``: prices, idle, waiting cost, preemption loss, reconciled to the cent;
 - ``reports``: the usage, chargeback and weekly reports as plain data, and their renderers;
+- ``render``: any report as text, CSV, JSON or HTML, from the pieces in ``tables``
+  (``weekly`` renders the weekly report's own page from them too);
 - ``forecast``: demand forecast, GPUs needed for a wait target, and TCO.
 """

@@ -17,8 +17,8 @@ from typing import Any
 import plotly.graph_objects as go
 
 from gpupool.cost.metering import US_PER_S, Window, us_between
-from gpupool.cost.render import cell, html_table, page
 from gpupool.cost.reports import CostData, chargeback_report, hours, load, report, table, usage_report
+from gpupool.cost.tables import cell, html_table, page
 from gpupool.cost.utilisation import utilisation_tables
 
 SYSTEM_ACTORS = frozenset({"scheduler", "system", "system:kubernetes"})
