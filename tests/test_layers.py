@@ -349,9 +349,6 @@ LATE_CYCLES_ALLOWED: dict[tuple[str, ...], str] = {
         "the local control plane starts kube-scheduler/Kueue from kueue_local, which uses "
         "realcluster's paths and process helpers"
     ),
-    ("gpupool.kube.mirror", "gpupool.kube.status"): (
-        "the status writer owns the Workload mirrors; a mirror reads status.Waiting"
-    ),
 }
 
 

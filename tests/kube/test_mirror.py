@@ -17,7 +17,7 @@ import pytest
 
 from gpupool.kube.client import ApiError
 from gpupool.kube.mirror import WorkloadMirror, mirror_name
-from gpupool.kube.status import Waiting
+from gpupool.kube.waiting import Waiting
 from tests.kube.test_kubectl_e2e import TRAINING, bound, kubectl, kueue_job, serving, wait
 
 CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "gpupool" / "crds"

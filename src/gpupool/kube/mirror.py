@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpupool.kube.client import ApiError, Resource
-from gpupool.kube.status import Waiting
+from gpupool.kube.waiting import Waiting
 
 log = logging.getLogger("gpupool.kube.mirror")
 

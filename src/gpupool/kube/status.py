@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from gpupool.kube.loop import LoopThread
 from gpupool.kube.source import Key, top_owner_key
+from gpupool.kube.waiting import Waiting
 
 log = logging.getLogger("gpupool.kube.status")
 
@@ -233,21 +234,6 @@ def involved_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A pending workload's reason as ``explain`` gives it, with its queue position."""
-
-    code: str
-    reason: str
-    queue: str
-    position: int | None
-    length: int
-
-    def message(self) -> str:
-        where = f"position {self.position} of {self.length} in queue {self.queue}" if self.position else ""
-        return f"gpupool: {self.code}: {self.reason}" + (f" ({where})" if where else "")
-
-
 def waiting_reasons(ctl: Any, names: Iterable[str]) -> dict[str, Waiting]:
     """``controller.explain``'s code, reason and position for many pending workloads at once
     (one sort per queue instead of one per workload)."""
@@ -294,7 +280,7 @@ class StatusWriter(LoopThread):
         gate: Callable[[], bool] = lambda: True,
         mirror: Any = None,
     ) -> None:
-        from gpupool.kube.mirror import WorkloadMirror  # it reads Waiting from this module
+        from gpupool.kube.mirror import WorkloadMirror  # only where mirrors are written
 
         self.ctl = ctl
         #: the Workload status mirrors (``kubectl get workloads.gpupool.io``); over the real API
@@ -500,7 +486,6 @@ __all__ = [
     "EventRecorder",
     "KubeWrites",
     "StatusWriter",
-    "Waiting",
     "Writes",
     "waiting_reasons",
 ]
