@@ -168,7 +168,7 @@ class FakeApi:
 
 def test_every_page_is_followed() -> None:
     api = FakeApi(2 * PAGE + 7)
-    data = list_all(api, "workloads", {"queue": "q"})  # type: ignore[arg-type]
+    data = list_all(api, "workloads", {"queue": "q"}, "/v1/workloads")  # type: ignore[arg-type]
     assert len(data["items"]) == 2 * PAGE + 7
     assert len(api.calls) == 3 and all(c["queue"] == "q" for c in api.calls)
 

@@ -24,11 +24,9 @@ PAGED = ("workloads", "approvals", "audit")
 Labels = Mapping[str, str]
 
 
-def list_all(api: Api, res: str, params: Mapping[str, Any], path: str | None = None) -> dict[str, Any]:
-    """Every item of a list, page after page, following the server's continue token."""
-    from gpupool.cli.client_objects import path as path_of  # the kinds table lives there
-
-    url = path or path_of(res)
+def list_all(api: Api, res: str, params: Mapping[str, Any], url: str) -> dict[str, Any]:
+    """Every item of ``res``'s list at ``url`` (``client_objects.path``: the kinds table is
+    there), page after page, following the server's continue token."""
     q: dict[str, Any] = dict(params)
     if res in PAGED:
         q["limit"] = PAGE

@@ -116,7 +116,7 @@ def get(
     key = sort_key_or_fail(sort_by) if sort_by else None
 
     def fetch() -> dict[str, Any]:
-        data = list_all(api, res, params)
+        data = list_all(api, res, params, path(res))
         items = [i for i in data["items"] if match is None or match(labels_of(i))]
         data = {**data, "items": sorted(items, key=key) if key else items}
         return with_catalog(api, data) if res == "pools" and output is Out.wide else data
