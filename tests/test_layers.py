@@ -339,9 +339,6 @@ LATE_CYCLES_ALLOWED: dict[tuple[str, ...], str] = {
     ("gpupool.kube.backend", "gpupool.kube.recovery"): (
         "the backend adopts the cluster's runs through recovery, which builds the backend's KubeRun"
     ),
-    ("gpupool.kube.fake.controllers", "gpupool.kube.fake.training"): (
-        "install() registers the JobSet/PyTorchJob controllers, which subclass controllers.Reconciler"
-    ),
     ("gpupool.kube.kueue_local", "gpupool.kube.realcluster"): (
         "the local control plane starts kube-scheduler/Kueue from kueue_local, which uses "
         "realcluster's paths and process helpers"

@@ -21,7 +21,8 @@ Map (one idea per module):
 - ``http``         the ASGI app and its routing; ``watch`` the streams; ``tables`` kubectl's Tables;
   ``selectors`` label and field selectors; ``faults`` fault injection; ``errors`` Status bodies
 - ``runtime``      where the simulators run; ``controllers``/``training``/``owners`` the
-  controllers; ``kubelet`` and ``hami`` the node side; ``nodes`` Node objects
+  controllers, ``operators`` registers them all; ``kubelet`` and ``hami`` the node side;
+  ``nodes`` Node objects
 - ``selfbench``    what a bind costs the server (``python -m gpupool.kube.fake.selfbench``)
 """
 

@@ -10,15 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
 
 from gpupool.kube.fake import owners
 from gpupool.kube.fake.ops import Ops
 from gpupool.kube.fake.resources import ResourceType
 from gpupool.kube.fake.storage import Obj, now_rfc3339
-
-if TYPE_CHECKING:
-    from gpupool.kube.fake.runtime import Runtime
 
 JOB_NAME = "batch.kubernetes.io/job-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -297,22 +293,3 @@ class StatefulSetController(Reconciler):
                 "observedGeneration": sts["metadata"].get("generation", 1),
             },
         )
-
-
-def install(runtime: Runtime) -> None:
-    """Register the controllers' handlers on the runtime."""
-    from gpupool.kube.fake.training import JobSetController, PyTorchJobController
-
-    ops = runtime.srv.ops
-    for ctl in (
-        JobController(ops),
-        ReplicaSetController(ops),
-        DeploymentController(ops),
-        StatefulSetController(ops),
-        PyTorchJobController(ops),
-        JobSetController(ops),
-    ):
-        runtime.on(ctl.key, ctl.on_owner)
-        for child in ctl.child_keys:
-            runtime.on(child, ctl.on_child)
-        runtime.sims.append(ctl)

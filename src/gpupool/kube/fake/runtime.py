@@ -41,7 +41,7 @@ class Runtime:
         self._scheduled = False
         self._timers = 0
         if controllers:
-            from gpupool.kube.fake.controllers import install as install_controllers
+            from gpupool.kube.fake.operators import install as install_controllers
 
             install_controllers(self)
         if kubelet:
