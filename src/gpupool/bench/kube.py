@@ -466,8 +466,12 @@ def format_result(r: dict[str, Any]) -> str:
 
 
 def bench_kube_command(
-    nodes: int = typer.Option(100, "--nodes", min=1, help="fake nodes of 8 GPUs (the issue's size: 1000)"),
-    jobs: int = typer.Option(200, "--jobs", min=1, help="Jobs created at once (the issue's size: 2000)"),
+    nodes: int | None = typer.Option(
+        None, "--nodes", min=1, help="nodes of 8 GPUs (default 100; with --versus the case's own)"
+    ),
+    jobs: int | None = typer.Option(
+        None, "--jobs", min=1, help="Jobs created at once (default 200; with --versus the case's own)"
+    ),
     pods: int = typer.Option(5, "--pods", min=1, help="one-GPU pods per Job"),
     output: str = typer.Option("table", "-o", "--output", help="table or json"),
     keep: Path | None = typer.Option(
@@ -483,6 +487,9 @@ def bench_kube_command(
     versus: str | None = typer.Option(
         None, "--versus", help="kueue: the same Jobs on real clusters, Kueue + kube-scheduler against gpupool"
     ),
+    case: list[str] | None = typer.Option(
+        None, "--case", help="with --versus: cohort-borrowing, reclaim or gang (repeatable; default all)"
+    ),
 ) -> None:
     """Binds/s, API requests per bind and restart-to-first-bind against the fake API server,
     beside the same workloads through the virtual backend; or, with ``--chaos``, the faults run."""
@@ -496,12 +503,16 @@ def bench_kube_command(
     if versus is not None:
         if versus != "kueue":
             raise typer.BadParameter("only 'kueue' is offered", param_hint="--versus")
-        from gpupool.bench.kueue_versus import format_versus, run_versus
+        from gpupool.bench.kueue_versus import format_versus, run_versus, select_cases
 
-        v = run_versus(nodes, jobs, say, keep)
+        try:
+            select_cases(case)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--case") from None
+        v = run_versus(nodes, jobs, say, keep, case)
         sys.stdout.write(json.dumps(v, indent=2) + "\n" if output == "json" else format_versus(v))
         return
-    r = run_bench(nodes, jobs, pods, say, keep)
+    r = run_bench(nodes or 100, jobs or 200, pods, say, keep)
     if output == "json":
         sys.stdout.write(json.dumps(r, indent=2) + "\n")
         return

@@ -237,8 +237,12 @@ def start_scheduler(cp: RealControlPlane, deadline: float) -> None:
     cp._wait(proc, "/healthz", lambda: _get(f"https://127.0.0.1:{port}/healthz", insecure) == b"ok", deadline)
 
 
-def _kueue_config(workdir: Path, webhook_port: int, health_port: int, metrics_port: int) -> Path:
-    config = {
+def _kueue_config(
+    workdir: Path, webhook_port: int, health_port: int, metrics_port: int, extra: dict[str, Any] | None = None
+) -> Path:
+    """The manager's Configuration; ``extra`` (the control plane's ``kueue_config``) is merged
+    over it at the top level, so a bench can switch on e.g. ``waitForPodsReady``."""
+    config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": KUEUE_NAMESPACE,
@@ -251,6 +255,7 @@ def _kueue_config(workdir: Path, webhook_port: int, health_port: int, metrics_po
         "clientConnection": {"qps": 50, "burst": 100},
         "integrations": {"frameworks": ["batch/job"]},
     }
+    config.update(extra or {})
     path = workdir / "kueue-config.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -275,7 +280,7 @@ def start_kueue(cp: RealControlPlane, deadline: float) -> None:
         create_all(http, webhook_configs(components, webhook_port, cp.ca_file.read_bytes()))
     kubeconfig = workdir / "kueue.kubeconfig"
     cp._write_kubeconfig(kubeconfig, KUEUE_USER, cp.tokens[KUEUE_USER])
-    config = _kueue_config(workdir, webhook_port, health_port, metrics_port)
+    config = _kueue_config(workdir, webhook_port, health_port, metrics_port, cp.kueue_config)
     mount = (
         f"mount -t overlay overlay -o lowerdir=/etc,upperdir={overlay / 'upper'},workdir={overlay / 'work'} /etc"
         f" && mkdir -p /etc/kueue/metrics && ln -s {workdir / 'webhook-certs'} /etc/kueue/metrics/certs"

@@ -39,9 +39,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from cryptography import x509
@@ -254,6 +255,7 @@ class RealControlPlane:
         stop_timeout: float = 20.0,
         scheduler: bool = False,
         kueue: bool = False,
+        kueue_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.binaries = binaries or find_binaries()
         self.controllers = controllers
@@ -268,6 +270,8 @@ class RealControlPlane:
         # controller manager when asked for; each gets a token of its own in the token file.
         self.scheduler = scheduler or kueue
         self.kueue = kueue
+        # merged over the manager's Configuration (e.g. ``waitForPodsReady`` for a gang bench)
+        self.kueue_config = dict(kueue_config or {})
         self.tokens = {user: secrets.token_hex(24) for user, _ in EXTRA_USERS}
 
     # -- paths --------------------------------------------------------------------------------
