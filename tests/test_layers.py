@@ -332,10 +332,6 @@ LATE_CYCLES_ALLOWED: dict[tuple[str, ...], str] = {
         "bench kube dispatches --chaos and --versus to their modules, which start the server "
         "with bench.kube's helpers (_serve, _wait_ready, _compile): those want a module of their own"
     ),
-    ("gpupool.cli.kube", "gpupool.cli.kube_cluster"): (
-        "cli.kube mounts the cluster commands; kube_cluster reuses cli.kube's _cluster_docs and "
-        "_stop_on_signals"
-    ),
     ("gpupool.kube.backend", "gpupool.kube.recovery"): (
         "the backend adopts the cluster's runs through recovery, which builds the backend's KubeRun"
     ),

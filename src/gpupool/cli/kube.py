@@ -7,14 +7,13 @@ the fake server's modules.
 
 from __future__ import annotations
 
-import signal
 import time
 from pathlib import Path
 
 import typer
-import yaml
 
 from gpupool.cli.kube_cluster import cluster_app
+from gpupool.cli.kube_common import cluster_docs, stop_on_signals
 from gpupool.cli.ready import kube_wait
 
 kube_app = typer.Typer(
@@ -22,17 +21,6 @@ kube_app = typer.Typer(
 )
 kube_app.command("wait")(kube_wait)
 kube_app.add_typer(cluster_app, name="cluster")
-
-
-def _cluster_docs(path: Path) -> list[dict[str, object]]:
-    files = sorted(path.glob("*.yaml")) + sorted(path.glob("*.yml")) if path.is_dir() else [path]
-    docs: list[dict[str, object]] = []
-    for f in files:
-        try:
-            docs += [d for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
-        except (OSError, yaml.YAMLError) as exc:
-            raise typer.BadParameter(f"{f}: {exc}", param_hint="--cluster") from None
-    return docs
 
 
 @kube_app.command("fake")
@@ -59,7 +47,7 @@ def fake(
     srv = FakeApiServer(time_scale=time_scale, preload_crds=crds)
     try:
         if cluster is not None:
-            made = srv.add_nodes_from_cluster_manifest(_cluster_docs(cluster))
+            made = srv.add_nodes_from_cluster_manifest(cluster_docs(cluster))
         else:
             made = srv.add_gpu_nodes(nodes)
     except ValueError as exc:
@@ -70,7 +58,7 @@ def fake(
         typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}", err=True)
         raise typer.Exit(2) from None
     try:
-        _stop_on_signals()  # before saying it is up: a signal sent on that line must be honoured
+        stop_on_signals()  # before saying it is up: a signal sent on that line must be honoured
         cfg = srv.write_kubeconfig(kubeconfig)
         typer.echo(f"fake Kubernetes API server at {url} with {len(made)} nodes")
         typer.echo(f"export KUBECONFIG={cfg.resolve()}")
@@ -80,18 +68,6 @@ def fake(
         typer.echo("stopping")
     finally:
         srv.stop()
-
-
-def _stop_on_signals() -> None:
-    """Ctrl-C and SIGTERM stop the server cleanly. Why explicit: a process started with SIGINT
-    ignored (``cmd &`` in a script, some test runners) inherits that, and Python then installs
-    no KeyboardInterrupt handler, so Ctrl-C did nothing; SIGTERM (``kill``) skipped the cleanup."""
-
-    def stop(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 import typer
 import yaml
 
+from gpupool.cli.kube_common import cluster_docs, stop_on_signals
+
 if TYPE_CHECKING:
     from gpupool.kube.realcluster import RealControlPlane
 
@@ -50,7 +52,6 @@ def cluster_up(
     """Run etcd, kube-apiserver, kube-controller-manager and a node agent (the nodes' kubelets)
     until Ctrl-C. Without --with-scheduler/--with-kueue no kube-scheduler runs: pods wait until
     something binds them (gpupool)."""
-    from gpupool.cli.kube import _cluster_docs, _stop_on_signals
     from gpupool.kube.client import KubeApi, load_config
     from gpupool.kube.fake import nodes as builders
     from gpupool.kube.nodeagent import NodeAgent
@@ -62,7 +63,7 @@ def cluster_up(
     )
 
     try:
-        objs = builders.nodes_from_cluster(_cluster_docs(cluster)) if cluster else builders.gpu_nodes(nodes)
+        objs = builders.nodes_from_cluster(cluster_docs(cluster)) if cluster else builders.gpu_nodes(nodes)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--cluster") from None
     try:
@@ -72,7 +73,7 @@ def cluster_up(
         raise typer.Exit(2) from None
     agent: NodeAgent | None = None
     api: KubeApi | None = None
-    _stop_on_signals()  # first: a Ctrl-C during the ~15 s start must still stop what started
+    stop_on_signals()  # first: a Ctrl-C during the ~15 s start must still stop what started
     try:
         try:
             cp.start()
