@@ -332,9 +332,6 @@ LATE_CYCLES_ALLOWED: dict[tuple[str, ...], str] = {
         "bench kube dispatches --chaos and --versus to their modules, which start the server "
         "with bench.kube's helpers (_serve, _wait_ready, _compile): those want a module of their own"
     ),
-    ("gpupool.kube.backend", "gpupool.kube.recovery"): (
-        "the backend adopts the cluster's runs through recovery, which builds the backend's KubeRun"
-    ),
     ("gpupool.kube.kueue_local", "gpupool.kube.realcluster"): (
         "the local control plane starts kube-scheduler/Kueue from kueue_local, which uses "
         "realcluster's paths and process helpers"

@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from gpupool.kube import elastic, inventory, translate_partial, workloads
@@ -45,51 +44,12 @@ from gpupool.kube.outcomes import (
     pods_outcome,
 )
 from gpupool.kube.recovery import adopted_runs, merge_adopted, submit_refusal
+from gpupool.kube.runs import KubeRun
 from gpupool.kube.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
 
 log = logging.getLogger("gpupool.kube.backend")
-
-
-@dataclass(slots=True)
-class KubeRun:
-    """One admitted workload as the backend carries it out."""
-
-    name: str
-    top: Top
-    placement: dict[str, Any]
-    started_at: float
-    duration_s: float | None
-    decision: str
-    kw: workloads.KubeWorkload | None = None
-    bound: bool = False
-    first_try: float | None = None
-    next_try: float = 0.0
-    tries: int = 0
-    last_error: str = ""
-    outcome: Outcome | None = None
-    #: every pod was seen Ready once (the podsReady timeout no longer applies, as in Kueue)
-    ready: bool = False
-    #: adopted after a restart: ``kw`` is translated when a pod of it is first to be bound
-    untranslated: bool = False
-    #: a Job admitted with fewer pods: the patch that gives it back its counts when it is
-    #: suspended again (kept from admission: the cache may not show the reduced Job yet)
-    restore: dict[str, Any] | None = None
-
-    def state(self) -> RunState:
-        o = self.outcome
-        return RunState(
-            self.name,
-            self.placement,
-            self.started_at,
-            self.duration_s,
-            o is not None,
-            o.outcome if o else "",
-            o.message if o else "",
-            o.exit_code if o and o.outcome == "Failed" else None,
-            o.reason if o and o.outcome == "Failed" else "",
-        )
 
 
 class KubernetesBackend(ElasticRuns):

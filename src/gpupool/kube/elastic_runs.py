@@ -23,7 +23,7 @@ from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.tracker import PodKey, Top, Tracker, is_terminal, node_of
 
 if TYPE_CHECKING:
-    from gpupool.kube.backend import KubeRun
+    from gpupool.kube.runs import KubeRun
 
 log = logging.getLogger("gpupool.kube.backend")
 

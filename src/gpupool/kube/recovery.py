@@ -10,15 +10,13 @@ so the controller stops it if the store no longer wants it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube.evictor import read_admission
 from gpupool.kube.informer import Informers
+from gpupool.kube.runs import KubeRun
 from gpupool.kube.tracker import OWNER_KINDS, Top, Tracker
-
-if TYPE_CHECKING:
-    from gpupool.kube.backend import KubeRun
 
 
 def _recorded(tracker: Tracker, informers: Informers) -> Iterable[tuple[Top, dict[str, Any]]]:
@@ -36,8 +34,6 @@ def _recorded(tracker: Tracker, informers: Informers) -> Iterable[tuple[Top, dic
 
 def adopted_runs(tracker: Tracker, informers: Informers, now: float) -> list[KubeRun]:
     """The runs the cluster holds (recorded admissions first, then bound pods without one)."""
-    from gpupool.kube.backend import KubeRun
-
     out: dict[str, KubeRun] = {}
     for top, rec in _recorded(tracker, informers):
         name = str(rec["workload"])

@@ -35,7 +35,7 @@ from gpupool.kube.gangs import live
 from gpupool.kube.tracker import node_of
 
 if TYPE_CHECKING:
-    from gpupool.kube.backend import KubeRun
+    from gpupool.kube.runs import KubeRun
 
 log = logging.getLogger("gpupool.kube.shrink")
 
