@@ -91,8 +91,8 @@ def test_get_pools_wide_and_describe_pool_print_the_catalog(
                 assert r.status_code == 200, r.text
                 return r.json()
 
-        monkeypatch.setattr("gpupool.cli.client_objects.Api", Through)
-        monkeypatch.setattr("gpupool.cli.client_listing.Api", Through, raising=False)
+        monkeypatch.setattr("gpupool.cli.client.objects.Api", Through)
+        monkeypatch.setattr("gpupool.cli.client.listing.Api", Through, raising=False)
         res = runner.invoke(app, ["get", "pools", "-o", "wide"])
         assert res.exit_code == 0, res.output
         head, *rows = res.stdout.strip().splitlines()
@@ -125,7 +125,7 @@ def test_an_unhealthy_gpu_shows_in_get_nodes_and_describe_node(
                 assert got.status_code == 200, got.text
                 return got.json()
 
-        monkeypatch.setattr("gpupool.cli.client_objects.Api", Through)
+        monkeypatch.setattr("gpupool.cli.client.objects.Api", Through)
         for wide in ([], ["-o", "wide"]):
             res = runner.invoke(app, ["get", "nodes", *wide])
             assert res.exit_code == 0, res.output

@@ -15,10 +15,10 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from gpupool.cli import app
-from gpupool.cli.client_jsonpath import JsonPathError, render_template, sort_key
-from gpupool.cli.client_listing import PAGE, labels_of, list_all, parse_selector, watch_list
-from gpupool.cli.client_output import Out, emit, parse_output, show
-from gpupool.cli.client_rows import age, priority_class_rows, rows_for
+from gpupool.cli.client.jsonpath import JsonPathError, render_template, sort_key
+from gpupool.cli.client.listing import PAGE, labels_of, list_all, parse_selector, watch_list
+from gpupool.cli.client.output import Out, emit, parse_output, show
+from gpupool.cli.client.rows import age, priority_class_rows, rows_for
 
 runner = CliRunner()
 

@@ -125,7 +125,7 @@ def test_a_plain_http_server_costs_no_certificate_store(monkeypatch: pytest.Monk
     # start, though an http:// server makes no TLS connection; an https one is still verified
     import ssl
 
-    from gpupool.cli.client_http import Api
+    from gpupool.cli.client.http import Api
 
     made: list[object] = []
     real = ssl.create_default_context

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 from gpupool.cli import app
-from gpupool.cli.client_objects import KINDS, RESOURCES
+from gpupool.cli.client.objects import KINDS, RESOURCES
 from gpupool.manifests import ManifestError
 from gpupool.manifests.convert import parse_manifest, resource_version, without_server_metadata
 from tests.test_service_support import API, Server, wl

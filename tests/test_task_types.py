@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.cli.client_workloads import type_lines
+from gpupool.cli.client.workloads import type_lines
 from gpupool.engine import Engine, decide
 from gpupool.manifests import Bundle, ManifestError, build, default_priority_classes, parse_documents
 from gpupool.manifests.convert import workload_model

@@ -121,7 +121,7 @@ def test_gpupool_explain_prints_the_usage_the_estimate_and_the_holders(
             assert r.status_code == 200, r.text
             return r.json()
 
-    monkeypatch.setattr("gpupool.cli.client_workloads.Api", Through)
+    monkeypatch.setattr("gpupool.cli.client.workloads.Api", Through)
     res = CliRunner().invoke(app, ["explain", "a-wait"])
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
@@ -288,7 +288,7 @@ def test_describe_workload_prints_the_estimate_and_the_holders_too(
             assert r.status_code == 200, r.text
             return r.json()
 
-    monkeypatch.setattr("gpupool.cli.client_objects.Api", Through)
+    monkeypatch.setattr("gpupool.cli.client.objects.Api", Through)
     res = CliRunner().invoke(app, ["describe", "workload", "a-wait"])
     assert res.exit_code == 0, res.output
     assert f"  held by running work of cohort ai-org in pool {H100}:" in res.stdout.splitlines()

@@ -20,10 +20,10 @@ from typing import Any
 import typer
 import yaml
 
-from gpupool.cli.client_apply import load_set, post_apply, print_results
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_objects import CONFIG_RESOURCES, path, resource
-from gpupool.cli.client_output import Out, console, err_console, fail
+from gpupool.cli.client.apply import load_set, post_apply, print_results
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.objects import CONFIG_RESOURCES, path, resource
+from gpupool.cli.client.output import Out, console, err_console, fail
 from gpupool.cli.preview_text import print_preview
 from gpupool.manifests import Document, safe_yaml
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import typer
 
-from gpupool.cli.client_apply import post_apply, print_results
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_objects import CONFIG_RESOURCES, resource
-from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail, show, table
+from gpupool.cli.client.apply import post_apply, print_results
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.objects import CONFIG_RESOURCES, resource
+from gpupool.cli.client.output import Format, Out, OutOpt, console, emit, fail, show, table
 from gpupool.cli.preview_text import print_preview
 
 KindArg = typer.Argument(..., help="pools|queues|priorityclasses|clusters (or pool, queue, ...)")

@@ -8,8 +8,8 @@ from typing import Any
 
 import typer
 
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, Out, OutOpt, emit, show, table
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import Format, Out, OutOpt, emit, show, table
 
 alerts_app = typer.Typer(help="Incidents: alert conditions evaluated by gpupool, with owner and resolution.")
 

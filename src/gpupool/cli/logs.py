@@ -15,7 +15,8 @@ from typing import Any
 import httpx
 import typer
 
-from gpupool.cli.client import Api, ServerOpt, TokenOpt, fail
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import fail
 
 #: the API's query parameters as this command's flags (the server names the former)
 FLAGS = {"attempt": "--attempt", "previous": "--previous", "pod": "--pod", "tailLines": "--tail"}

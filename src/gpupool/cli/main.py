@@ -7,8 +7,8 @@ at once (kubectl answers in ~50 ms), but the command modules between them import
 (numpy), the store (SQLAlchemy, alembic), the service (FastAPI) and the manifest models. So this
 module imports only typer and rich, and ``COMMAND_MODULES`` names which module registers which
 command: a command's module is imported when that command runs (``gpupool get`` loads
-gpupool.cli.client alone, not the manifest models ``apply`` checks a set with), and all of them
-only to list them (``--help``, completion).
+gpupool.cli.client.commands alone, not the manifest models ``apply`` checks a set with), and all
+of them only to list them (``--help``, completion).
 tests/test_cli_startup.py checks what ``import gpupool.cli.main`` and the client commands leave
 out of ``sys.modules``.
 """
@@ -51,14 +51,14 @@ COMMAND_MODULES = (
     CommandModule("gpupool.cli.server", ("serve",), bench=("submit", "burst")),
     # the client: reading commands load neither the manifest models (pydantic) nor the audit
     # log's cryptography; a module may be named more than once to keep kubectl's order
-    CommandModule("gpupool.cli.client_apply", ("apply",)),
-    CommandModule("gpupool.cli.client", ("get", "describe")),
-    CommandModule("gpupool.cli.client_apply", ("submit",)),
+    CommandModule("gpupool.cli.client.apply", ("apply",)),
+    CommandModule("gpupool.cli.client.commands", ("get", "describe")),
+    CommandModule("gpupool.cli.client.apply", ("submit",)),
     CommandModule(
-        "gpupool.cli.client", ("cancel", "explain", "approve", "reject", "delete", "cordon", "drain")
+        "gpupool.cli.client.commands", ("cancel", "explain", "approve", "reject", "delete", "cordon", "drain")
     ),
-    CommandModule("gpupool.cli.client_audit", ("audit",)),
-    CommandModule("gpupool.cli.client", ("token",)),
+    CommandModule("gpupool.cli.client.audit", ("audit",)),
+    CommandModule("gpupool.cli.client.commands", ("token",)),
     CommandModule("gpupool.cli.edit", ("edit",)),
     CommandModule("gpupool.cli.logs", ("logs",)),
     CommandModule("gpupool.cli.ready", ("wait-ready",)),

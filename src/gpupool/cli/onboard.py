@@ -15,9 +15,9 @@ from typing import Any
 
 import typer
 
-from gpupool.cli.client_apply import json_value, load_set
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail
+from gpupool.cli.client.apply import json_value, load_set
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import Format, Out, OutOpt, console, emit, fail
 from gpupool.cli.preview_text import print_preview
 
 

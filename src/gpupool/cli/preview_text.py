@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupool.cli.client_output import console, show, table
+from gpupool.cli.client.output import console, show, table
 
 
 def _pair(v: Sequence[Any]) -> str:

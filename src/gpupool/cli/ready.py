@@ -16,7 +16,7 @@ import httpx
 import typer
 import yaml
 
-from gpupool.cli.client_http import ServerOpt
+from gpupool.cli.client.http import ServerOpt
 
 TimeoutOpt = typer.Option(180.0, "--timeout", min=0.1, help="seconds to wait before giving up")
 
@@ -46,7 +46,7 @@ def _get(url: str) -> str | None:
 
 def wait_ready(server: str | None = ServerOpt, timeout: float = TimeoutOpt) -> None:
     """Wait until gpupool serve answers /readyz (store, controller and backend ready)."""
-    from gpupool.cli.client_http import config_file, resolve, server_verify
+    from gpupool.cli.client.http import config_file, resolve, server_verify
 
     base, _ = resolve(server, None)
     verify = server_verify(config_file())  # an https server is checked as every command checks it

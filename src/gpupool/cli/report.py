@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import fail
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import fail
 
 if TYPE_CHECKING:
     from gpupool.cost.profile_inputs import ProfileInput

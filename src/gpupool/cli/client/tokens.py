@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, OutOpt, console, emit, table
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import Format, OutOpt, console, emit, table
 
 token_app = typer.Typer(help="Manage API tokens (platform-admin).", no_args_is_help=True)
 

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
-from gpupool.cli.client_jsonpath import JsonPathError, render_template
+from gpupool.cli.client.jsonpath import JsonPathError, render_template
 
 console = Console()
 err_console = Console(stderr=True)

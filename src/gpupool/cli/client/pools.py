@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from gpupool.cli.client_http import Api
-from gpupool.cli.client_output import Rows, show, table
+from gpupool.cli.client.http import Api
+from gpupool.cli.client.output import Rows, show, table
 
 Items = list[dict[str, Any]]
 

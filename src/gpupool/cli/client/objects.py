@@ -12,13 +12,13 @@ from typing import Any
 import typer
 import yaml
 
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_jsonpath import JsonPathError, sort_key
-from gpupool.cli.client_listing import labels_of, list_all, parse_selector, watch_list
-from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail, show, table
-from gpupool.cli.client_pools import describe_pool, with_catalog
-from gpupool.cli.client_rows import rows_for
-from gpupool.cli.client_workloads import wait_lines
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.jsonpath import JsonPathError, sort_key
+from gpupool.cli.client.listing import labels_of, list_all, parse_selector, watch_list
+from gpupool.cli.client.output import Format, Out, OutOpt, console, emit, fail, show, table
+from gpupool.cli.client.pools import describe_pool, with_catalog
+from gpupool.cli.client.rows import rows_for
+from gpupool.cli.client.workloads import wait_lines
 
 RESOURCES = {
     "pool": "pools",

@@ -17,8 +17,8 @@ from rich.markup import escape
 
 from gpupool import audit as auditlog
 from gpupool import audit_checkpoint as ckpt
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, err_console, fail
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import Format, Out, OutOpt, console, emit, err_console, fail
 from gpupool.cli.files import FileProblem, read_text
 
 audit_app = typer.Typer(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import console
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import console
 
 
 def cordon(

@@ -6,8 +6,8 @@ from typing import Any
 
 import typer
 
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, show, table
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import Format, Out, OutOpt, console, emit, show, table
 
 
 def cancel(

@@ -16,8 +16,8 @@ import httpx
 import typer
 
 from gpupool.cli.checks import Known
-from gpupool.cli.client_http import Api, ServerOpt, TokenOpt
-from gpupool.cli.client_output import Format, Out, OutOpt, console, emit, fail
+from gpupool.cli.client.http import Api, ServerOpt, TokenOpt
+from gpupool.cli.client.output import Format, Out, OutOpt, console, emit, fail
 from gpupool.cli.files import FileProblem, load_documents
 from gpupool.cli.preview_text import print_preview
 from gpupool.manifests import Document, ManifestError

@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from gpupool.cli.client_output import Rows, table
-from gpupool.cli.client_pools import pool_wide_rows
+from gpupool.cli.client.output import Rows, table
+from gpupool.cli.client.pools import pool_wide_rows
 
 Items = list[dict[str, Any]]
 

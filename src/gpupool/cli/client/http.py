@@ -19,7 +19,7 @@ import httpx
 import typer
 import yaml
 
-from gpupool.cli.client_output import err_console, fail
+from gpupool.cli.client.output import err_console, fail
 from gpupool.cli.common import invocation
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"

@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpupool.cli.client_http import Api
-from gpupool.cli.client_output import Format, Out, emit, fail, plain_lines, show
-from gpupool.cli.client_rows import rows_for
+from gpupool.cli.client.http import Api
+from gpupool.cli.client.output import Format, Out, emit, fail, plain_lines, show
+from gpupool.cli.client.rows import rows_for
 
 #: objects asked per request; the server may answer fewer
 PAGE = 500
@@ -25,7 +25,7 @@ Labels = Mapping[str, str]
 
 
 def list_all(api: Api, res: str, params: Mapping[str, Any], url: str) -> dict[str, Any]:
-    """Every item of ``res``'s list at ``url`` (``client_objects.path``: the kinds table is
+    """Every item of ``res``'s list at ``url`` (``objects.path``: the kinds table is
     there), page after page, following the server's continue token."""
     q: dict[str, Any] = dict(params)
     if res in PAGED:
