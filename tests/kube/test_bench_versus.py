@@ -84,6 +84,7 @@ def _side(admitted_s: float | None) -> dict[str, Any]:
         },
         "unbound_pods_of_admitted_jobs": 0,
         "phases": [],
+        "gpus_per_queue_over_time": [[0.5, {"team-a": 1, "team-b": 0}]],
         "admitted": 200,
         "bound": 200,
         "create_seconds": 4.0,
@@ -229,6 +230,11 @@ def test_the_observer_counts_admissions_binds_preemptions_and_quota(monkeypatch:
     assert got["admitted"] == 3 and got["bound"] == 3 and got["preemptions"] == 1
     assert got["to_all_admitted_s"] is not None and got["binds_per_s"] > 0
     assert w.peak == {"team-a": 2, "team-b": 1} and w.violations() == ["team-a held 2 > 1"]
+    assert [held for _, held in w.timeline] == [
+        {"team-a": 2, "team-b": 0},
+        {"team-a": 1, "team-b": 1},
+        {"team-a": 2, "team-b": 1},
+    ]
 
 
 def test_case_selection_and_the_json_shape(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -257,6 +263,7 @@ def test_case_selection_and_the_json_shape(monkeypatch: pytest.MonkeyPatch) -> N
         "preemptions_all_phases",
         "cpu_seconds",
         "peak_gpus_per_queue",
+        "gpus_per_queue_over_time",
     ):
         assert key in side
     bad = CliRunner().invoke(app, ["bench", "kube", "--versus", "kueue", "--case", "nope"])

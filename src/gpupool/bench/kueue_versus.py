@@ -106,6 +106,9 @@ class _Watch:
         self.preempted = 0
         self.held: dict[str, int] = dict.fromkeys(caps, 0)
         self.pods: list[dict[str, Any]] = []
+        #: [seconds since the first sample, {queue: GPUs held}] at each sample that changed it
+        self.timeline: list[tuple[float, dict[str, int]]] = []
+        self._t0: float | None = None
 
     def sample(self, http: httpx.Client) -> tuple[dict[str, tuple[str, int]], list[dict[str, Any]]]:
         admitted, pods = _sample(http)
@@ -114,6 +117,10 @@ class _Watch:
         self.held = dict.fromkeys(self.caps, 0)
         for queue, gpus in admitted.values():
             self.held[queue] += gpus
+        now = time.monotonic()
+        self._t0 = now if self._t0 is None else self._t0
+        if not self.timeline or self.timeline[-1][1] != self.held:
+            self.timeline.append((round(now - self._t0, 1), dict(self.held)))
         self.peak = {q: max(self.peak[q], self.held[q]) for q in self.caps}
         self.peak_total = max(self.peak_total, sum(self.held.values()))
         return admitted, pods
@@ -204,6 +211,7 @@ def _run_phases(http: httpx.Client, case: Case, nodes: int, count: int, schedule
         "peak_gpus_per_queue": w.peak,
         "final_gpus_per_queue": w.held,
         "limit_per_queue": w.caps,
+        "gpus_per_queue_over_time": w.timeline,
         "quota_violations": w.violations(),
         "preemptions_all_phases": w.preempted,
         "fragmentation": fragmentation(w.pods, _node_names(http) or nodes_names),
