@@ -538,19 +538,14 @@ def test_a_failed_read_breaks_the_idle_stretch_and_a_failed_write_keeps_the_hour
 
 
 def test_the_dashboard_overview_shows_a_workload_held_idle(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, browser: Any
 ) -> None:
     """In a browser: the overview's utilisation panel names the source and marks the idle one."""
-    import shutil
-
     import httpx
 
     from tests.test_service_support import Server
 
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
-    if chromium is None:
-        pytest.skip("no chromium on this machine (CI installs Debian's)")
     monkeypatch.setenv("GPUPOOL_UTILISATION_INTERVAL", "1")
     srv = Server(tmp_path / "state", time_scale=1.0)
     srv.start(timeout=120.0)
@@ -559,19 +554,14 @@ def test_the_dashboard_overview_shows_a_workload_held_idle(
         m["metadata"]["annotations"] = {synthetic.ANNOTATION: "0", "gpupool.io/idle-for": "2s"}
         h = {"Authorization": f"Bearer {srv.token}"}
         assert httpx.post(srv.base + "/v1/workloads", json=m, headers=h, timeout=30).status_code == 201
-        with sync_api.sync_playwright() as p:
-            b = p.chromium.launch(
-                executable_path=chromium, args=["--headless", "--no-sandbox", "--disable-gpu"]
-            )
-            page = b.new_page()
-            page.goto(srv.base + "/ui/")
-            page.fill("#token", srv.token)
-            page.click("#login button")
-            sync_api.expect(page.locator("#utilisation-source")).to_contain_text("synthetic", timeout=30000)
-            row = page.locator("#utilisation tbody tr").first
-            sync_api.expect(row).to_contain_text("held idle", timeout=60000)  # refreshed every 5 s
-            sync_api.expect(row).to_contain_text("0%")
-            assert page.locator("#error").is_hidden()
-            b.close()
+        page = browser.new_page()
+        page.goto(srv.base + "/ui/")
+        page.fill("#token", srv.token)
+        page.click("#login button")
+        sync_api.expect(page.locator("#utilisation-source")).to_contain_text("synthetic", timeout=30000)
+        row = page.locator("#utilisation tbody tr").first
+        sync_api.expect(row).to_contain_text("held idle", timeout=60000)  # refreshed every 5 s
+        sync_api.expect(row).to_contain_text("0%")
+        assert page.locator("#error").is_hidden()
     finally:
         srv.stop()

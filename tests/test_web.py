@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,22 +10,8 @@ import pytest
 
 from tests.test_service_support import Server
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# the browser fixture, and the skip (or failure) without one: tests/conftest.py
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if CHROMIUM is None and os.environ.get("GPUPOOL_REQUIRE_BROWSER") == "1":
-    raise RuntimeError("GPUPOOL_REQUIRE_BROWSER=1 but no chromium is installed")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium on this machine (CI installs Debian's)")
-
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture(scope="module")
@@ -38,16 +22,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 def test_dashboard_signs_in_shows_pools_and_submits(server: Server, browser: object, tmp_path: Path) -> None:

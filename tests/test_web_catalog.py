@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.test_service_support import Server
-from tests.test_web import _signed_in, browser, server, sync_api
+from tests.test_web import _signed_in, server, sync_api
 
-__all__ = ["browser", "server"]  # the fixtures, imported for pytest
+__all__ = ["server"]  # the fixture, imported for pytest (the browser's is in tests/conftest.py)
 
 
 def test_the_catalog_page_shows_each_pool_as_a_service(server: Server, browser: object) -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import httpx
 
 from tests.test_service_support import Server, wait_for, wl
-from tests.test_web import _signed_in, browser, pytestmark, server, sync_api
+from tests.test_web import _signed_in, server, sync_api
 
-__all__ = ["browser", "pytestmark", "server"]  # the fixtures and the skip without chromium
+__all__ = ["server"]  # the fixture, imported for pytest (the browser's is in tests/conftest.py)
 
 
 def test_logs_panel_shows_each_attempt(server: Server, browser: object) -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 
 from tests.test_service_support import Server, wait_for, wl
-from tests.test_web import _signed_in, browser, server, sync_api
+from tests.test_web import _signed_in, server, sync_api
 
-__all__ = ["browser", "server"]  # the fixtures, imported for pytest
+__all__ = ["server"]  # the fixture, imported for pytest (the browser's is in tests/conftest.py)
 
 
 def _submit(server: Server, name: str, queue: str, pods: int, duration: str | None) -> None:
