@@ -26,6 +26,7 @@ from gpupool.service.limits import PendingCounter, TokenBuckets, controller_wait
 from gpupool.service.metrics import Metrics
 from gpupool.service.readmodel import ControllerReadModel
 from gpupool.service.view import ConfigLookups
+from gpupool.service.workload_names import scoped_key
 from gpupool.store import NotFound, Store, WorkloadRecord
 
 TOKEN_CACHE_S = 5.0
@@ -140,12 +141,15 @@ class Service:
         ).allowed
 
     def visible_workload(self, p: Principal, name: str) -> WorkloadRecord:
-        """The workload, or 404 when it does not exist or lies outside the caller's subtree."""
-        try:
-            rec = self.store.get_workload(name)
-        except NotFound:
-            rec = None
-        if rec is None or not self.can_read_workload(p, rec.queue):
+        """The workload, or 404 when it does not exist or lies outside the caller's subtree.
+
+        ``name`` is resolved among the workloads the caller can read: the one stored under it,
+        else the one the caller's scope stored under its derived key because another scope
+        holds the name (gpupool.service.usecases.scoped_names)."""
+        rec = self._readable(p, name)
+        if rec is None and p.scope is not None:
+            rec = self._readable(p, scoped_key(name, p.scope))
+        if rec is None:
             where = (
                 f" among the workloads visible to {p.role.value} {p.name!r} (queue subtree {p.scope!r})"
                 if p.scope
@@ -155,6 +159,13 @@ class Service:
                 404, f"workload {name!r} not found{where}", [{"field": "name", "problem": "not found"}]
             )
         return rec
+
+    def _readable(self, p: Principal, key: str) -> WorkloadRecord | None:
+        try:
+            rec = self.store.get_workload(key)
+        except NotFound:
+            return None
+        return rec if self.can_read_workload(p, rec.queue) else None
 
     def visible_queues(self, p: Principal) -> list[str] | None:
         """None: every queue; else the queues of the caller's subtree."""

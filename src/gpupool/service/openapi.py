@@ -190,7 +190,11 @@ class Deleted(BaseModel):
 
 
 class WorkloadView(BaseModel):
-    name: str
+    name: str = Field(description="the name its submitter wrote")
+    key: str = Field(
+        description="the stored key: the name, or the name and a digest of the submitter's scope "
+        "when another scope already held the name"
+    )
     queue: str
     priorityClass: str | None
     owner: str

@@ -46,6 +46,7 @@ def _decide(
     name: str, p: Principal, svc: Service, approve: bool, reason: str, until: float | None
 ) -> dict[str, Any]:
     rec = svc.visible_workload(p, name)
+    name = rec.name  # the stored key (gpupool.service.usecases.scoped_names)
     svc.check(p, Action.APPROVE, Resource("Workload", name, queue=rec.queue, owner=rec.owner))
     pending = svc.store.list_approvals(state="Pending", workload=name)
     if not pending:

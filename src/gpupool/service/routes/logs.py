@@ -148,7 +148,7 @@ def _read(f: IO[bytes], tail: int | None) -> bytes:
 @router.get("/v1/workloads/{name}/logs/attempts", tags=["workloads"], **doc(LogAttempts, *READ, 422))
 def workload_log_attempts(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     """Which attempts of the workload have logs, and for which pods (oldest first)."""
-    svc.visible_workload(p, name)
+    name = svc.visible_workload(p, name).name  # the stored key
     have = _source(svc).attempts(name)
     return {"workload": name, "latest": have[-1].attempt if have else None, "items": [a.view() for a in have]}
 
@@ -173,7 +173,7 @@ def workload_logs(
 ) -> Response:
     """The output of one pod (its rank, default 0) of one attempt (default the latest);
     ``follow`` streams until that attempt is over. The answer's ``X-Gpupool-Attempt`` says which."""
-    svc.visible_workload(p, name)
+    name = svc.visible_workload(p, name).name  # the stored key
     logs = _source(svc)
     chosen = _choose(name, logs.attempts(name), attempt, previous)
     _pod(name, chosen, pod)

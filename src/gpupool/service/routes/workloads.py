@@ -24,15 +24,18 @@ from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
 from gpupool.service.routes.base import MAX_ID, Caller, Svc, json_object, principal
 from gpupool.service.routes.paging import Order, make_continue, read_continue
 from gpupool.service.usecases.cancel import cancel_workload
-from gpupool.service.usecases.submit import after, failed, prepare, rate_limit
-from gpupool.store import NotFound, WorkloadRecord
+from gpupool.service.usecases.scoped_names import rescope_if_foreign
+from gpupool.service.usecases.submit import Prepared, after, failed, prepare, rate_limit
+from gpupool.service.workload_names import written_name
+from gpupool.store import Conflict, NotFound, WorkloadRecord
 
 router = APIRouter()
 
 
 def workload_view(rec: WorkloadRecord) -> dict[str, Any]:
     return {
-        "name": rec.name,
+        "name": written_name(rec),
+        "key": rec.name,
         "queue": rec.queue,
         "priorityClass": rec.priority_class,
         "owner": rec.owner,
@@ -90,19 +93,12 @@ async def submit(request: Request) -> Response:
     except Denied as d:
         await run_in_threadpool(svc.store.append_audit, d.entry)
         raise
-    phase = "AwaitingApproval" if prep.approval else "Pending"
-    fut = svc.batcher.submit(
-        prep.body,
-        owner=p.name,
-        phase=phase,
-        audit=prep.audit,
-        resolved_class=prep.model.priority_class or None,
-    )
     try:
-        rec, created = await asyncio.wrap_future(fut)
-    except BaseException:
-        failed(svc, prep)
-        raise
+        rec, created = await _stored(svc, prep, p.name)
+    except Conflict as clash:
+        # the name is taken: stored under the caller's scoped key when its holder is a
+        # workload the caller cannot read (gpupool.service.usecases.scoped_names)
+        prep, rec, created = await _rescoped(svc, p, prep, clash)
     if created and prep.approval:
         rec = await run_in_threadpool(after, svc, prep, rec, created)
     else:
@@ -110,6 +106,46 @@ async def submit(request: Request) -> Response:
     # serialised directly: the view is plain JSON already
     body = json.dumps(workload_view(rec), separators=(",", ":"))
     return Response(body, status_code=201 if created else 200, media_type="application/json")
+
+
+async def _rescoped(
+    svc: Service, p: Principal, prep: Prepared, clash: Conflict
+) -> tuple[Prepared, WorkloadRecord, bool]:
+    """After a Conflict: ``prep`` under the caller's scoped key when the name's holder is
+    unreadable to the caller, else the Conflict again (a readable clash keeps its 409)."""
+    try:
+        again = await run_in_threadpool(rescope_if_foreign, svc, p, prep)
+    except BaseException:
+        failed(svc, prep)
+        raise
+    if again is prep:
+        failed(svc, prep)
+        raise clash
+    try:
+        rec, created = await _stored(svc, again, p.name)
+    except Conflict:
+        failed(svc, again)
+        raise
+    return again, rec, created
+
+
+async def _stored(svc: Service, prep: Prepared, owner: str) -> tuple[WorkloadRecord, bool]:
+    """``prep`` through the group commit; on failure its pending reservation is released,
+    except on a Conflict (the caller may store it under another key)."""
+    fut = svc.batcher.submit(
+        prep.body,
+        owner=owner,
+        phase="AwaitingApproval" if prep.approval else "Pending",
+        audit=prep.audit,
+        resolved_class=prep.model.priority_class or None,
+    )
+    try:
+        return await asyncio.wrap_future(fut)
+    except Conflict:
+        raise
+    except BaseException:
+        failed(svc, prep)
+        raise
 
 
 @router.get("/v1/workloads", tags=["workloads"], **doc(oa.WorkloadList, *AUTH, 422))
@@ -157,7 +193,7 @@ def list_workloads(
 def get_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     """One workload (404 when it is not visible to the caller), with its attempts and failures."""
     rec = svc.visible_workload(p, name)
-    return {**workload_view(rec), **history_view(svc.store.list_events(name))}
+    return {**workload_view(rec), **history_view(svc.store.list_events(rec.name))}
 
 
 def _cancel(name: str, p: Principal, svc: Service) -> dict[str, Any]:
@@ -179,11 +215,11 @@ def delete_workload(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
 @router.get("/v1/workloads/{name}/events", tags=["workloads"], **doc(oa.EventList, *READ, 422))
 def events(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     """The workload's event stream, oldest first."""
-    svc.visible_workload(p, name)
+    rec = svc.visible_workload(p, name)
     return {
         "items": [
             {"type": e.type, "reason": e.reason, "message": e.message, "at": e.at.isoformat()}
-            for e in svc.store.list_events(name)
+            for e in svc.store.list_events(rec.name)
         ]
     }
 
@@ -208,6 +244,6 @@ def explain(name: str, p: Caller, svc: Svc) -> dict[str, Any]:
     if rec.phase == "AwaitingApproval":
         out["approvals"] = [
             {"id": a.id, "state": a.state, "reason": a.reason, "expiresAt": a.expires_at.isoformat()}
-            for a in svc.store.list_approvals(workload=name)
+            for a in svc.store.list_approvals(workload=rec.name)
         ]
     return out

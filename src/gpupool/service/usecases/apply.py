@@ -31,6 +31,7 @@ from gpupool.manifests.convert import (
 from gpupool.service import preview as pv
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError, Denied
+from gpupool.service.usecases.scoped_names import foreign, rescoped
 from gpupool.service.usecases.submit import Prepared, prepare, submit_many
 from gpupool.service.view import ConfigView
 from gpupool.store import WorkloadRecord
@@ -135,7 +136,7 @@ def _check_workloads(
         located.append(d)
     _refuse_denied(svc, denied)
     if not errors:
-        taken = _stored_workloads(svc, [w.model.name for w in preps])
+        preps, taken = _scoped(svc, p, preps)
         for prep, d in zip(preps, located, strict=True):
             clash = _name_clash(taken.get(prep.model.name), p, prep)
             if clash:
@@ -210,6 +211,20 @@ def _stored_workloads(svc: Service, names: list[str]) -> dict[str, WorkloadRecor
     for i in range(0, len(names), NAMES_PER_READ):
         out.update((r.name, r) for r in svc.store.list_workloads(names=names[i : i + NAMES_PER_READ]))
     return out
+
+
+def _scoped(
+    svc: Service, p: Principal, preps: list[Prepared]
+) -> tuple[list[Prepared], dict[str, WorkloadRecord]]:
+    """The set with each workload whose name a workload unreadable to ``p`` holds moved to
+    ``p``'s scoped key (gpupool.service.usecases.scoped_names), and the stored workloads its
+    names then meet: a clash is only ever with a workload ``p`` can read."""
+    taken = _stored_workloads(svc, [w.model.name for w in preps])
+    out = [rescoped(svc, p, w) if foreign(svc, p, taken.get(w.model.name)) else w for w in preps]
+    moved = [w.model.name for w, was in zip(out, preps, strict=True) if w is not was]
+    if moved:
+        taken.update(_stored_workloads(svc, moved))
+    return out, taken
 
 
 def _name_clash(rec: WorkloadRecord | None, p: Principal, prep: Prepared) -> str | None:

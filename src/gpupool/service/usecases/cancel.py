@@ -16,5 +16,5 @@ from gpupool.store import WorkloadRecord
 def cancel_workload(svc: Service, p: Principal, name: str) -> WorkloadRecord:
     """Cancel ``name`` for ``p`` (idempotent: a finished workload is returned as it is)."""
     rec = svc.visible_workload(p, name)
-    svc.check(p, Action.CANCEL, Resource("Workload", name, queue=rec.queue, owner=rec.owner))
-    return svc.controller.cancel(name, p.name)
+    svc.check(p, Action.CANCEL, Resource("Workload", rec.name, queue=rec.queue, owner=rec.owner))
+    return svc.controller.cancel(rec.name, p.name)

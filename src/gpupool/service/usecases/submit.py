@@ -36,6 +36,7 @@ from gpupool.service.core import Service
 from gpupool.service.errors import ApiError, refusal_error
 from gpupool.service.limits import TokenBuckets
 from gpupool.service.view import ConfigView
+from gpupool.service.workload_names import written_name
 from gpupool.store import StoreError, WorkloadRecord
 
 
@@ -170,7 +171,8 @@ def submit_many(svc: Service, p: Principal, preps: Sequence[Prepared]) -> list[d
                 failed(svc, rest)
             raise
         after(svc, prep, rec, created)
-        out.append({"kind": "Workload", "name": rec.name, "result": "created" if created else "unchanged"})
+        result = "created" if created else "unchanged"
+        out.append({"kind": "Workload", "name": written_name(rec), "result": result})
     return out
 
 
