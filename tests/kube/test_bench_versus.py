@@ -268,3 +268,30 @@ def test_case_selection_and_the_json_shape(monkeypatch: pytest.MonkeyPatch) -> N
         assert key in side
     bad = CliRunner().invoke(app, ["bench", "kube", "--versus", "kueue", "--case", "nope"])
     assert bad.exit_code == 2 and "unknown case nope" in bad.output
+
+
+@pytest.mark.realkube
+def test_the_gang_case_on_the_real_cluster_prints_both_rows() -> None:
+    """The smallest gang case end to end on two real clusters (2 nodes: one gang fits, the
+    quota admits more): gpupool admits only what it can place whole; both rows come out."""
+    import os
+
+    from gpupool.kube.realcluster import MissingBinaries, find_binaries
+
+    try:
+        binaries = find_binaries()
+        for name in ("kube-scheduler", "kueue"):
+            if not binaries.path(name).exists():
+                raise MissingBinaries(f"no {name} in {binaries.directory} (run `make kube-bin`)")
+    except MissingBinaries as exc:
+        if os.environ.get("GPUPOOL_REQUIRE_KUBE") == "1":
+            pytest.fail(f"GPUPOOL_REQUIRE_KUBE=1 but Kueue cannot start: {exc}")
+        pytest.skip(f"Kueue beside the real API server: {exc}")
+    r = kueue_versus.run_versus(nodes=2, count=3, cases=["gang"])
+    (case,) = r["cases"]
+    gp, kq = case["sides"]["gpupool"], case["sides"]["kueue"]
+    assert gp["admitted"] == gp["admissible"] == 1 and gp["bound"] == 4
+    assert gp["unbound_pods_of_admitted_jobs"] == 0 and not gp["quota_violations"]
+    assert kq["admitted"] >= 1 and "kueue" in kq["cpu_seconds"]
+    out = format_versus(r)
+    assert "kueue + kube-scheduler" in out and "\n  gpupool " in out
