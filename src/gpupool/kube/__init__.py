@@ -1,16 +1,32 @@
 """The Kubernetes backend: gpupool as the scheduler of the pods it manages.
 
-Map (each module is one idea):
+Map, by part (each module is one idea; tests/test_readme_layout.py checks every module here is
+named, and every name is a module):
 
-- ``inventory``   node objects (+ HAMi's device register) -> gpupool ``Node`` and devices
-- ``workloads``   Jobs, Pods, PyTorchJobs, JobSets, Deployments, StatefulSets -> gpupool Workloads
-- ``annotations`` the placement written on a pod at bind time (gpupool's keys and HAMi's)
-- ``fake``        a Kubernetes API server for tests and demos (``gpupool kube fake``)
-- the runtime (informer cache, binder, evictor, status writer, lease) beside them
-- ``status``    the status writer (pod conditions, Events, Workload mirrors: ``mirror``), from
-  the controller's reasons (``waiting.Waiting``)
-- ``backend``     the ``gpupool.service.backends.Backend`` port over the API; built by
-  ``gpupool.composition.make_backend`` or ``wiring`` (``gpupool serve --backend kubernetes``)
+- translation, pure (objects in, values out): ``workloads`` (Jobs, Pods, PyTorchJobs, JobSets,
+  Deployments, StatefulSets -> gpupool Workloads), ``translate_kinds`` (each kind's pod groups
+  and gang minimum), ``translate_resources`` (pod templates -> resources), ``translate_models``
+  (GPU product names), ``translate_hami`` (HAMi's device register), ``translate_partial``
+  (Kueue's partial admission of Jobs), ``translate_slots`` (which slot a pod fills), ``gangs``,
+  ``schedulers`` (which scheduler an object's pods go to), ``source_keys`` (a pod's top owner),
+  ``outcomes`` (how a run ended), ``annotations`` (what a bind writes on a pod, gpupool's keys
+  and HAMi's), ``kubelet_status``
+- inventory: ``inventory`` (node objects -> ``Node`` and devices), ``nodes`` (rebuilt where
+  something changed), ``accelerators`` (Ascend NPUs, AMD GPUs), ``exclusive`` (no GPU held twice)
+- the runtime: ``client`` (the API connection), ``informer`` (list + watch caches), ``tracker``
+  (indexes over them), ``binder``, ``evictor``, ``lease`` (leader election), ``loop`` (one thread
+  per part)
+- the adapter of the backend port: ``backend`` (``KubernetesBackend``, built by
+  ``gpupool.composition.make_backend`` or ``wiring`` for ``gpupool serve --backend kubernetes``),
+  ``runs`` (``KubeRun``), ``recovery`` (what runs, after a restart), ``elastic``,
+  ``elastic_runs`` and ``shrink`` (elastic serving and shrinking gangs)
+- what flows back to the cluster: ``source`` (kubectl-created workloads become submissions) with
+  ``source_policy``, ``config_source`` (ResourcePool and Queue objects), ``status`` (pod
+  conditions and Events from the controller's reasons), ``waiting``, ``mirror`` (Workload
+  status mirrors)
+- clusters to run against: ``fake`` (a Kubernetes API server for tests and demos, ``gpupool kube
+  fake``), ``nodeagent`` (a kubelet of simulated GPU nodes), ``realcluster`` (a real local control
+  plane) and ``kueue_local`` (kube-scheduler and Kueue beside it)
 
 Why the translation is pure (objects in, values out): the same functions serve the live
 backend, the restart path (rebuild from bound pods) and the tests, with no cluster needed.
