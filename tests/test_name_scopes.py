@@ -118,3 +118,11 @@ def test_both_teams_address_their_own_workload_by_the_one_name(world: tuple[Api,
     # the admin reads both: the name is team B's, team A's is addressed by its key
     assert api.get("/v1/workloads/shared")["owner"] == "dave"
     assert api.get(f"/v1/workloads/{first.json()['key']}")["owner"] == "alice"
+
+
+def test_a_hand_written_name_annotation_does_not_rename_a_workload(world: tuple[Api, dict[str, str]]) -> None:
+    api, tokens = world
+    job = wl("plain", queue="llm-research")
+    job["metadata"]["annotations"] = {"gpupool.io/name": "someone-else"}
+    r = api.req("POST", "/v1/workloads", token=tokens["alice"], json=job)
+    assert r.status_code == 201 and (r.json()["name"], r.json()["key"]) == ("plain", "plain"), r.text

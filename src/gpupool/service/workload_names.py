@@ -22,7 +22,14 @@ def scoped_key(name: str, scope: str) -> str:
 
 
 def written_name(rec: WorkloadRecord) -> str:
-    """The name its submitter wrote (the stored key unless the workload was rescoped)."""
+    """The name its submitter wrote (the stored key unless the workload was rescoped).
+
+    The annotation counts only where the key derives from it: a submitter writing it by hand
+    on a plain name cannot make its workload show another name."""
     ann = (rec.manifest.get("metadata") or {}).get("annotations") or {}
     name = ann.get(NAME_ANNOTATION) if isinstance(ann, dict) else None
-    return name if isinstance(name, str) and name else rec.name
+    if not isinstance(name, str) or not name:
+        return rec.name
+    stem = f"{name[: 252 - _DIGEST]}-"
+    derived = rec.name.startswith(stem) and len(rec.name) == len(stem) + _DIGEST
+    return name if derived else rec.name
