@@ -40,3 +40,24 @@ def test_enough_follows_a_release_on_the_live_state() -> None:
     c = Candidate(r0, PreemptRule.WITHIN_QUEUE, w, "p0", "root")
     eng.ssn.discharge(r0)
     assert s.enough(c) and s.total == 2
+
+
+def test_a_gang_minimum_counts_only_the_pods_it_needs() -> None:
+    eng = engine(1)
+    s = WholeSlots.of(eng.cluster, job("w", "a", 4, replicas=3, gang_min=2), "p0")
+    assert s is not None and (s.n, s.total) == (2, 2)
+    assert s.could_fit_after([])  # two 4-GPU slots are free: nothing need go
+
+
+def test_could_fit_without_frees_each_candidates_devices_but_never_past_a_nodes_size() -> None:
+    eng = engine(1)
+    a = running(job("a", "a", 1), "n0", (0, 1, 2, 3))
+    b = running(job("b", "a", 1), "n0", (0, 1, 2, 3))  # the same four devices, shared
+    eng.add_running(a)
+    w = job("w", "a", 4, replicas=3)
+    s = WholeSlots.of(eng.cluster, w, "p0")
+    assert s is not None and s.total == 1
+    cands = [Candidate(r, PreemptRule.WITHIN_QUEUE, w, "p0", "root") for r in (a, b)]
+    # a and b free 4 + 4 devices on paper, but n0 has 8 in all: two slots, not three
+    assert not s.could_fit_without(cands)
+    assert WholeSlots.of(eng.cluster, job("v", "a", 4, replicas=2), "p0").could_fit_without(cands[:1])  # type: ignore[union-attr]
