@@ -11,6 +11,7 @@ machine. The baseline, run in the same invocation against the same server, is th
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -98,10 +99,33 @@ async def _burst(port: int, token: str, n: int, clients: int, make: Any) -> dict
         "n": n,
         "per_s": n / wall,
         "p50_ms": _pct(lat, 50) * 1e3,
+        "p95_ms": _pct(lat, 95) * 1e3,
         "p99_ms": _pct(lat, 99) * 1e3,
         "max_ms": max(lat) * 1e3,
         "errors": errors,
     }
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the server process used so far: read from /proc, because the
+    figure that explains a latency on a loaded machine is the server's own CPU, not the host's."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(pid: int, fn: Any) -> dict[str, Any]:
+    """Run one burst and add the server's and the client's CPU per request and the load average
+    at start and end beside its latencies (a latency alone means nothing on a shared machine)."""
+    load0, srv0, cli0 = os.getloadavg()[0], _proc_cpu(pid), time.process_time()
+    r: dict[str, Any] = fn()
+    srv, cli = _proc_cpu(pid) - srv0, time.process_time() - cli0
+    r["server_cpu_ms_per_request"] = srv / r["n"] * 1e3
+    r["client_cpu_ms_per_request"] = cli / r["n"] * 1e3
+    r["load_average_start"], r["load_average_end"] = load0, os.getloadavg()[0]
+    return r
 
 
 def _cycles(base: str, token: str) -> tuple[float, float]:
@@ -132,6 +156,12 @@ def _start_server(state: Path, port: int, extra: list[str]) -> subprocess.Popen[
     raise RuntimeError("the server did not become ready within 60 s")
 
 
+def _database(extra: list[str]) -> str:
+    """The database the server ran on, without its credentials."""
+    url = next((b for a, b in itertools.pairwise(extra) if a == "--database-url"), "sqlite (state dir)")
+    return url.split("://")[0] + "://" + url.split("@")[-1].split("://")[-1] if "://" in url else url
+
+
 def run_burst(n: int, clients: int, extra: list[str], backlog: int = 0) -> dict[str, Any]:
     """Baseline (GET /healthz) and submit bursts against one fresh server, after ``backlog``
     submits that stay pending (so every cycle of the measured burst decides over them too)."""
@@ -152,13 +182,20 @@ def run_burst(n: int, clients: int, extra: list[str], backlog: int = 0) -> dict[
                     lambda i: ("POST", "/v1/workloads", _manifest(i, "b" + run), 201),
                 )
             )
-        health = asyncio.run(_burst(port, token, n, clients, lambda i: ("GET", "/healthz", b"", 200)))
+        health = _measured(
+            proc.pid,
+            lambda: asyncio.run(_burst(port, token, n, clients, lambda i: ("GET", "/healthz", b"", 200))),
+        )
         c0, s0 = _cycles(base, token)
-        submit = asyncio.run(
-            _burst(port, token, n, clients, lambda i: ("POST", "/v1/workloads", _manifest(i, run), 201))
+        submit = _measured(
+            proc.pid,
+            lambda: asyncio.run(
+                _burst(port, token, n, clients, lambda i: ("POST", "/v1/workloads", _manifest(i, run), 201))
+            ),
         )
         c1, s1 = _cycles(base, token)
         return {
+            "database": _database(extra),
             "clients": clients,
             "backlog": backlog,
             "baseline_healthz": health,
@@ -185,25 +222,44 @@ def bench_burst_command(
     server_arg: list[str] = typer.Option(
         [], "--server-arg", help="extra argument for gpupool serve (repeat)"
     ),
+    database_url: list[str] = typer.Option(
+        [], "--database-url", help="run once per database (repeat; default: SQLite in the state dir)"
+    ),
     output: str = typer.Option("table", "-o", "--output", help="table or json"),
 ) -> None:
     """Submit p50/p99 of a real server under a burst, against a GET /healthz burst baseline."""
-    r = run_burst(n, clients, server_arg, backlog)
+    urls: list[str | None] = list(database_url) or [None]
+    results = [
+        run_burst(n, clients, [*server_arg, *(["--database-url", u] if u else [])], backlog) for u in urls
+    ]
     if output == "json":
-        sys.stdout.write(json.dumps(r, indent=2) + "\n")
+        sys.stdout.write(json.dumps(results if database_url else results[0], indent=2) + "\n")
         return
-    h, s = r["baseline_healthz"], r["submit"]
-    sys.stdout.write(
-        f"real gpupool serve, {r['clients']} keep-alive clients, {s['n']} requests per burst,"
-        f" {r['backlog']} pending before\n"
-        f"  baseline GET /healthz : {h['per_s']:7.0f}/s  p50 {h['p50_ms']:6.1f} ms  p99 {h['p99_ms']:6.1f} ms"
-        f"  max {h['max_ms']:6.0f} ms\n"
-        f"  POST /v1/workloads    : {s['per_s']:7.0f}/s  p50 {s['p50_ms']:6.1f} ms  p99 {s['p99_ms']:6.1f} ms"
-        f"  max {s['max_ms']:6.0f} ms  errors {s['errors']}\n"
-        f"  scheduling cycles during the burst: {r['cycles_during_burst']:.0f}"
-        f" ({r['cycle_seconds_during_burst']:.2f} s); load average {r['load_average_1m']:.1f}\n"
+    for r in results:
+        sys.stdout.write(format_burst(r))
+
+
+def _line(name: str, b: dict[str, Any]) -> str:
+    return (
+        f"  {name:<21} : {b['per_s']:7.0f}/s  p50 {b['p50_ms']:6.1f}  p95 {b['p95_ms']:6.1f}"
+        f"  p99 {b['p99_ms']:6.1f}  max {b['max_ms']:6.0f} ms  errors {b['errors']}\n"
+        f"  {'':<21}   CPU per request: server {b['server_cpu_ms_per_request']:.2f} ms,"
+        f" client {b['client_cpu_ms_per_request']:.2f} ms; load average"
+        f" {b['load_average_start']:.1f} -> {b['load_average_end']:.1f}\n"
+    )
+
+
+def format_burst(r: dict[str, Any]) -> str:
+    """The table form: latencies with the CPU they cost and the load they were taken under."""
+    return (
+        f"real gpupool serve on {r['database']}, {r['clients']} keep-alive clients,"
+        f" {r['submit']['n']} requests per burst, {r['backlog']} pending before\n"
+        + _line("baseline GET /healthz", r["baseline_healthz"])
+        + _line("POST /v1/workloads", r["submit"])
+        + f"  scheduling cycles during the burst: {r['cycles_during_burst']:.0f}"
+        f" ({r['cycle_seconds_during_burst']:.2f} s); {os.cpu_count()} CPUs\n"
         f"  target p99 < 100 ms: {'met' if r['meets_target'] else 'NOT met'}\n"
     )
 
 
-__all__ = ["bench_burst_command", "run_burst"]
+__all__ = ["bench_burst_command", "format_burst", "run_burst"]
