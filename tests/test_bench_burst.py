@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from gpupool.bench.burst import run_burst
@@ -60,3 +62,19 @@ def test_burst_database_label_drops_credentials() -> None:
 
     assert _database(["--database-url", "postgresql://u:secret@h:5432/d"]) == "postgresql://h:5432/d"
     assert _database([]) == "sqlite (state dir)"
+
+
+def test_burst_issues_its_own_token_on_a_database_that_already_had_one(tmp_path: Path) -> None:
+    """A second run on one PostgreSQL database gets no bootstrap token file: it used to fail."""
+    from gpupool.bench.burst import _token
+    from gpupool.store import Store
+
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    st = Store.open(url)
+    try:
+        assert st.ensure_bootstrap_admin() is not None
+        token = _token(tmp_path, ["--database-url", url])
+        principal = st.authenticate(token)
+        assert principal is not None and principal.role.value == "platform-admin"
+    finally:
+        st.close()

@@ -162,6 +162,23 @@ def _database(extra: list[str]) -> str:
     return url.split("://")[0] + "://" + url.split("@")[-1].split("://")[-1] if "://" in url else url
 
 
+def _token(state: Path, extra: list[str]) -> str:
+    """The server's bootstrap token, or, on a database that already had tokens (a second run on
+    one PostgreSQL database: no bootstrap token is written then), a platform-admin token issued
+    for this run."""
+    path = state / "admin-token"
+    if path.is_file():
+        return path.read_text().strip()
+    from gpupool.store import Store
+
+    url = next(b for a, b in itertools.pairwise(extra) if a == "--database-url")
+    st = Store.open(url)
+    try:
+        return st.create_token(f"bench-burst-{os.urandom(3).hex()}", "platform-admin").token
+    finally:
+        st.close()
+
+
 def run_burst(n: int, clients: int, extra: list[str], backlog: int = 0) -> dict[str, Any]:
     """Baseline (GET /healthz) and submit bursts against one fresh server, after ``backlog``
     submits that stay pending (so every cycle of the measured burst decides over them too)."""
@@ -169,7 +186,7 @@ def run_burst(n: int, clients: int, extra: list[str], backlog: int = 0) -> dict[
     port = _free_port()
     proc = _start_server(state, port, extra)
     try:
-        token = (state / "admin-token").read_text().strip()
+        token = _token(state, extra)
         base = f"http://127.0.0.1:{port}"
         run = os.urandom(3).hex()
         if backlog:
