@@ -132,6 +132,15 @@ def check_expectations(n: int, exp: dict[str, Any], d: Decisions, snap: Snapshot
         assert by == props["by"], f"{where}: {name} shrunk for {by}"
         assert str(sh.rule) == props["rule"], f"{where}: {name} rule {sh.rule}"
         assert sh.replicas == props["replicas"], f"{where}: {name} keeps {sh.replicas} pods"
+    moved = {m.workload: m for m in d.moved}
+    if "moved" in exp:
+        want_mv = exp["moved"] or {}
+        assert set(moved) == set(want_mv), f"{where}: moved {sorted(moved)}, expected {sorted(want_mv)}"
+        for name, props in want_mv.items():
+            m = moved[name]
+            assert m.for_workload == props["for"], f"{where}: {name} moved for {m.for_workload}"
+            if "reason" in props:
+                assert props["reason"] in m.reason, f"{where}: {name} reason {m.reason!r}"
     for name, props in exp.get("pending", {}).items():
         assert name in pending, f"{where}: {name} not pending (admitted={name in admitted})"
         props = props or {}

@@ -200,6 +200,19 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class Consolidation:
+    """A pool's consolidation setting (KAI's consolidation action, ``engine/consolidation.py``):
+    move preemptible running work elsewhere at once so a blocked workload can start."""
+
+    enabled: bool = False
+    #: moves the engine may decide in this pool per cycle
+    max_moves_per_cycle: int = 1
+    #: a workload is not moved until it has run this long since it (re)started; None: a tenth
+    #: of its declared duration (no declared duration: no cooldown)
+    cooldown_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ResourcePool:
     """A service-catalog entry (资源池): which nodes, who may be preempted, what it costs."""
 
@@ -217,6 +230,8 @@ class ResourcePool:
     accelerators: tuple[str, ...] = ()
     #: the task types (``Workload.type``) it takes; empty: every type (``spec.allowedTaskTypes``)
     allowed_types: tuple[str, ...] = ()
+    #: consolidation (``spec.consolidation``); None: off
+    consolidation: Consolidation | None = None
 
     def takes_type(self, wtype: str) -> bool:
         """A workload of type ``wtype`` may run here (an inference pool may refuse notebooks)."""

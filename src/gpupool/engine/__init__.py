@@ -43,6 +43,13 @@ def apply_decisions(snapshot: Snapshot, decisions: Decisions, now: float | None 
     gone = {s.workload: set(s.pods) for s in decisions.shrinks()}
     admitted = {a.workload: a for a in decisions.admitted}
     running = [_without(r, gone.get(r.name)) for r in snapshot.running if r.name not in victims]
+    moved = {m.workload: m for m in decisions.moved}  # consolidation: restarted where reserved
+    running = [
+        Running(r.workload, replace(r.admission, pods=moved[r.name].pods, admitted_at=t))
+        if r.name in moved
+        else r
+        for r in running
+    ]
     pending = []
     for w in snapshot.pending:
         a = admitted.get(w.name)

@@ -26,6 +26,7 @@ from typing import Any
 
 from gpupool.engine import over_quota
 from gpupool.engine.attempt import Attempt
+from gpupool.engine.consolidation import ConsolidatingPreemptor, Consolidator
 from gpupool.engine.decay import set_decayed_usage
 from gpupool.engine.decisions import Decisions
 from gpupool.engine.facts import WorkloadFacts
@@ -77,7 +78,8 @@ class Engine:
         self.shares = MemoryShares(ssn.cluster.nodes)  # KAI's gpu-memory-only requests
         self.mix = ShapeMix(snapshot, ssn.placer)
         self.rounds = BorrowRounds(ssn.quota, ssn.pools)
-        self.preemptor = Preemptor(ssn, CandidateFinder(ssn))
+        self.consolidator = Consolidator(ssn)  # KAI's consolidation (off unless a pool sets it)
+        self.preemptor: Preemptor = ConsolidatingPreemptor(ssn, CandidateFinder(ssn), self.consolidator)
         self.partial = PartialAdmitter(ssn, self.preemptor)
         self.hints = BlockedHints(ssn, self.facts)
         self.attempt = Attempt(ssn, self.facts, self.rounds, self.preemptor, self.partial)
@@ -141,6 +143,10 @@ class Engine:
             self.remove_running(v)
         for sh in decisions.shrinks():
             self.shrink_running(sh.workload, sh.pods)
+        for m in decisions.moved:  # stopped, and restarted at once where the move reserved
+            old = self.remove_running(m.workload)
+            if old is not None:
+                self.add_running(Running(old.workload, replace(old.admission, pods=m.pods, admitted_at=now)))
         out = []
         for a in decisions.admitted:
             w = self.shares.resolve(by_name[a.workload])  # the request it was placed as

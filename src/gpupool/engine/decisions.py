@@ -78,6 +78,21 @@ class Preempt:
 
 
 @dataclass(frozen=True, slots=True)
+class Move:
+    """A running preemptible workload moved so that ``for_workload`` can start (KAI's
+    consolidation, ``engine/consolidation.py``): it is stopped on ``from_nodes`` and restarts at
+    once on ``pods`` (reserved for it: nothing else was placed there), losing its progress."""
+
+    workload: str
+    queue: str
+    pool: str
+    from_nodes: tuple[str, ...]
+    pods: tuple[PodPlacement, ...]
+    for_workload: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     workload: str
     queue: str
@@ -90,6 +105,8 @@ class Decisions:
     admitted: list[Admit] = field(default_factory=list)
     preempted: list[Preempt] = field(default_factory=list)
     pending: list[Pending] = field(default_factory=list)
+    #: running work moved elsewhere so a blocked workload starts (consolidation)
+    moved: list[Move] = field(default_factory=list)
     #: Workloads looked at in this cycle (for throughput figures).
     considered: int = 0
     #: Workloads passed as ``blocked`` that the cycle skipped (no pending entry for them).
@@ -120,5 +137,6 @@ class Decisions:
             "victims": len(self.victims()),
             "shrinks": len(self.shrinks()),
             "pending": len(self.pending),
+            "moves": len(self.moved),
             "considered": self.considered,
         }

@@ -27,7 +27,16 @@ from gpupool.manifests.base import (
 )
 from gpupool.manifests.limits import MAX_CLUSTER_NODES
 from gpupool.manifests.task_types import TaskTypeSpec
-from gpupool.model import ACCELERATORS, GPU, Node, PlacementPolicy, ResourcePool, Taint, WorkloadType
+from gpupool.model import (
+    ACCELERATORS,
+    GPU,
+    Consolidation,
+    Node,
+    PlacementPolicy,
+    ResourcePool,
+    Taint,
+    WorkloadType,
+)
 
 
 class TaintSpec(StrictModel):
@@ -105,6 +114,25 @@ class ClusterSpec(StrictModel):
         return self
 
 
+class ConsolidationSpec(StrictModel):
+    """``spec.consolidation``: move preemptible work so a blocked workload can start (KAI)."""
+
+    enabled: bool = False
+    maxMovesPerCycle: int = Field(default=1, ge=1, le=64)
+    #: a duration (``10m``); unset: a tenth of the moved workload's declared duration
+    cooldown: str | int | None = None
+
+    @field_validator("cooldown")
+    @classmethod
+    def _duration(cls, v: str | int | None) -> str | int | None:
+        if v is not None:
+            try:
+                qty.parse_duration(v)
+            except qty.QuantityError as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+
 class PoolSpec(StrictModel):
     description: str = ""
     nodeSelector: dict[str, str] = Field(default_factory=dict)
@@ -119,6 +147,7 @@ class PoolSpec(StrictModel):
     environment: str = ""
     #: the task types the pool takes (spec.type of a workload); empty: every type
     allowedTaskTypes: list[WorkloadType] = Field(default_factory=list, max_length=16)
+    consolidation: ConsolidationSpec | None = None
 
     @field_validator("accelerators")
     @classmethod
@@ -299,4 +328,13 @@ def build_pool(doc: Document) -> ResourcePool:
         s.environment,
         accelerators=tuple(s.accelerators),
         allowed_types=tuple(str(t) for t in s.allowedTaskTypes),
+        consolidation=_consolidation(s.consolidation),
     )
+
+
+def _consolidation(c: ConsolidationSpec | None) -> Consolidation | None:
+    """The model setting of ``spec.consolidation`` (its cooldown was checked by the spec)."""
+    if c is None:
+        return None
+    cool = None if c.cooldown is None else qty.parse_duration(c.cooldown)
+    return Consolidation(c.enabled, c.maxMovesPerCycle, cool)

@@ -69,6 +69,10 @@ class RunResult:
     #: the resource the allocation, usage and loss figures count: GPUs, or CPU on a cluster
     #: without GPUs (the ``gpu_*`` names of those figures then mean CPUs)
     resource: str = "nvidia.com/gpu"
+    #: consolidation moves, and the GPU-seconds of work they threw away (also in each job's
+    #: ``lost_gpu_s``)
+    moves: int = 0
+    moved_gpu_s_lost: float = 0.0
 
 
 class Series:

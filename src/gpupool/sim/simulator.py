@@ -47,6 +47,7 @@ from gpupool.sim.events import (
     clean_time,
 )
 from gpupool.sim.feasibility import Feasibility
+from gpupool.sim.moves import apply_moves
 from gpupool.sim.pending import PendingSet
 from gpupool.sim.results import Event, JobRecord, RunResult, Series
 from gpupool.sim.scenario import Faults, Scenario, Variant, fifo_queues
@@ -228,6 +229,7 @@ class Simulation:
         self.violations: list[str] = []
         self.preemptions = self.cycles = 0
         self.shrunk: dict[str, float] = {}  # units a running job lost to shrinks (sim/shrinks.py)
+        self.moves, self.moved_lost_gpu_s = 0, 0.0  # consolidation (sim/moves.py)
         self.now = 0.0
         self.done_arrivals = 0
         self.dirty = True  # something freed capacity, or the last cycle changed the running set
@@ -336,6 +338,7 @@ class Simulation:
                 )
             victims = self._preempt(d, t)
             apply_shrinks(self, d, t)
+            apply_moves(self, d, t)
             admitted = self.eng.apply(d, passed, t)
             for v in victims:
                 if self.jobs[v].status == "pending":
@@ -469,6 +472,8 @@ class Simulation:
             queue_guarantee_milli=self._guarantees(),
             events=sorted(self.events, key=lambda e: (e.time, e.kind, e.subject)),
             preemptions=self.preemptions,
+            moves=self.moves,
+            moved_gpu_s_lost=self.moved_lost_gpu_s,
             cycles=self.cycles,
             engine_calls=self.planner.engine_calls,
             violations=self.violations,
