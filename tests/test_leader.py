@@ -198,6 +198,22 @@ def test_guarded_backend_refuses_to_act_without_the_lease() -> None:
     assert g.runs() == {} and g.health().ok and g.name == "virtual"  # reads still pass
 
 
+def test_guarded_backend_refuses_a_shrink_without_the_lease() -> None:
+    """A deposed leader must not take pods from an elastic gang either: ``shrink`` reached the
+    inner backend unchecked through the wrapper's attribute pass-through."""
+    be = VirtualBackend(None)
+    calls: list[str] = []
+    be.shrink = lambda name, placement, message: calls.append(name)  # type: ignore[method-assign]
+    leading = {"v": False}
+    g = GuardedBackend(be, lambda: leading["v"])
+    with pytest.raises(NotLeader):
+        g.shrink("gang", None, "reclaim")
+    assert calls == []
+    leading["v"] = True
+    g.shrink("gang", None, "reclaim")
+    assert calls == ["gang"]
+
+
 def test_a_refused_start_fails_no_workload_when_deposed(tmp_path: Path, db_url: str) -> None:
     """The backend guard refusing a start (lease past its local deadline) is not the workload's
     fault: it stays Admitted for the next leader's recovery, it is not marked Failed."""

@@ -113,7 +113,8 @@ class GuardedBackend:
 
     Why: the store's fence stops a deposed leader's writes, but the cluster is outside the
     store; a leader resumed after a pause must not start, stop or poll runs either.
-    Reads (``runs``, ``health``) and ``set_nodes`` pass; other attributes are the inner backend's.
+    Reads (``runs``, ``health``) and ``set_nodes`` pass; ``shrink`` is checked like ``stop``; other
+    attributes (the optional read-only capabilities) are the inner backend's.
     """
 
     def __init__(self, inner: Backend, may_act: Callable[[], bool]) -> None:
@@ -143,6 +144,11 @@ class GuardedBackend:
     def forget(self, names: Sequence[str]) -> None:
         self._check()
         self.inner.forget(names)
+
+    def shrink(self, name: str, placement: Any, message: str = "") -> None:
+        """An elastic gang losing pods acts on the cluster like a stop: only the leader may."""
+        self._check()
+        self.inner.shrink(name, placement, message)  # type: ignore[attr-defined]
 
     def runs(self) -> dict[str, RunState]:
         return self.inner.runs()
