@@ -211,6 +211,19 @@ def unexpressible(scn: Scenario) -> str:
     return ""
 
 
+def not_carried_out(path: Path) -> str:
+    """Why the Kubernetes backend cannot carry the scenario out yet ('' when it can): a pool
+    with consolidation on decides Moves (engine/consolidation.py), which the controller and the
+    Kubernetes backend do not apply yet (docs/engine.md, KAI: an eviction plus a reserved
+    re-bind); the simulator and the engine's own scenario run check those decisions."""
+    data = yaml.safe_load(path.read_text())
+    for doc in yaml.safe_load_all(data.get("manifests", "")):
+        spec = (doc or {}).get("spec") or {}
+        if doc and doc.get("kind") == "ResourcePool" and (spec.get("consolidation") or {}).get("enabled"):
+            return f"pool {doc['metadata']['name']}: a consolidation Move"
+    return ""
+
+
 # --------------------------------------------------------------------- the two controllers
 class Recording(Controller):
     """The controller, recording each cycle's decisions; its engine runs with the scenario's
@@ -550,6 +563,9 @@ def test_the_kubernetes_backend_decides_as_the_virtual_one(
     why = unexpressible(scn)
     if why:
         pytest.skip(f"{scn.name}: a Kubernetes object cannot express {why}")
+    gap = not_carried_out(path)
+    if gap:
+        pytest.skip(f"{scn.name}: the Kubernetes backend does not carry out {gap} yet")
     virtual, nodes = run_virtual(scn, tmp_path)
     check_scenario(scn, virtual)
     kube = run_kube(scn, fake_server, tmp_path, nodes)
