@@ -21,6 +21,7 @@ import yaml
 from alembic import command
 from alembic.config import Config
 
+from gpupool.service.backends import RunSpec
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.leader import GuardedBackend, LeaderElector, LeaseSettings, dead_here, holder_id
@@ -212,6 +213,22 @@ def test_guarded_backend_refuses_a_shrink_without_the_lease() -> None:
     leading["v"] = True
     g.shrink("gang", None, "reclaim")
     assert calls == ["gang"]
+
+
+def test_guarded_backend_refuses_a_move_without_the_lease() -> None:
+    """A deposed leader must not move work either (a consolidation move stops pods and starts
+    them elsewhere): ``move`` reached the inner backend unchecked through the pass-through."""
+    be = VirtualBackend(None)
+    calls: list[str] = []
+    be.move = lambda run, message: calls.append(run.name) or True  # type: ignore[method-assign]
+    leading = {"v": False}
+    g = GuardedBackend(be, lambda: leading["v"])
+    with pytest.raises(NotLeader):
+        g.move(RunSpec("moved", {}), "consolidation")
+    assert calls == []
+    leading["v"] = True
+    assert g.move(RunSpec("moved", {}), "consolidation") is True
+    assert calls == ["moved"]
 
 
 def test_a_refused_start_fails_no_workload_when_deposed(tmp_path: Path, db_url: str) -> None:

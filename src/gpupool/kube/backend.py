@@ -56,7 +56,8 @@ class KubernetesBackend(ElasticRuns):
     """The Backend protocol over the Kubernetes API (see the module docstring)."""
 
     name = "kubernetes"
-    capabilities = frozenset(Capability) - {Capability.BIND, Capability.RUN_LOGS}
+    #: no MOVE yet: consolidation is not planned for this backend (controller/moves.py, issue 27)
+    capabilities = frozenset(Capability) - {Capability.BIND, Capability.RUN_LOGS, Capability.MOVE}
 
     def __init__(
         self,

@@ -113,8 +113,8 @@ class GuardedBackend:
 
     Why: the store's fence stops a deposed leader's writes, but the cluster is outside the
     store; a leader resumed after a pause must not start, stop or poll runs either.
-    Reads (``runs``, ``health``) and ``set_nodes`` pass; ``shrink`` is checked like ``stop``; other
-    attributes (the optional read-only capabilities) are the inner backend's.
+    Reads (``runs``, ``health``) and ``set_nodes`` pass; ``shrink`` and ``move`` are checked like
+    ``stop``; other attributes (the optional read-only capabilities) are the inner backend's.
     """
 
     def __init__(self, inner: Backend, may_act: Callable[[], bool]) -> None:
@@ -149,6 +149,11 @@ class GuardedBackend:
         """An elastic gang losing pods acts on the cluster like a stop: only the leader may."""
         self._check()
         self.inner.shrink(name, placement, message)  # type: ignore[attr-defined]
+
+    def move(self, run: RunSpec, message: str = "") -> bool:
+        """A consolidation move stops pods and starts them elsewhere: only the leader may."""
+        self._check()
+        return bool(self.inner.move(run, message))  # type: ignore[attr-defined]
 
     def runs(self) -> dict[str, RunState]:
         return self.inner.runs()

@@ -113,6 +113,10 @@ class Capability(StrEnum):
     OVERBOOKED = "overbooked"
     #: ``shrink(name, placement, message)``: an elastic gang keeps only the pods of ``placement``
     SHRINK = "shrink"
+    #: ``move(run, message) -> bool``: a running workload is stopped and restarted at once on
+    #: ``run.placement`` (consolidation's ``Move``: reserved for it); False when it cannot be
+    #: moved here. A backend without it gets no consolidation planned (controller/moves.py)
+    MOVE = "move"
     #: ``next_finish() -> float | None``: when the next run ends, so the loop wakes then
     NEXT_FINISH = "next_finish"
     #: ``reload()``: read the backend's persisted state again (a standby becoming leader)

@@ -43,6 +43,7 @@ class VirtualBackend:
         {
             Capability.RELOAD,
             Capability.SHRINK,
+            Capability.MOVE,
             Capability.NEXT_FINISH,
             Capability.DOWN_NODES,
             Capability.RUN_LOGS,
@@ -223,6 +224,44 @@ class VirtualBackend:
                 return
             r["placement"] = dict(placement)
             self._save()
+
+    def move(self, spec: RunSpec, message: str = "") -> bool:
+        """A consolidation move (the engine's ``Move``): the run stops where it is and restarts
+        at once on ``spec.placement``, from the beginning (a new start: its progress is lost).
+        Idempotent: a run already on that admission, or unknown or finished, is left alone. A
+        device of the new placement held by another run is refused (``BackendError``)."""
+        with self._lock:
+            r = self._runs.get(spec.name)
+            if r is None or r.get("finished"):
+                return True
+            if r["placement"].get("admittedAt") == spec.placement.get("admittedAt"):
+                return True
+            use = self._device_use()
+            for p in r["placement"].get("pods", ()):
+                for d in p.get("devices", ()):
+                    use[(p["node"], d)] -= int(p.get("gpuMilli", 1000))
+            bad = [
+                f"device {p['node']}/{d} is already fully allocated"
+                for p in spec.placement.get("pods", ())
+                for d in p.get("devices", ())
+                if use[(p["node"], d)] + int(p.get("gpuMilli", 1000)) > 1000
+            ]
+            if bad:
+                msg = f"{spec.name}: cannot move: " + "; ".join(bad)
+                self.violations.append(msg)
+                self._save()
+                raise BackendError(msg)
+            self.starts[spec.name] = self.starts.get(spec.name, 0) + 1
+            for k in ("fail_at_s", "exit_code", "fail_reason"):  # drawn again for the new start
+                r.pop(k, None)
+            r.update(
+                placement=dict(spec.placement),
+                started_at=self.clock(),
+                duration_s=spec.duration_s,
+                **self._planned_failure(spec),
+            )
+            self._save()
+        return True
 
     def _ends_at(self, r: dict[str, Any]) -> float | None:
         d = r.get("duration_s")

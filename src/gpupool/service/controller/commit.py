@@ -19,6 +19,7 @@ from gpupool.model import Running, Workload
 from gpupool.service.admission import is_exception
 from gpupool.service.backends import BackendError, RunSpec, pod_commands
 from gpupool.service.controller.context import SCHEDULER, Context, CycleStats, _dt, _Queued
+from gpupool.service.controller.moves import move_in_backend, move_records
 from gpupool.service.controller.pending import PendingSet
 from gpupool.service.controller.shrinks import shrink_in_backend, shrink_records
 from gpupool.store import NotLeader, PhaseChange, WorkloadRecord
@@ -38,9 +39,9 @@ class Commit:
 
     def commit(self, d: Decisions, models: Iterable[Workload], now: float, stats: CycleStats) -> None:
         """Carry a cycle's decisions out, write-ahead: (1) the decisions are durable before
-        anything changes in the backend, (2) victims are stopped, and elastic gangs shrunk
-        (``shrinks``), before the admitted start, so they never overlap, (3) the victims are
-        requeued as pending work."""
+        anything changes in the backend, (2) victims are stopped, elastic gangs shrunk
+        (``shrinks``) and moved work restarted where the engine reserved it (``moves``), before
+        the admitted start, so they never overlap, (3) the victims are requeued as pending work."""
         ctx = self.ctx
         by_name = {w.name: w for w in models}
         for p in d.pending:
@@ -49,11 +50,13 @@ class Commit:
             return
         changes, audits, victims = self._preemption_records(d)
         pod_events, shrunk = shrink_records(ctx, d, changes, audits)  # elastic gangs lose pods
+        move_events, moved = move_records(ctx, d, now, changes, audits)  # consolidation
         waited = self.waited_for(d, self.pending.reasons, self.pending.stored_reasons)
         placements = self.admission_records(d, now, changes, audits, waited)
-        ctx.store.apply_transitions(changes, audit=audits, at=_dt(now), events=pod_events)
+        ctx.store.apply_transitions(changes, audit=audits, at=_dt(now), events=pod_events + move_events)
         ctx.engine.apply(d, by_name.values(), now)
         victims.update(shrink_in_backend(ctx, shrunk, ctx.engine.running))
+        victims.update(move_in_backend(ctx, moved))  # restarted where reserved, before the admitted
         if victims:
             ctx.backend.stop(list(victims))
             stats.preempted += len(victims)

@@ -22,6 +22,7 @@ from gpupool.service import failures as flt
 from gpupool.service import usage_decay
 from gpupool.service.backends import Capability, capability
 from gpupool.service.controller.context import Context
+from gpupool.service.controller.moves import plannable_pools
 from gpupool.service.controller.pending import PendingSet
 from gpupool.service.view import ConfigLookups, tree_of
 
@@ -48,6 +49,8 @@ class Configuration(ConfigLookups):
         self.usage_decay: DecayedUsage | None = None
         #: the backend's observed nodes changed since the engine was built (``nodes_changed``)
         self._nodes_dirty = False
+        #: pools whose consolidation is off because the backend cannot move work: pool -> why
+        self.consolidation_off: dict[str, str] = {}
 
     @property
     def engine(self) -> Engine:  # the context's (ConfigLookups reads it)
@@ -130,9 +133,14 @@ class Configuration(ConfigLookups):
     def snapshot(
         self, bundle: Bundle, running: Sequence[Running], queues: Sequence[Queue] | None = None
     ) -> Snapshot:
+        pools, off = plannable_pools(bundle.pools, self.ctx.backend)  # no Move it cannot carry out
+        if off != self.consolidation_off:
+            for why in (f"pool {p}: {w}" for p, w in off.items() if p not in self.consolidation_off):
+                log.warning("%s", why)
+            self.consolidation_off = off
         return Snapshot(
             flt.effective_nodes(bundle.nodes, self.ctx.faults.down),
-            tuple(bundle.pools),
+            tuple(pools),
             tuple(queues if queues is not None else bundle.queues),
             tuple(bundle.priority_classes),
             running=tuple(running),
