@@ -194,10 +194,12 @@ def test_waiting_pods_carry_explains_reason_and_position_admitted_gets_an_event(
             return waiting[-2:]
 
         waiting = wait_for(settled, 60, "two waiting workloads, the queue settled")
-        got = waiting_reasons(svc.controller, [*waiting, "not-kube"])
+        with svc.controller.lock:  # both reads see one queue: no cycle runs between them
+            got = waiting_reasons(svc.controller, [*waiting, "not-kube"])
+            explained = {n: svc.controller.explain(svc.store.get_workload(n)) for n in got}
         assert set(got) == set(waiting)
         for name, w in got.items():
-            ex = svc.controller.explain(svc.store.get_workload(name))
+            ex = explained[name]
             assert (w.code, w.reason, w.position, w.length) == (
                 ex["code"],
                 ex["reason"],
