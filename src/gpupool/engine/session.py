@@ -88,12 +88,20 @@ class Session:
 
     def discharge(self, r: Running) -> None:
         """``r`` no longer runs: the exact reverse of ``charge``."""
+        self.free_for_trial(r)
+        self.runs.set(r.name, None)
+
+    def free_for_trial(self, r: Running) -> None:
+        """``r``'s devices and quota are freed for a trial that reads only cluster and quota
+        (a placement and a quota check, then a rollback): ``discharge`` without the running
+        set, whose indexes cost as much again to update and to undo. Why: the wait check
+        (``victim_cost``) frees every workload about to end before one trial, dozens each time
+        on long-running traces."""
         for p in r.admission.pods:
             if p.node in self.cluster.index:
                 self.cluster.release_pod(p)
         if r.workload.queue in self.quota.queues and r.admission.pool in self.pools:
             self.quota.remove(r.workload.queue, r.admission.pool, r.admission.quota_vec())
-        self.runs.set(r.name, None)
 
     def discharge_part(self, part: Running) -> None:
         """Some pods of a running workload (``part``) no longer run; it keeps the others (an

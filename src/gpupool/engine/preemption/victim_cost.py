@@ -177,7 +177,7 @@ def _room_after_ending(
     cp = stmt.checkpoint()
     try:
         for r in ending:
-            ssn.discharge(r)
+            ssn.free_for_trial(r)  # the trial reads cluster and quota only
         return fits_now(w, pool, vec)
     finally:
         stmt.rollback(cp)
