@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpupool.kube import elastic, inventory, translate_partial, workloads
+from gpupool.kube import elastic, inventory, workloads
 from gpupool.kube.binder import Binder, BindJob, BindResult
 from gpupool.kube.client import KubeApi
 from gpupool.kube.elastic_runs import ElasticRuns
@@ -46,6 +46,7 @@ from gpupool.kube.outcomes import (
 from gpupool.kube.recovery import adopted_runs, merge_adopted, submit_refusal
 from gpupool.kube.runs import KubeRun
 from gpupool.kube.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
+from gpupool.kube.translate import partial as translate_partial
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
 
