@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpupool.kube.evictor import ADMISSION
 from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.runtime.evictor import ADMISSION
 from gpupool.kube.translate import partial as tp
 from gpupool.service.backends import RunSpec
 from tests.kube.test_backend import NODE0, NODE1, Cluster, bound, known, placement, pods_of, wait_for

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from gpupool.kube.backend import KubernetesBackend
-from gpupool.kube.evictor import ADMISSION
 from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.runtime.evictor import ADMISSION
 from gpupool.kube.source import INVALID
 from gpupool.kube.translate import partial as tp
 from gpupool.kube.workloads import KubeWorkloadError, workload_from_object

@@ -12,9 +12,9 @@ named, and every name is a module):
   and HAMi's), ``kubelet_status``
 - inventory: ``inventory`` (node objects -> ``Node`` and devices), ``nodes`` (rebuilt where
   something changed), ``accelerators`` (Ascend NPUs, AMD GPUs), ``exclusive`` (no GPU held twice)
-- the runtime: ``client`` (the API connection), ``informer`` (list + watch caches), ``tracker``
-  (indexes over them), ``binder``, ``evictor``, ``lease`` (leader election), ``loop`` (one thread
-  per part)
+- the connection: ``client`` (the API connection, shared with the install and the CLI)
+- the runtime: ``runtime`` (what runs against the cluster, one part a module: list + watch caches,
+  the indexes over them, the binder, the evictor, leader election, the thread each part loops on)
 - the adapter of the backend port: ``backend`` (``KubernetesBackend``, built by
   ``gpupool.composition.make_backend`` or ``wiring`` for ``gpupool serve --backend kubernetes``),
   ``runs`` (``KubeRun``), ``recovery`` (what runs, after a restart), ``elastic``,

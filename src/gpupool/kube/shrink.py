@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube.evictor import ADMISSION, Evictor, read_admission
 from gpupool.kube.gangs import live
-from gpupool.kube.tracker import node_of
+from gpupool.kube.runtime.evictor import ADMISSION, Evictor, read_admission
+from gpupool.kube.runtime.tracker import node_of
 from gpupool.kube.translate import partial
 
 if TYPE_CHECKING:
