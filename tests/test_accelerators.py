@@ -13,7 +13,7 @@ from gpupool import quantity as qty
 from gpupool.engine import Admit, decide
 from gpupool.engine.invariants import check_state
 from gpupool.kube.inventory import node_inventory
-from gpupool.kube.translate_resources import KubeWorkloadError, template_resources
+from gpupool.kube.translate.resources import KubeWorkloadError, template_resources
 from gpupool.manifests import (
     Bundle,
     ManifestError,

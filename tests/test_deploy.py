@@ -657,8 +657,8 @@ def test_jobs_and_shares_through_the_webhook_run_on_the_fake_cluster(fake_api: A
         proc.wait(30)
 
 
-#: the writes the Kubernetes backend makes (read from gpupool.kube.binder, evictor, status, lease,
-#: mirror, config_source)
+#: the writes the Kubernetes backend makes (read from gpupool.kube.runtime's binder, evictor and
+#: lease, and gpupool.kube's status, mirror and config_source)
 BACKEND_WRITES = (
     ("", "nodes", "patch"),  # binder: HAMi's node lock
     ("", "pods/binding", "create"),  # binder
@@ -692,7 +692,7 @@ def _granted(rules: Any) -> set[tuple[str, str, str]]:
 
 def test_the_scheduler_may_do_what_the_backend_does() -> None:
     from gpupool.kube.client import RESOURCES
-    from gpupool.kube.informer import WATCHED
+    from gpupool.kube.runtime.informer import WATCHED
 
     granted = _granted(SCHEDULER_RULES)
     from gpupool.kube.config_source import KINDS as CONFIG_KINDS

@@ -14,9 +14,10 @@ from gpupool.manifests.convert import workload_model
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller, Hooks
-from gpupool.service.failures import DEFAULT_POLICIES, FaultState, RetryPolicy, history_view, policy_for
+from gpupool.service.failures.policy import DEFAULT_POLICIES, FaultState, RetryPolicy, policy_for
 from gpupool.service.metrics import Metrics
 from gpupool.store import Store
+from gpupool.store.failure_events import history_view
 from tests.test_service_support import db_url, wl
 
 __all__ = ["db_url"]
@@ -225,12 +226,13 @@ def _record(name: str) -> Any:
 def test_a_gang_the_kubernetes_backend_could_not_bind_is_requeued_without_spending_a_retry() -> None:
     """BindFailed (and a kubelet's UnexpectedAdmissionError) happen before any of the job's code
     runs: with maxRetries 0 the workload is requeued at once, not failed."""
-    from gpupool.service import failures as flt
+    from gpupool.service.failures.policy import Fault
+    from gpupool.service.failures.record import _outcome
 
     pol = RetryPolicy(max_retries=0, backoff_s=10.0, max_backoff_s=60.0)
     for code in ("BindFailed", "UnexpectedAdmissionError"):
-        out = flt._outcome(_record("w"), flt.Fault(code, "binds refused"), pol, [], 100.0)
+        out = _outcome(_record("w"), Fault(code, "binds refused"), pol, [], 100.0)
         assert out.change.phase == "Pending", code
         assert "not counted against maxRetries" in out.change.reason
-    job_fault = flt._outcome(_record("w"), flt.Fault("Error", "exit 1", 1), pol, [], 100.0)
+    job_fault = _outcome(_record("w"), Fault("Error", "exit 1", 1), pol, [], 100.0)
     assert job_fault.change.phase == "Failed"

@@ -12,7 +12,7 @@ from gpupool import quantity as qty
 from gpupool.engine import Engine
 from gpupool.manifests import ManifestError, parse_documents
 from gpupool.model import PodGroup, PodRequest, Workload
-from gpupool.service.isolation import find_culprits
+from gpupool.service.failures.culprits import find_culprits
 from tests.test_service_support import Api, db_url, running_app, wait_for, wl
 
 __all__ = ["db_url"]

@@ -19,7 +19,7 @@ from gpupool.audit import AuditEntry
 from gpupool.manifests.convert import workload_model
 from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.controller import Controller
-from gpupool.service.failures import UNHEALTHY_ANNOTATION
+from gpupool.service.failures.policy import UNHEALTHY_ANNOTATION
 from gpupool.store import Store
 from tests.test_failures import Clock
 from tests.test_service_support import db_url, device_overcommit, running_app, wl

@@ -19,7 +19,7 @@ from gpupool.manifests.task_types import FIELDS, packaged_task_types
 from gpupool.model import Snapshot, WorkloadType
 from gpupool.service import task_types
 from gpupool.service.config import EXAMPLES
-from gpupool.service.failure_policy import FaultState, policy_for
+from gpupool.service.failures.policy import FaultState, policy_for
 from tests.test_service_support import in_process_controller, submit_to
 
 CLUSTER = """

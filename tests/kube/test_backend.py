@@ -12,10 +12,10 @@ import pytest
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube.backend import KubernetesBackend
 from gpupool.kube.client import KubeApi, make_client
-from gpupool.kube.evictor import ADMISSION
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.faults import FaultConfig
-from gpupool.kube.informer import Informers
+from gpupool.kube.runtime.evictor import ADMISSION
+from gpupool.kube.runtime.informer import Informers
 from gpupool.service.backends import BackendError, RunSpec
 from tests.test_service_support import wait_for as support_wait_for
 

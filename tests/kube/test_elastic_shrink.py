@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpupool.kube import translate_partial as tp
-from gpupool.kube.evictor import ADMISSION
 from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.runtime.evictor import ADMISSION
+from gpupool.kube.translate import partial as tp
 from gpupool.service.backends import RunSpec
 from tests.kube.test_backend import NODE0, NODE1, Cluster, bound, known, placement, pods_of, wait_for
 from tests.kube.test_partial_jobs import NAME, partial_job

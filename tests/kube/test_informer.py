@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import Namespace
 from gpupool.kube.client import RESOURCES, KubeApi, KubeConfigError, Resource, make_client
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.faults import FaultConfig
-from gpupool.kube.informer import Informer, Informers
+from gpupool.kube.runtime.informer import Informer, Informers
 from tests.test_service_support import wait_for as support_wait_for
 
 

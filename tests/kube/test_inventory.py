@@ -16,8 +16,8 @@ from gpupool.kube.inventory import (
     node_inventory,
     pod_requests,
 )
-from gpupool.kube.translate_hami import RegisterError
-from gpupool.kube.translate_models import model_name
+from gpupool.kube.translate.hami import RegisterError
+from gpupool.kube.translate.models import model_name
 from gpupool.model import ResourcePool, Taint
 
 UUIDS = [f"GPU-{i:08x}-5c87-89ac-b1a6-7b53aa24b0ec" for i in range(8)]

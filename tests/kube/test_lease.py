@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.kube.lease import KubeLease, KubeLeaseSettings, LeaseConflict
+from gpupool.kube.runtime.lease import KubeLease, KubeLeaseSettings, LeaseConflict
 from gpupool.service.leader import LeaderElector
 
 S = KubeLeaseSettings(namespace="ns", name="sched", duration_s=15, renew_s=10, retry_s=2)
@@ -219,7 +219,7 @@ def test_two_replicas_over_http_one_holder(fake_server: Any) -> None:
     """Against the fake API server over HTTP: one replica creates and holds the Lease, the other
     sees it held; a release hands it over with leaseTransitions counted."""
     from gpupool.kube.client import KubeApi, make_client
-    from gpupool.kube.lease import KubeApiLeases
+    from gpupool.kube.runtime.lease import KubeApiLeases
 
     api = KubeApi(make_client(str(fake_server.kubeconfig)))
     clk = Clock()

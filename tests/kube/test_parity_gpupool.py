@@ -9,7 +9,7 @@ from typing import Any
 
 from gpupool.kube import inventory, workloads
 from gpupool.kube.client import RESOURCES, KubeApi, make_client
-from gpupool.kube.informer import Informers
+from gpupool.kube.runtime.informer import Informers
 from tests.kube.conftest import KubeTarget
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gpupool.kube.client import KubeApi, make_client
-from gpupool.kube.lease import KubeApiLeases, KubeLease, KubeLeaseSettings, LeaseConflict
+from gpupool.kube.runtime.lease import KubeApiLeases, KubeLease, KubeLeaseSettings, LeaseConflict
 from tests.kube.conftest import KubeTarget
 
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from gpupool.kube import translate_partial as tp
 from gpupool.kube.backend import KubernetesBackend
-from gpupool.kube.evictor import ADMISSION
 from gpupool.kube.fake import FakeApiServer
+from gpupool.kube.runtime.evictor import ADMISSION
 from gpupool.kube.source import INVALID
+from gpupool.kube.translate import partial as tp
 from gpupool.kube.workloads import KubeWorkloadError, workload_from_object
 from gpupool.service.backends import RunSpec
 from tests.kube.test_backend import NODE0, NODE1, QUEUE, Cluster, bound, known, placement, pods_of, wait_for

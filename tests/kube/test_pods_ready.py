@@ -21,7 +21,7 @@ from gpupool.manifests.convert import workload_model
 from gpupool.service.backends import RunSpec
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
-from gpupool.service.failure_policy import PLATFORM_FAULTS
+from gpupool.service.failures.policy import PLATFORM_FAULTS
 from gpupool.store import Store
 from tests.kube.test_backend import NODE0, Cluster, bound, job, known, placement, pods_of, wait_for
 

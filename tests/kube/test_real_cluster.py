@@ -64,7 +64,7 @@ def test_every_node_reads_as_inventory(api: Any) -> None:
 
 
 def test_informer_caches_sync(api: Any) -> None:
-    from gpupool.kube.informer import Informers
+    from gpupool.kube.runtime.informer import Informers
 
     infs = Informers(api, kinds=("nodes", "pods", "jobs"))
     infs.start()
@@ -76,7 +76,7 @@ def test_informer_caches_sync(api: Any) -> None:
 
 
 def test_lease_round_trip(api: Any, namespace: str) -> None:
-    from gpupool.kube.lease import KubeApiLeases, KubeLease, KubeLeaseSettings
+    from gpupool.kube.runtime.lease import KubeApiLeases, KubeLease, KubeLeaseSettings
 
     s = KubeLeaseSettings(namespace=namespace, name="gpupool-test")
     a = KubeLease(KubeApiLeases(api), s, identity="test-a")

@@ -40,7 +40,7 @@ from gpupool.kube.fake.kubelet import kubelet_of
 from gpupool.kube.fake.nodes import nodes_from_cluster
 from gpupool.kube.inventory import InventoryOptions, node_inventory
 from gpupool.kube.source import SYSTEM_NAME, KubeSource, Outcome
-from gpupool.kube.translate_partial import MIN_PARALLELISM
+from gpupool.kube.translate.partial import MIN_PARALLELISM
 from gpupool.manifests import API_VERSION, Bundle, build, default_priority_classes, parse_documents
 from gpupool.manifests.convert import workload_model
 from gpupool.model import EngineConfig, Node, Queue, Running, Snapshot

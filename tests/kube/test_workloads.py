@@ -627,7 +627,7 @@ def test_every_fixture_manifest_validates() -> None:
 
 def test_an_objects_max_retries_annotation_is_its_workloads_retry_limit() -> None:
     """Per-object maxRetries on Kubernetes (issue 23): ``gpupool.io/max-retries`` on the Job."""
-    from gpupool.service.failure_policy import FaultState, policy_for
+    from gpupool.service.failures.policy import FaultState, policy_for
 
     job = kueue_job()
     job["metadata"].setdefault("annotations", {})["gpupool.io/max-retries"] = "7"

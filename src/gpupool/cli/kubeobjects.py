@@ -22,7 +22,7 @@ def is_kube_object(raw: object) -> bool:
     """A document of another API than gpupool's that the Kubernetes backend can schedule."""
     if not isinstance(raw, Mapping) or raw.get("apiVersion") == API_VERSION:
         return False
-    from gpupool.kube.translate_kinds import KINDS
+    from gpupool.kube.translate.kinds import KINDS
 
     api = str(raw.get("apiVersion") or "")
     group = api.split("/", 1)[0] if "/" in api else ""

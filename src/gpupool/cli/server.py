@@ -72,7 +72,7 @@ def _fault_options(
 ) -> dict[str, Any]:
     """ServiceConfig fields for injected failures and the retry backoff; exits 2 naming a bad option."""
     from gpupool.quantity import QuantityError, parse_duration
-    from gpupool.service.failures import parse_failure_rates
+    from gpupool.service.failures.policy import parse_failure_rates
 
     out: dict[str, Any] = {}
     try:

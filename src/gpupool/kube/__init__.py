@@ -4,18 +4,17 @@ Map, by part (each module is one idea; tests/test_readme_layout.py checks every 
 named, and every name is a module):
 
 - translation, pure (objects in, values out): ``workloads`` (Jobs, Pods, PyTorchJobs, JobSets,
-  Deployments, StatefulSets -> gpupool Workloads), ``translate_kinds`` (each kind's pod groups
-  and gang minimum), ``translate_resources`` (pod templates -> resources), ``translate_models``
-  (GPU product names), ``translate_hami`` (HAMi's device register), ``translate_partial``
-  (Kueue's partial admission of Jobs), ``translate_slots`` (which slot a pod fills), ``gangs``,
+  Deployments, StatefulSets -> gpupool Workloads), ``translate`` (one reading a module: each
+  kind's pod groups and gang minimum, pod templates -> resources, GPU product names, HAMi's
+  device register, Kueue's partial admission of Jobs, which slot a pod fills), ``gangs``,
   ``schedulers`` (which scheduler an object's pods go to), ``source_keys`` (a pod's top owner),
   ``outcomes`` (how a run ended), ``annotations`` (what a bind writes on a pod, gpupool's keys
   and HAMi's), ``kubelet_status``
 - inventory: ``inventory`` (node objects -> ``Node`` and devices), ``nodes`` (rebuilt where
   something changed), ``accelerators`` (Ascend NPUs, AMD GPUs), ``exclusive`` (no GPU held twice)
-- the runtime: ``client`` (the API connection), ``informer`` (list + watch caches), ``tracker``
-  (indexes over them), ``binder``, ``evictor``, ``lease`` (leader election), ``loop`` (one thread
-  per part)
+- the connection: ``client`` (the API connection, shared with the install and the CLI)
+- the runtime: ``runtime`` (what runs against the cluster, one part a module: list + watch caches,
+  the indexes over them, the binder, the evictor, leader election, the thread each part loops on)
 - the adapter of the backend port: ``backend`` (``KubernetesBackend``, built by
   ``gpupool.composition.make_backend`` or ``wiring`` for ``gpupool serve --backend kubernetes``),
   ``runs`` (``KubeRun``), ``recovery`` (what runs, after a restart), ``elastic``,

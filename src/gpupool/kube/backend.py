@@ -24,14 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpupool.kube import elastic, inventory, translate_partial, workloads
-from gpupool.kube.binder import Binder, BindJob, BindResult
+from gpupool.kube import elastic, inventory, workloads
 from gpupool.kube.client import KubeApi
 from gpupool.kube.elastic_runs import ElasticRuns
-from gpupool.kube.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.exclusive import Overbooked, PassTally, overbooked
 from gpupool.kube.gangs import assign_slots, attempt_pods, decision_of, live
-from gpupool.kube.informer import Informers, object_key
 from gpupool.kube.nodes import NodeView
 from gpupool.kube.outcomes import (
     PODS_READY_TIMEOUT,
@@ -45,7 +42,11 @@ from gpupool.kube.outcomes import (
 )
 from gpupool.kube.recovery import adopted_runs, merge_adopted, submit_refusal
 from gpupool.kube.runs import KubeRun
-from gpupool.kube.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
+from gpupool.kube.runtime.binder import Binder, BindJob, BindResult
+from gpupool.kube.runtime.evictor import SUSPEND_PATH, Evictor
+from gpupool.kube.runtime.informer import Informers, object_key
+from gpupool.kube.runtime.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
+from gpupool.kube.translate import partial as translate_partial
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
 

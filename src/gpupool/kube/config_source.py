@@ -27,8 +27,8 @@ from typing import Any
 
 from gpupool.kube.client import ApiError as KubeApiError
 from gpupool.kube.client import Resource
-from gpupool.kube.informer import Informer
-from gpupool.kube.loop import LoopThread
+from gpupool.kube.runtime.informer import Informer
+from gpupool.kube.runtime.loop import LoopThread
 
 log = logging.getLogger("gpupool.kube.config")
 

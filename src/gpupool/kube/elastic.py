@@ -28,9 +28,9 @@ from typing import Any, TypeVar
 
 from gpupool import quantity as qty
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube.translate_kinds import MIN_REPLICAS
-from gpupool.kube.translate_resources import KubeWorkloadError, mapping
-from gpupool.kube.translate_slots import STATEFULSET_INDEX
+from gpupool.kube.translate.kinds import MIN_REPLICAS
+from gpupool.kube.translate.resources import KubeWorkloadError, mapping
+from gpupool.kube.translate.slots import STATEFULSET_INDEX
 from gpupool.kube.workloads import KubeWorkload, WorkloadDefaults, workload_from_object
 from gpupool.manifests import validate_document
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpupool.kube import elastic
 from gpupool.kube import shrink as kube_shrink
-from gpupool.kube.evictor import Evictor
 from gpupool.kube.gangs import live
-from gpupool.kube.informer import Informers, object_key
-from gpupool.kube.tracker import PodKey, Top, Tracker, is_terminal, node_of
+from gpupool.kube.runtime.evictor import Evictor
+from gpupool.kube.runtime.informer import Informers, object_key
+from gpupool.kube.runtime.tracker import PodKey, Top, Tracker, is_terminal, node_of
 
 if TYPE_CHECKING:
     from gpupool.kube.runs import KubeRun

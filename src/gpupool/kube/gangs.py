@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube import workloads
-from gpupool.kube.tracker import is_terminal, node_of
+from gpupool.kube.runtime.tracker import is_terminal, node_of
 
 Pod = Mapping[str, Any]
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from gpupool import quantity as qty
 from gpupool.kube.accelerators import accelerator_kind, other_devices
-from gpupool.kube.translate_hami import RegisterError, parse_register
-from gpupool.kube.translate_models import model_name
+from gpupool.kube.translate.hami import RegisterError, parse_register
+from gpupool.kube.translate.models import model_name
 from gpupool.model import NETWORK, STORAGE, Node, Taint
 
 #: GPU feature discovery labels (NVIDIA gpu-feature-discovery)

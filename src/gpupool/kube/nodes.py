@@ -14,8 +14,8 @@ from typing import Any
 
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube import inventory
-from gpupool.kube.informer import Informers, object_key
-from gpupool.kube.tracker import is_terminal, node_of
+from gpupool.kube.runtime.informer import Informers, object_key
+from gpupool.kube.runtime.tracker import is_terminal, node_of
 from gpupool.model import Node
 
 

@@ -1,6 +1,6 @@
 """How a run ended, read from its pods and its owner's status (pure functions).
 
-Why these reasons: the controller's retry policy (gpupool.service.failures) keys on them: the
+Why these reasons: the controller's retry policy (gpupool.service.failures.policy) keys on them: the
 job's own failures (``Error``, ``OOMKilled``) count against ``maxRetries``; faults of the
 platform (``NodeFailure``, and ``BindFailed`` from the binder) are requeued at once. The node's
 refusals (``UnexpectedAdmissionError`` from the kubelet's device admission, HAMi's

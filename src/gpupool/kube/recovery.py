@@ -13,10 +13,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube.evictor import read_admission
-from gpupool.kube.informer import Informers
 from gpupool.kube.runs import KubeRun
-from gpupool.kube.tracker import OWNER_KINDS, Top, Tracker
+from gpupool.kube.runtime.evictor import read_admission
+from gpupool.kube.runtime.informer import Informers
+from gpupool.kube.runtime.tracker import OWNER_KINDS, Top, Tracker
 
 
 def _recorded(tracker: Tracker, informers: Informers) -> Iterable[tuple[Top, dict[str, Any]]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from gpupool.kube import workloads
 from gpupool.kube.outcomes import Outcome
-from gpupool.kube.tracker import Top
+from gpupool.kube.runtime.tracker import Top
 from gpupool.service.backends import RunState
 
 

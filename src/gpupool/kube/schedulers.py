@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from gpupool.kube.translate_kinds import Group, kind_of, mapping
+from gpupool.kube.translate.kinds import Group, kind_of, mapping
 from gpupool.kube.workloads import QUEUE_LABELS
 
 DEFAULT = "default-scheduler"

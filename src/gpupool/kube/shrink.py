@@ -5,7 +5,7 @@ Why these steps, in this order:
 
 * **A Job gets ``spec.parallelism`` lowered first** (and ``completions`` where they follow: an
   Indexed Job with completions equal to parallelism), with the same merge patch partial
-  admission uses (``translate_partial.admit_patch``: the originals kept in
+  admission uses (``translate.partial.admit_patch``: the originals kept in
   ``gpupool.io/original-*``, so the translation still reads the workload as submitted and a
   later suspension gives them back). Lowered before any pod goes, its controller never makes a
   replacement for a removed pod.
@@ -29,10 +29,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube import translate_partial
-from gpupool.kube.evictor import ADMISSION, Evictor, read_admission
 from gpupool.kube.gangs import live
-from gpupool.kube.tracker import node_of
+from gpupool.kube.runtime.evictor import ADMISSION, Evictor, read_admission
+from gpupool.kube.runtime.tracker import node_of
+from gpupool.kube.translate import partial
 
 if TYPE_CHECKING:
     from gpupool.kube.runs import KubeRun
@@ -61,9 +61,9 @@ def owner_patch(run: KubeRun, obj: Mapping[str, Any], placement: Mapping[str, An
     reduced here first, so a suspension gives it its counts back."""
     patch: dict[str, Any] = {}
     if run.top[0] == "Job":
-        patch = translate_partial.admit_patch(obj, len(placement.get("pods") or ()))
+        patch = partial.admit_patch(obj, len(placement.get("pods") or ()))
         if patch and run.restore is None:
-            run.restore = translate_partial.restore_patch(patch) or None
+            run.restore = partial.restore_patch(patch) or None
     record = read_admission(obj)
     if record is not None and record.get("workload") == run.name:
         record = dict(record, placement=dict(placement), admittedPods=len(placement.get("pods") or ()))

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from gpupool.kube import elastic, schedulers
 from gpupool.kube import workloads as kw
-from gpupool.kube.loop import LoopThread
+from gpupool.kube.runtime.loop import LoopThread
 from gpupool.kube.source_keys import OWNER_KINDS, owned_by_a_top_kind, top_owner_key
 from gpupool.kube.source_policy import SourcePolicy, parse_namespace_queues, policy_from_options
 from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from gpupool.kube.loop import LoopThread
+from gpupool.kube.runtime.loop import LoopThread
 from gpupool.kube.source import Key, top_owner_key
 from gpupool.kube.waiting import Waiting
 

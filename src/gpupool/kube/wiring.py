@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpupool.auth import Principal, Role
-from gpupool.kube.lease import KubeLease, KubeLeaseSettings
 from gpupool.kube.outcomes import PodsReadyPolicy, pods_ready_policy
+from gpupool.kube.runtime.lease import KubeLease, KubeLeaseSettings
 from gpupool.kube.source import SYSTEM_NAME, Outcome, SourcePolicy, policy_from_options
 from gpupool.service.errors import ApiError
 from gpupool.service.usecases.submit import Prepared, after, prepare
@@ -196,8 +196,8 @@ class KubeRuntime:
     def __init__(self, opts: KubeOptions, api: Any = None) -> None:
         from gpupool.kube.backend import KubernetesBackend
         from gpupool.kube.client import KubeApi, make_client
-        from gpupool.kube.informer import Informers
-        from gpupool.kube.lease import KubeApiLeases
+        from gpupool.kube.runtime.informer import Informers
+        from gpupool.kube.runtime.lease import KubeApiLeases
 
         self.opts = opts
         self.api = api if api is not None else KubeApi(make_client(opts.kubeconfig, opts.context))

@@ -15,8 +15,8 @@ from typing import Any
 
 from gpupool import quantity as qty
 from gpupool.kube.annotations import NODE as BOUND_NODE
-from gpupool.kube.translate_kinds import MIN_REPLICAS, Group, kind_of
-from gpupool.kube.translate_resources import (
+from gpupool.kube.translate.kinds import MIN_REPLICAS, Group, kind_of
+from gpupool.kube.translate.resources import (
     KubeWorkloadError,
     items,
     join,
@@ -25,7 +25,7 @@ from gpupool.kube.translate_resources import (
     template_resources,
     tolerations,
 )
-from gpupool.kube.translate_slots import slot_of
+from gpupool.kube.translate.slots import slot_of
 from gpupool.manifests import API_VERSION, NAME_PATTERN, validate_document
 from gpupool.model import TopologyMode, TopologyScope, WorkloadType
 

@@ -7,7 +7,7 @@ scheduler (kube-scheduler leaves them alone), owners that can be suspended start
 that keeps other schedulers off gpupool's GPU nodes. Fractional-GPU requests written for KAI,
 HAMi or Volcano are rewritten into gpupool's form, HAMi's container resources (one
 ``nvidia.com/gpu`` device slot, ``nvidia.com/gpucores``, ``nvidia.com/gpumem``): the one form
-the backend's translation reads for a share (``gpupool.kube.translate_resources``; it refuses a
+the backend's translation reads for a share (``gpupool.kube.translate.resources``; it refuses a
 pod that states a share twice) and the one the HAMi device plugin on the node enforces. KAI's
 annotations and Volcano's resources are replaced (neither scheduler's device plugin serves
 them); HAMi's are kept. gpupool's own ``gpupool.io/gpu-milli`` annotations are written when it
@@ -190,7 +190,7 @@ def _translate_fractions(path: str, pod: dict[str, Any]) -> None:
 
 
 def _check_share(target: dict[str, Any], milli: int, at: str) -> None:
-    """The rules the backend applies to a share (gpupool.kube.translate_resources), located in the object."""
+    """The rules the backend applies to a share (gpupool.kube.translate.resources), located in the object."""
     if not 0 < milli <= 1000:
         raise MutationError(at, "the compute share of one GPU must be between 0 and 1 (1 to 100 gpucores)")
     res = target.get("resources") or {}

@@ -184,7 +184,7 @@ class LeaderElector:
         self.on_change = on_change or (lambda leading: None)
         self.holder = holder_id()
         self.backend = controller.backend
-        #: a second lease the backend requires (the Kubernetes Lease, gpupool.kube.lease): this
+        #: a second lease the backend requires (the Kubernetes Lease, gpupool.kube.runtime.lease): this
         #: replica leads only while it holds both; optional backend attribute ``leader_gate``
         self.gate: Callable[[], bool] | None = getattr(self.backend, "leader_gate", None)
         controller.backend = GuardedBackend(self.backend, self.may_act)

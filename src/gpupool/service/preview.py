@@ -29,10 +29,10 @@ from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.manifests.convert import workload_model
 from gpupool.model import UNLIMITED, ZERO, Running, Snapshot, Workload
-from gpupool.service import failures as flt
 from gpupool.service.backends import Capability, capability
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
+from gpupool.service.failures.nodes import effective_nodes, occupy_unhealthy
 from gpupool.service.windows import windowed_cycle
 
 #: previews remembered for the apply that follows (per store), oldest dropped first
@@ -102,7 +102,7 @@ def _engine(svc: Service, bundle: Bundle, running: Sequence[Running], now: float
     faults = getattr(svc.controller, "faults", None)
     down = faults.down if faults is not None else {}
     snap = Snapshot(
-        flt.effective_nodes(bundle.nodes, down),
+        effective_nodes(bundle.nodes, down),
         tuple(bundle.pools),
         tuple(bundle.queues),
         tuple(bundle.priority_classes),
@@ -111,7 +111,7 @@ def _engine(svc: Service, bundle: Bundle, running: Sequence[Running], now: float
     )
     eng = MixEngine(snap)
     if faults is not None:
-        flt.occupy_unhealthy(eng, faults.unhealthy)
+        occupy_unhealthy(eng, faults.unhealthy)
     return eng
 
 

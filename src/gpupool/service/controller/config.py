@@ -18,12 +18,18 @@ from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 from gpupool.model import Queue, ResourcePool, Running, Snapshot
-from gpupool.service import failures as flt
 from gpupool.service import usage_decay
 from gpupool.service.backends import Capability, capability
 from gpupool.service.controller.context import Context
 from gpupool.service.controller.moves import plannable_pools
 from gpupool.service.controller.pending import PendingSet
+from gpupool.service.failures.nodes import (
+    effective_nodes,
+    fault_evictions,
+    merge_reported,
+    occupy_unhealthy,
+    unhealthy_devices,
+)
 from gpupool.service.view import ConfigLookups, tree_of
 
 log = logging.getLogger("gpupool.controller")
@@ -73,14 +79,14 @@ class Configuration(ConfigLookups):
         ctx = self.ctx
         manifests = self.manifests()
         bundle = self.load(manifests)
-        ctx.faults.unhealthy = flt.unhealthy_devices(manifests)
+        ctx.faults.unhealthy = unhealthy_devices(manifests)
         running = list(ctx.engine.running.values())
         self.install(bundle, self._evicting(bundle, running, ctx.clock()))
         return bundle
 
     def _evicting(self, bundle: Bundle, running: Sequence[Running], now: float) -> list[Running]:
         """What keeps running of ``running`` on ``bundle``'s nodes; the rest is evicted."""
-        return flt.fault_evictions(self.ctx, self.pending.queue_again, bundle.nodes, running, now)
+        return fault_evictions(self.ctx, self.pending.queue_again, bundle.nodes, running, now)
 
     def observed(self, bundle: Bundle) -> Bundle:
         """On a backend that observes its nodes (Kubernetes: ``observed_nodes()``), the cluster's
@@ -93,7 +99,7 @@ class Configuration(ConfigLookups):
             bundle.nodes = list(observe())
         report = capability(backend, Capability.REPORTED_UNHEALTHY)
         if callable(report):  # the device plugin's word on each device (HAMi's register)
-            flt.merge_reported(self.ctx.faults, report())
+            merge_reported(self.ctx.faults, report())
         return bundle
 
     def nodes_changed(self) -> None:
@@ -124,7 +130,7 @@ class Configuration(ConfigLookups):
         self.parents, self.children = tree_of(bundle.queues)
         self.usage_decay = usage_decay.decay_for(bundle, self.usage_decay)
         ctx.engine = MixEngine(self.snapshot(bundle, running))
-        flt.occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)
+        occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
         self.queues_by_name = {q.name: q for q in bundle.queues}
         self._limit_cache = {}
@@ -139,7 +145,7 @@ class Configuration(ConfigLookups):
                 log.warning("%s", why)
             self.consolidation_off = off
         return Snapshot(
-            flt.effective_nodes(bundle.nodes, self.ctx.faults.down),
+            effective_nodes(bundle.nodes, self.ctx.faults.down),
             tuple(pools),
             tuple(queues if queues is not None else bundle.queues),
             tuple(bundle.priority_classes),
@@ -152,4 +158,4 @@ class Configuration(ConfigLookups):
     def rebuild_engine(self) -> None:
         ctx = self.ctx
         ctx.engine = MixEngine(self.snapshot(ctx.bundle, list(ctx.engine.running.values())))
-        flt.occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)  # unhealthy devices stay held
+        occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)  # unhealthy devices stay held

@@ -23,8 +23,8 @@ from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.manifests.convert import workload_model
 from gpupool.model import Snapshot, Workload
-from gpupool.service import failures as flt
 from gpupool.service.backends import Backend, Capability, capability
+from gpupool.service.failures.policy import FaultState, run_hints
 from gpupool.store import PhaseChange, Store
 
 SCHEDULER = "scheduler"
@@ -90,8 +90,8 @@ class Context:
         self.lock = threading.RLock()
         #: set to ask the controller's loop for a cycle soon
         self.wake = threading.Event()
-        #: backoffs, unhealthy devices, failed nodes, run hints (gpupool.service.failures)
-        self.faults = flt.FaultState()
+        #: backoffs, unhealthy devices, failed nodes, run hints (gpupool.service.failures.policy)
+        self.faults = FaultState()
         self.bundle = Bundle()
         self.engine: Engine = MixEngine(Snapshot((), (), ()))
 
@@ -104,7 +104,7 @@ class Context:
         return self.store.get_workload(name).manifest
 
     def note_hints(self, name: str, manifest: Mapping[str, Any]) -> None:
-        hints = flt.run_hints(manifest)
+        hints = run_hints(manifest)
         if hints:
             self.faults.hints[name] = hints
 

@@ -37,7 +37,6 @@ from gpupool.engine.decay import DecayedUsage
 from gpupool.engine.ordering import workload_order_key
 from gpupool.manifests import Bundle
 from gpupool.model import Node, Queue, ResourcePool, Running, Workload
-from gpupool.service import failures as flt
 from gpupool.service import holders, task_types
 from gpupool.service.adoption import Adoption
 from gpupool.service.backends import Backend, Capability, capability
@@ -49,6 +48,8 @@ from gpupool.service.controller.cycle import Cycle
 from gpupool.service.controller.finish import Finishing
 from gpupool.service.controller.pending import PendingSet
 from gpupool.service.controller.recovery import Recovery
+from gpupool.service.failures.nodes import evict, on_node
+from gpupool.service.failures.policy import BACKOFF_CODE, Fault, FaultState
 from gpupool.service.view import ConfigLookups
 from gpupool.service.windows import WindowStats
 from gpupool.store import NotLeader, Store, WorkloadRecord
@@ -248,10 +249,10 @@ class Controller(ConfigLookups):
     def drain(self, node: str, reason: str, actor: str) -> list[str]:
         """Evict every workload on ``node`` with ``reason`` and requeue it (the caller cordons first)."""
         with self.lock:
-            names = flt.on_node(self.engine.running.values(), node)
+            names = on_node(self.engine.running.values(), node)
             why = f"node {node} drained by {actor}" + (f": {reason}" if reason else "")
-            faults = {n: flt.Fault("Drained", why, counted=False) for n in names}
-            flt.evict(self.ctx, self.pending_set.queue_again, faults, self.clock(), actor)
+            faults = {n: Fault("Drained", why, counted=False) for n in names}
+            evict(self.ctx, self.pending_set.queue_again, faults, self.clock(), actor)
             self.ctx.wake.set()
             return names
 
@@ -278,7 +279,7 @@ class Controller(ConfigLookups):
             out["queueLength"] = len(names)
             out["ahead"] = names[: (out["position"] or 1) - 1][:20]
             if self.faults.holds.get(rec.name, 0.0) > self.clock():  # backoff after a failure
-                out["code"] = flt.BACKOFF_CODE
+                out["code"] = BACKOFF_CODE
                 out["reason"] = rec.reason.partition(": ")[2] or rec.reason
                 return out
             p = self.reasons.get(rec.name)
@@ -361,7 +362,7 @@ class Controller(ConfigLookups):
         return self.ctx.lock
 
     @property
-    def faults(self) -> flt.FaultState:
+    def faults(self) -> FaultState:
         return self.ctx.faults
 
     @property

@@ -18,7 +18,6 @@ from gpupool.audit import AuditEntry
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.manifests.convert import running_from_json
 from gpupool.model import PoolQuota, Workload, vmax
-from gpupool.service import failures as flt
 from gpupool.service import usage_decay
 from gpupool.service.adoption import Adoption
 from gpupool.service.controller.approvals import Approvals
@@ -27,7 +26,9 @@ from gpupool.service.controller.config import Configuration
 from gpupool.service.controller.context import SCHEDULER, Context, CycleStats, _dt
 from gpupool.service.controller.finish import Finishing
 from gpupool.service.controller.pending import PendingSet
-from gpupool.service.isolation import find_culprits
+from gpupool.service.failures.culprits import find_culprits
+from gpupool.service.failures.nodes import occupy_unhealthy
+from gpupool.service.failures.record import held
 from gpupool.service.windows import Hopeless, WindowStats, windowed_cycle
 
 log = logging.getLogger("gpupool.controller")
@@ -106,12 +107,12 @@ class Cycle:
     def _decide(self, now: float, stats: CycleStats) -> None:
         """Decide and commit the normal pending work, then the approved exceptions apart."""
         ctx, queued, exceptions = self.ctx, self.pending.pending, self.approvals.exceptions
-        held = flt.held(ctx.faults, queued, now)  # in backoff after a failure
-        normal = [q.model for q in queued.values() if not q.exception and q.name not in held]
+        backoff = held(ctx.faults, queued, now)  # in backoff after a failure
+        normal = [q.model for q in queued.values() if not q.exception and q.name not in backoff]
         exc = [
             q.model
             for q in queued.values()
-            if q.exception and exceptions.get(q.name, 0) > now and q.name not in held
+            if q.exception and exceptions.get(q.name, 0) > now and q.name not in backoff
         ]
         usage_decay.step(self.config.usage_decay, ctx.engine, now)  # recent use, when configured
         if not (normal or exc):
@@ -162,7 +163,7 @@ class Cycle:
         """``run(ws)``; when it raises, hold out the workloads it fails on and decide for the rest.
 
         Why: one workload the engine cannot handle must never stop scheduling for everyone
-        (see gpupool.service.isolation). A failure that does not depend on the workloads is
+        (see gpupool.service.failures.culprits). A failure that does not depend on the workloads is
         raised as before, so the loop reports it and retries."""
         if not ws:
             return Decisions()
@@ -220,7 +221,7 @@ class Cycle:
                 quotas.append(PoolQuota(pq.pool, g, None, pq.lending_limit))
             queues.append(replace(q, quotas=tuple(quotas)))
         eng = Engine(self.config.snapshot(ctx.bundle, list(ctx.engine.running.values()), queues))
-        flt.occupy_unhealthy(eng, ctx.faults.unhealthy)
+        occupy_unhealthy(eng, ctx.faults.unhealthy)
         d = eng.cycle(ws, now)
         d.preempted = []  # an exception never evicts anyone
         d.admitted = [a for a in d.admitted if not a.after_evicting and not a.after_shrinking]

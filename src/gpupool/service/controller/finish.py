@@ -11,10 +11,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpupool.audit import AuditEntry
-from gpupool.service import failures as flt
 from gpupool.service.controller.approvals import Approvals
 from gpupool.service.controller.context import ACTIVE, SCHEDULER, Context, _dt
 from gpupool.service.controller.pending import PendingSet
+from gpupool.service.failures.policy import Fault
+from gpupool.service.failures.record import record_failures
 from gpupool.store import NotFound, PhaseChange, WorkloadRecord
 
 
@@ -47,7 +48,7 @@ class Finishing:
         if not done:
             return 0
         changes, audits, forget = [], [], []
-        failed: list[tuple[WorkloadRecord, flt.Fault]] = []
+        failed: list[tuple[WorkloadRecord, Fault]] = []
         for r in done:
             try:
                 rec = ctx.store.get_workload(r.name)
@@ -55,7 +56,7 @@ class Finishing:
                 forget.append(r.name)
                 continue
             if rec.phase in ACTIVE and r.outcome == "Failed":  # retried by its policy
-                fault = flt.Fault(r.reason or "Error", r.message or "the run failed", r.exit_code)
+                fault = Fault(r.reason or "Error", r.message or "the run failed", r.exit_code)
                 fault = replace(fault, ended_at=_ended(r.ended_at, now))
                 failed.append((rec, fault))
                 forget.append(r.name)
@@ -76,7 +77,7 @@ class Finishing:
             forget.append(r.name)
         if changes:
             ctx.store.apply_transitions(changes, audit=audits, at=_dt(now))
-        flt.record_failures(ctx, self.pending.queue_again, failed, now)
+        record_failures(ctx, self.pending.queue_again, failed, now)
         for n in forget:
             ctx.engine.remove_running(n)
             self.approvals.exceptions.pop(n, None)

@@ -13,13 +13,14 @@ from gpupool.audit import AuditEntry
 from gpupool.manifests import Bundle
 from gpupool.manifests.convert import running_from_json
 from gpupool.model import Running
-from gpupool.service import failures as flt
 from gpupool.service.adoption import Adoption
 from gpupool.service.controller.approvals import Approvals
 from gpupool.service.controller.commit import Commit
 from gpupool.service.controller.config import Configuration
 from gpupool.service.controller.context import ACTIVE, SCHEDULER, Context, _dt
 from gpupool.service.controller.pending import PendingSet
+from gpupool.service.failures.nodes import fault_evictions, unhealthy_devices
+from gpupool.service.failures.record import load_holds
 from gpupool.store import PhaseChange
 
 log = logging.getLogger("gpupool.controller")
@@ -70,7 +71,7 @@ class Recovery:
         ctx = self.ctx
         store, backend = ctx.store, ctx.backend
         manifests = self.config.manifests()
-        ctx.faults.unhealthy, ctx.faults.reported = flt.unhealthy_devices(manifests), {}
+        ctx.faults.unhealthy, ctx.faults.reported = unhealthy_devices(manifests), {}
         bundle = self.config.load(manifests)
         ctx.bundle = bundle
         backend.set_nodes(bundle.nodes)
@@ -110,7 +111,7 @@ class Recovery:
         running = self._stored_running(bundle, now)
         ctx.faults.down = ctx.backend_down(now)
         self.config.install(
-            bundle, flt.fault_evictions(ctx, self.pending.queue_again, bundle.nodes, running, now)
+            bundle, fault_evictions(ctx, self.pending.queue_again, bundle.nodes, running, now)
         )
         # 6. approvals opened by a submit that crashed before requesting one
         for w in store.list_workloads(phases=["AwaitingApproval"]):
@@ -120,7 +121,7 @@ class Recovery:
         self.pending.pending.clear()
         self.pending.resync_due = True
         self.pending.sync(now)
-        flt.load_holds(ctx, self.pending.stored_reasons, now)
+        load_holds(ctx, self.pending.stored_reasons, now)
 
     def _stored_running(self, bundle: Bundle, now: float) -> list[Running]:
         """The admitted placements as the engine's running set; one unreadable row never stops

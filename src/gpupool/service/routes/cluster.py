@@ -12,7 +12,7 @@ from gpupool.model import UNLIMITED
 from gpupool.service import openapi as oa
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
-from gpupool.service.failures import device_health, node_health
+from gpupool.service.failures.nodes import device_health, node_health
 from gpupool.service.openapi import AUTH, READ, WRITE, doc
 from gpupool.service.routes.base import Caller, Svc
 from gpupool.service.routes.faults import add_routes as add_fault_routes

@@ -18,7 +18,6 @@ from gpupool.service import holders
 from gpupool.service import openapi as oa
 from gpupool.service.core import Service
 from gpupool.service.errors import Denied
-from gpupool.service.failures import history_view
 from gpupool.service.guard import PARSED_KEY
 from gpupool.service.openapi import AUTH, BODY, READ, WRITE, doc
 from gpupool.service.routes.base import MAX_ID, Caller, Svc, json_object, principal
@@ -28,6 +27,7 @@ from gpupool.service.usecases.scoped_names import rescope_if_foreign
 from gpupool.service.usecases.submit import Prepared, after, failed, prepare, rate_limit
 from gpupool.service.workload_names import written_name
 from gpupool.store import Conflict, NotFound, WorkloadRecord
+from gpupool.store.failure_events import history_view
 
 router = APIRouter()
 

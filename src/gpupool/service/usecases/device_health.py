@@ -4,7 +4,7 @@ is requeued by its retry policy) or healthy again.
 Who calls it: ``POST /v1/nodes/{name}/devices/{index}/health`` (gpupool.service.routes.faults)
 and the local backend's health check (gpupool.service.backends.local_host), which marks a
 device that stopped answering. The mark lives on the Cluster object that defines the node
-(gpupool.service.failures.UNHEALTHY_ANNOTATION), so it survives a restart.
+(gpupool.service.failures.policy.UNHEALTHY_ANNOTATION), so it survives a restart.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gpupool.auth import Action, Principal, Resource
 from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 from gpupool.service.core import Service
 from gpupool.service.errors import ApiError
-from gpupool.service.failures import UNHEALTHY_ANNOTATION
+from gpupool.service.failures.policy import UNHEALTHY_ANNOTATION
 
 
 def _no_node(name: str) -> ApiError:

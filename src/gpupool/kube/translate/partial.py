@@ -29,7 +29,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from gpupool.kube.translate_resources import KubeWorkloadError, mapping
+from gpupool.kube.translate.resources import KubeWorkloadError, mapping
 
 MIN_PARALLELISM = "kueue.x-k8s.io/job-min-parallelism"
 MIN_MEMBER = "gpupool.io/min-member"

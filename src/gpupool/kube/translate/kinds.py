@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupool import quantity as qty
-from gpupool.kube import translate_partial as partial
-from gpupool.kube.translate_resources import KubeWorkloadError, mapping
+from gpupool.kube.translate import partial
+from gpupool.kube.translate.resources import KubeWorkloadError, mapping
 from gpupool.model import WorkloadType
 
 MIN_REPLICAS = "gpupool.io/min-replicas"
@@ -136,7 +136,7 @@ def _pytorch_gang(obj: Mapping[str, Any], total: int) -> int | None:
 def _job_gang(obj: Mapping[str, Any], total: int) -> int | None:
     """Kueue's partial admission: ``kueue.x-k8s.io/job-min-parallelism`` (or
     ``gpupool.io/min-member``) admits the Job with at least that many pods, if its completions
-    can follow a reduced parallelism (``translate_partial``); without it, all pods together."""
+    can follow a reduced parallelism (``partial``); without it, all pods together."""
     got = partial.min_parallelism(obj)
     if got is None:
         return None

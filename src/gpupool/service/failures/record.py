@@ -1,7 +1,7 @@
 """Recording failed runs: each failure becomes a requeue after its backoff, an at-once requeue
 (a platform fault), or the final Failed, durably in one transaction.
 
-Why apart (re-exported by gpupool.service.failures): the outcome rules (what counts against
+Why apart (from ``policy``, which it applies): the outcome rules (what counts against
 ``maxRetries``, how long to back off, what the event's tail records) are one idea, read here
 together with how backoffs are restored after a restart.
 """
@@ -19,7 +19,7 @@ from gpupool.store import PhaseChange, WorkloadRecord
 
 if TYPE_CHECKING:
     from gpupool.service.controller.context import Context
-from gpupool.service.failure_policy import (
+from gpupool.service.failures.policy import (
     BACKOFF_CODE,
     MAX_PLATFORM_REQUEUES,
     PLATFORM_FAULTS,

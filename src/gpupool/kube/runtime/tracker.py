@@ -21,7 +21,7 @@ from typing import Any
 
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube import inventory, workloads
-from gpupool.kube.informer import Informers, object_key
+from gpupool.kube.runtime.informer import Informers, object_key
 from gpupool.kube.source_keys import OWNER_KINDS  # the owner kinds that stand for a workload
 
 #: (kind, namespace, name) of a top owner; kind "Pod" or "PodGroup" for bare pods

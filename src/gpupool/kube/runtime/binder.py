@@ -30,7 +30,7 @@ from typing import Any
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube import inventory
 from gpupool.kube.client import RESOURCES, ApiError, KubeApi
-from gpupool.kube.informer import Informers, object_key
+from gpupool.kube.runtime.informer import Informers, object_key
 
 log = logging.getLogger("gpupool.kube.binder")
 

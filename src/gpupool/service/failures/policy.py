@@ -1,10 +1,9 @@
-"""The failure policy and its records: retry policies, faults, and the failure history read
-back from stored events.
+"""The failure policy: retry policies, faults, the run hints and the annotations they read.
 
-Why apart (from gpupool.service.failures, which re-exports it): these are the pure parts (no
-controller, no store writes): what a workload's retry policy is, what a fault is, and how a
-stored ``RunFailed`` event's machine-readable tail is parsed back, so the attempt history and a
-backoff's "not before" survive a restart.
+Why apart (from ``record`` and ``nodes`` beside it): these are the pure parts (no controller,
+no store writes): what a workload's retry policy is and what a fault is. How a stored
+``RunFailed`` event's machine-readable tail is parsed back, so the attempt history and a
+backoff's "not before" survive a restart, is ``gpupool.store.failure_events``.
 """
 
 from __future__ import annotations

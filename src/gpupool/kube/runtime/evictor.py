@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gpupool.kube.client import BY_KIND, RESOURCES, STRATEGIC_PATCH, ApiError, KubeApi
-from gpupool.kube.informer import object_key
+from gpupool.kube.runtime.informer import object_key
 
 log = logging.getLogger("gpupool.kube.evictor")
 

@@ -1,9 +1,9 @@
 """Node faults and device health: which running work a removed node, an untolerated
 ``NoExecute`` taint, a failed node or an unhealthy device displaces, and the evictions that follow.
 
-Why apart (re-exported by gpupool.service.failures): evictions are write-ahead like preemptions
-(``Preempted`` committed, the backend stops the run, then requeued or failed by policy); unhealthy
-devices are held whole in the engine so the pure engine needs no field for them.
+Why apart (from ``record``, which records the failures among them): evictions are write-ahead
+like preemptions (``Preempted`` committed, the backend stops the run, then requeued or failed by
+policy); unhealthy devices are held whole in the engine so the pure engine needs no field for them.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from gpupool.store import PhaseChange, WorkloadRecord
 if TYPE_CHECKING:
     from gpupool.engine import Engine
     from gpupool.service.controller.context import Context
-from gpupool.service.failure_policy import (
+from gpupool.service.failures.policy import (
     SCHEDULER,
     UNHEALTHY_ANNOTATION,
     Fault,
     FaultState,
 )
-from gpupool.service.failure_record import _dt, record_failures
+from gpupool.service.failures.record import _dt, record_failures
 
 
 def unhealthy_devices(manifests: Iterable[Mapping[str, Any]]) -> dict[str, dict[int, str]]:
