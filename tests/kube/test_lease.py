@@ -1,4 +1,4 @@
-"""Leader election on a coordination.k8s.io/v1 Lease (gpupool.kube.lease), and its place in the
+"""Leader election on a coordination.k8s.io/v1 Lease (gpupool.kube.runtime.lease), and its place in the
 store-lease elector: a replica acts only while it holds both."""
 
 from __future__ import annotations

@@ -590,7 +590,7 @@ def test_the_fake_builds_the_nodes_its_cluster_manifest_describes() -> None:
 
 
 def test_a_bind_the_watch_confirmed_first_is_counted_once(fake_server: FakeApiServer) -> None:
-    """kube/tracker.py: when the watch shows a pod bound before the binder records its
+    """kube/runtime/tracker.py: when the watch shows a pod bound before the binder records its
     assumption, the late assumption is dropped; before the fix it stayed, so a half-GPU pod
     counted twice and the next pod sharing its device never bound (fractional.yaml above)."""
     node = fake_server.add_gpu_nodes(1, gpus=8, hami=False)[0]

@@ -103,7 +103,7 @@ class KubernetesBackend(ElasticRuns):
         self._thread: threading.Thread | None = None
         #: called (no argument) when the observed node set changed: the controller's ``nodes_changed``
         self.on_nodes_changed: Callable[[], None] | None = None
-        #: only the leader binds and evicts (gpupool.kube.lease sets this; None: always)
+        #: only the leader binds and evicts (gpupool.kube.runtime.lease sets this; None: always)
         self.leader_gate: Callable[[], bool] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
