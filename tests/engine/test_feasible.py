@@ -134,3 +134,17 @@ def test_a_pool_that_takes_only_some_task_types_refuses_the_others() -> None:
     assert (
         p.code is PendingCode.NO_POOL and "pool inf takes task types inference only, not training" in p.reason
     )
+
+
+def test_a_device_withheld_after_a_cycle_makes_the_remembered_answer_new() -> None:
+    """The answer is remembered per pool and shape across cycles (``feasible.Unsatisfiable``):
+    a device withheld later must still turn a waiting gang unsatisfiable."""
+    eng = _strict(8)
+    eng.add_running(running(job("r", "a", 1), "n0", (0,)))
+    big = job("big", "a", 8, replicas=8)
+    first = eng.cycle([big], now=0.0)
+    assert [p.code for p in first.pending] == [PendingCode.CAPACITY]  # waits for r: satisfiable
+    eng.withhold_devices({"n1": {3: "XID 79"}})
+    again = eng.cycle([big], now=1.0)
+    assert [p.code for p in again.pending] == [PendingCode.UNSATISFIABLE]
+    assert "n1 GPU 3 (XID 79)" in again.pending[0].reason

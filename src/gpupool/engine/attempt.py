@@ -14,7 +14,7 @@ from typing import Literal
 
 from gpupool.engine.decisions import Decisions, Pending, PendingCode
 from gpupool.engine.facts import WorkloadFacts
-from gpupool.engine.feasible import beyond_capacity, beyond_pool, unsatisfiable
+from gpupool.engine.feasible import Unsatisfiable, beyond_capacity, beyond_pool
 from gpupool.engine.holds import plan_hold
 from gpupool.engine.partial import PartialAdmitter, is_partial, reduced
 from gpupool.engine.preemption.search import Preemptor
@@ -34,7 +34,7 @@ _NO_HOLD = (PendingCode.QUOTA, PendingCode.UNSATISFIABLE)
 class Attempt:
     """Tries one workload (``run``) with the parts it is given; state is the session's."""
 
-    __slots__ = ("facts", "partial", "preemptor", "rounds", "ssn")
+    __slots__ = ("facts", "hopeless", "partial", "preemptor", "rounds", "ssn")
 
     def __init__(
         self,
@@ -49,6 +49,8 @@ class Attempt:
         self.rounds = rounds
         self.preemptor = preemptor
         self.partial = partial
+        #: which shapes can never run in a pool as it is (kept across cycles)
+        self.hopeless = Unsatisfiable(ssn.cluster)
 
     def must_borrow(self, w: Workload) -> bool:
         """True when ``w`` needs GPUs and would take its leaf queue past its GPU guarantee in every
@@ -160,7 +162,7 @@ class Attempt:
                 return True
             code = PendingCode.TOPOLOGY if res.topology else PendingCode.CAPACITY
             reason = res.reason
-            hopeless = unsatisfiable(w, pool, ssn.cluster, placer.node_filter(w))
+            hopeless = self.hopeless.of(w, pool, ckey[1], placer.node_filter(w))
             held = placer.reserved.get(pool)
             if hopeless is not None:
                 code, reason = PendingCode.UNSATISFIABLE, hopeless

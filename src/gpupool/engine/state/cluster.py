@@ -82,6 +82,9 @@ class ClusterState:
         #: devices out of placement (unhealthy), node index -> device -> why: held whole, so no
         #: pod lands there, and known apart from running work, so reasons never blame work
         self.withheld: dict[int, dict[int, str]] = {}
+        #: changes whenever the inventory does (a device withheld): what is memoised over it
+        #: (``feasible.Unsatisfiable``) starts afresh
+        self.inventory_version = 0
         for i, n in enumerate(self.nodes):
             pool = next((p.name for p in self.pools.values() if p.selects(n)), None)
             self.pool_of.append(pool)
@@ -237,6 +240,7 @@ class ClusterState:
         if 0 <= d < len(self.dev_milli[i]) and self.dev_milli[i][d] == 1000:
             self.allocate(i, (d,), 1000, self.dev_mem[i][d], 0, 0, 0)
             self.withheld.setdefault(i, {})[d] = why
+            self.inventory_version += 1
 
     def healthy_gpus(self, i: int) -> int:
         """Node ``i``'s devices that are not withheld: what it could host with nothing running."""
