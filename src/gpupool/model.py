@@ -454,16 +454,23 @@ class Admission:
     pods: tuple[PodPlacement, ...]
     borrowing: bool = False
     admitted_at: float = 0.0
+    #: ``quota_vec``, computed on first use: the engine reads it millions of times over a long
+    #: replay (every candidate, bound and release), always of the same immutable pods
+    _vec: Vec | None = field(default=None, init=False, repr=False, compare=False)
 
     def quota_vec(self) -> Vec:
-        g = c = m = s = b = 0
-        for p in self.pods:
-            g += p.gpu_milli * len(p.devices)
-            c += p.cpu_milli
-            m += p.memory_mib
-            s += p.storage_mib
-            b += p.network_mbps
-        return (g, c, m, s, b)
+        v = self._vec
+        if v is None:
+            g = c = m = s = b = 0
+            for p in self.pods:
+                g += p.gpu_milli * len(p.devices)
+                c += p.cpu_milli
+                m += p.memory_mib
+                s += p.storage_mib
+                b += p.network_mbps
+            v = (g, c, m, s, b)
+            object.__setattr__(self, "_vec", v)  # frozen: set once, never changed
+        return v
 
 
 @dataclass(frozen=True, slots=True)
