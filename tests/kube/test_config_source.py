@@ -167,3 +167,63 @@ def test_the_readme_pool_queue_and_job_run_and_show_in_get_workloads(
             return out if "team-a" in row and " gpu " in f" {row} " else None
 
         wait(running, 90, "the README's Job admitted to pool gpu in kubectl get workloads")
+
+
+class _Cache:
+    """An informer's cache as the source reads it (``get``), without a server."""
+
+    def __init__(self) -> None:
+        self.objs: dict[str, dict[str, Any]] = {}
+
+    def add_listener(self, fn: Any) -> None:
+        self.fn = fn
+
+    def put(self, obj: dict[str, Any]) -> None:
+        self.objs[obj["metadata"]["name"]] = obj
+        self.fn("ADDED", obj)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objs.get(name)
+
+
+class _Api:
+    """The status subresource write: echoes the object with a new version."""
+
+    def patch(self, res: Any, ns: Any, name: str, body: Any, sub: str = "") -> dict[str, Any]:
+        return {"metadata": {"name": name, "resourceVersion": "99"}}
+
+
+class _Events:
+    def __init__(self) -> None:
+        self.refused: list[str] = []
+
+    def event(self, obj: Any, type_: str, reason: str, message: str) -> None:
+        self.refused.append(message)
+
+
+def test_a_queue_seen_before_its_pool_is_applied_once_the_pool_arrives(tmp_path: Path) -> None:
+    """Each kind has its own watch, so the queue of one ``kubectl apply`` can reach the source a
+    pass before the pool it names (a loaded machine): refused then, it is applied again when the
+    pool is, not left refused until someone edits it."""
+    from gpupool.kube.config_source import ConfigSource
+    from tests.test_service_support import running_app
+
+    caches = {"ResourcePool": _Cache(), "Queue": _Cache(), "PriorityClass": _Cache()}
+    events = _Events()
+    source = ConfigSource(_Api(), events, informers=caches)
+    with running_app(tmp_path) as api:
+        svc = api.c.app.state.svc
+        source.svc = svc
+        md = {"resourceVersion": "1", "generation": 1}
+        queue = {"kind": "Queue", "metadata": {"name": "late-team", **md}, "spec": {"weight": 2}}
+        queue["spec"]["quotas"] = [{"pool": "early-pool", "guarantee": {"nvidia.com/gpu": 4}}]
+        caches["Queue"].put(queue)
+        source.process()
+        assert _object(svc, "Queue", "late-team") is None and len(events.refused) == 1
+        spec = {"nodeSelector": {"gpupool.io/environment": "nowhere"}}
+        pool = {"kind": "ResourcePool", "metadata": {"name": "early-pool", **md}, "spec": spec}
+        caches["ResourcePool"].put(pool)
+        source.process()
+        source.process()  # the queue's retry may come in the next pass
+        assert _object(svc, "ResourcePool", "early-pool") is not None, events.refused
+        assert _object(svc, "Queue", "late-team") is not None, events.refused
