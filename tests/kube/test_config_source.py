@@ -1,9 +1,14 @@
 """Configuration kept in the cluster: ``kubectl apply -f pools.yaml`` with ResourcePool, Queue
 and PriorityClass objects reaches gpupool's configuration through the API's apply path; a bad
-object is refused alone (Warning Event, ``Accepted=False`` with the located errors)."""
+object is refused alone (Warning Event, ``Accepted=False`` with the located errors).
+
+The kubectl apply test runs on the fake and on the real API server (``kube_api``); the README
+test still runs on the fake only: it needs labelled GPU nodes with a kubelet, which
+``KubeTarget.add_kubelet_nodes`` does not label yet."""
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -13,6 +18,7 @@ import pytest
 
 from gpupool.kube.config_source import ORIGIN, to_manifest
 from gpupool.store import NotFound
+from tests.kube.conftest import KubeTarget
 from tests.kube.test_kubectl_e2e import kubectl, serving, wait
 
 CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "gpupool" / "crds"
@@ -55,46 +61,75 @@ def _object(svc: Any, kind: str, name: str) -> Any:
         return None
 
 
+#: the cluster-scoped objects of ``POOLS``, removed after the test (a real server is shared)
+APPLIED = (
+    ("queues.gpupool.io", "cluster-team"),
+    ("queues.gpupool.io", "broken-team"),
+    ("resourcepools.gpupool.io", "cluster-pool"),
+    ("priorityclasses.scheduling.k8s.io", "batch-low"),
+)
+
+
+def _served(k: KubeTarget, plural: str) -> bool:
+    """Whether the server serves the CRD's kind yet (a real one once it is Established)."""
+    return k.http.get(f"/apis/gpupool.io/v1alpha1/{plural}").status_code == 200
+
+
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_apply_pools_queues_and_classes_reaches_the_configuration(
-    fake_server: Any, tmp_path: Path
+    kube_api: KubeTarget, tmp_path: Path
 ) -> None:
+    """On the fake and on the real API server (``kube_api``): the CRDs' status subresource,
+    the Warning Event on a cluster-scoped object and the delete are the server's own."""
     for f in ("gpupool.io_resourcepools.yaml", "gpupool.io_queues.yaml"):
-        kubectl(fake_server, "apply", "-f", str(CHART_CRDS / f))
-    with serving(fake_server, tmp_path / "a") as app:
-        svc = app.state.svc
-        kubectl(fake_server, "apply", "-f", "-", stdin=POOLS)
-        queue = wait(lambda: _object(svc, "Queue", "cluster-team"), 60, "the queue applied")
-        pool = _object(svc, "ResourcePool", "cluster-pool")
-        pc = wait(lambda: _object(svc, "PriorityClass", "batch-low"), 60, "the priority class applied")
-        assert queue.spec["weight"] == 3 and queue.annotations[ORIGIN] == "cluster"
-        assert pool.spec["description"] == "from kubectl"
-        assert (pc.spec["value"], pc.spec["preemptible"]) == (50, True)
-        # the same revision path as the API: revision 1 each, and an audit record
-        assert [r.revision for r in svc.store.list_revisions("Queue", "cluster-team")] == [1]
-        wait(  # the controller reloads its configuration
-            lambda: "cluster-team" in {q.name for q in svc.controller.bundle.queues}, 30, "the reload"
-        )
+        kubectl(kube_api, "apply", "-f", str(CHART_CRDS / f))
+    for plural in ("resourcepools", "queues"):
+        wait(functools.partial(_served, kube_api, plural), 60, f"{plural} served")
+    try:
+        with serving(kube_api, tmp_path / "a") as app:
+            _apply_and_check(kube_api, app.state.svc)
+    finally:
+        for kind, name in APPLIED:
+            kubectl(kube_api, "delete", kind, name, "--ignore-not-found")
 
-        # the bad queue: refused alone, with the located error on the object and as an Event
-        def refused() -> dict[str, Any] | None:
-            obj = json.loads(kubectl(fake_server, "get", "queues.gpupool.io", "broken-team", "-o", "json"))
-            conds = (obj.get("status") or {}).get("conditions") or []
-            return conds[0] if conds else None
 
-        cond = wait(refused, 60, "the refused queue's condition")
-        assert (cond["type"], cond["status"], cond["reason"]) == ("Accepted", "False", "Invalid")
-        assert "no-such-pool" in cond["message"], cond
-        assert _object(svc, "Queue", "broken-team") is None
-        events = json.loads(kubectl(fake_server, "get", "events", "-A", "-o", "json"))["items"]
-        assert any(e["reason"] == "GpupoolConfigRefused" and "broken-team" in e["message"] for e in events)
-        good = json.loads(kubectl(fake_server, "get", "queues.gpupool.io", "cluster-team", "-o", "json"))
-        assert good["status"]["conditions"][0]["status"] == "True"
+def _apply_and_check(k: KubeTarget, svc: Any) -> None:
+    kubectl(k, "apply", "-f", "-", stdin=POOLS)
+    queue = wait(lambda: _object(svc, "Queue", "cluster-team"), 60, "the queue applied")
+    pool = _object(svc, "ResourcePool", "cluster-pool")
+    pc = wait(lambda: _object(svc, "PriorityClass", "batch-low"), 60, "the priority class applied")
+    assert queue.spec["weight"] == 3 and queue.annotations[ORIGIN] == "cluster"
+    assert pool.spec["description"] == "from kubectl"
+    assert (pc.spec["value"], pc.spec["preemptible"]) == (50, True)
+    # the same revision path as the API: revision 1 each, and an audit record
+    assert [r.revision for r in svc.store.list_revisions("Queue", "cluster-team")] == [1]
+    wait(  # the controller reloads its configuration
+        lambda: "cluster-team" in {q.name for q in svc.controller.bundle.queues}, 30, "the reload"
+    )
 
-        # deleting the object deletes gpupool's copy; a queue from the files is untouched
-        kubectl(fake_server, "delete", "queues.gpupool.io", "cluster-team")
-        wait(lambda: _object(svc, "Queue", "cluster-team") is None, 60, "the deleted queue removed")
-        assert _object(svc, "Queue", "llm-research") is not None
+    # the bad queue: refused alone, with the located error on the object and as an Event
+    def refused() -> dict[str, Any] | None:
+        obj = json.loads(kubectl(k, "get", "queues.gpupool.io", "broken-team", "-o", "json"))
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return conds[0] if conds else None
+
+    cond = wait(refused, 60, "the refused queue's condition")
+    assert (cond["type"], cond["status"], cond["reason"]) == ("Accepted", "False", "Invalid")
+    assert "no-such-pool" in cond["message"], cond
+    assert _object(svc, "Queue", "broken-team") is None
+
+    def event() -> bool:
+        events = json.loads(kubectl(k, "get", "events", "-A", "-o", "json"))["items"]
+        return any(e["reason"] == "GpupoolConfigRefused" and "broken-team" in e["message"] for e in events)
+
+    wait(event, 30, "the Warning Event")
+    good = json.loads(kubectl(k, "get", "queues.gpupool.io", "cluster-team", "-o", "json"))
+    assert good["status"]["conditions"][0]["status"] == "True"
+
+    # deleting the object deletes gpupool's copy; a queue from the files is untouched
+    kubectl(k, "delete", "queues.gpupool.io", "cluster-team")
+    wait(lambda: _object(svc, "Queue", "cluster-team") is None, 60, "the deleted queue removed")
+    assert _object(svc, "Queue", "llm-research") is not None
 
 
 def test_only_priority_classes_meant_for_gpupool_are_read() -> None:
