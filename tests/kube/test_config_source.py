@@ -2,9 +2,7 @@
 and PriorityClass objects reaches gpupool's configuration through the API's apply path; a bad
 object is refused alone (Warning Event, ``Accepted=False`` with the located errors).
 
-The kubectl apply test runs on the fake and on the real API server (``kube_api``); the README
-test still runs on the fake only: it needs labelled GPU nodes with a kubelet, which
-``KubeTarget.add_kubelet_nodes`` does not label yet."""
+The kubectl tests run on the fake and on the real API server (``kube_api``)."""
 
 from __future__ import annotations
 
@@ -181,27 +179,46 @@ def _readme_objects() -> str:
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_the_readme_pool_queue_and_job_run_and_show_in_get_workloads(
-    fake_server: Any, tmp_path: Path
+    kube_api: KubeTarget, tmp_path: Path
 ) -> None:
-    fake_server.add_gpu_nodes(2, labels={"gpupool.io/managed": "true"})
+    """On both servers, on labelled nodes with a kubelet; the README's objects are deleted
+    after (a real server is shared by the session)."""
+    kube_api.add_kubelet_nodes(2, labels={"gpupool.io/managed": "true"})
     for f in ("gpupool.io_resourcepools.yaml", "gpupool.io_queues.yaml", "gpupool.io_workloads.yaml"):
-        kubectl(fake_server, "apply", "-f", str(CHART_CRDS / f))
-    with serving(fake_server, tmp_path / "a"):
-        kubectl(fake_server, "apply", "-f", "-", stdin=_readme_objects())
+        kubectl(kube_api, "apply", "-f", str(CHART_CRDS / f))
+    for plural in ("resourcepools", "queues", "workloads"):
+        wait(functools.partial(_served, kube_api, plural), 60, f"{plural} served")
+    try:
+        with serving(kube_api, tmp_path / "a"):
+            _readme_runs(kube_api)
+    finally:
+        kubectl(
+            kube_api,
+            "delete",
+            "--ignore-not-found",
+            "--cascade=foreground",
+            "-f",
+            "-",
+            stdin=_readme_objects(),
+        )
 
-        def accepted() -> bool:
-            obj = json.loads(kubectl(fake_server, "get", "queues.gpupool.io", "team-a", "-o", "json"))
-            conds = (obj.get("status") or {}).get("conditions") or []
-            return bool(conds) and conds[0]["status"] == "True"
 
-        wait(accepted, 60, "the README's queue accepted")
+def _readme_runs(k: KubeTarget) -> None:
+    kubectl(k, "apply", "-f", "-", stdin=_readme_objects())
 
-        def running() -> str | None:
-            out = kubectl(fake_server, "get", "workloads.gpupool.io", "-n", "default")
-            row = next((r for r in out.splitlines() if r.startswith("job.train ")), "")
-            return out if "team-a" in row and " gpu " in f" {row} " else None
+    def accepted() -> bool:
+        obj = json.loads(kubectl(k, "get", "queues.gpupool.io", "team-a", "-o", "json"))
+        conds = (obj.get("status") or {}).get("conditions") or []
+        return bool(conds) and conds[0]["status"] == "True"
 
-        wait(running, 90, "the README's Job admitted to pool gpu in kubectl get workloads")
+    wait(accepted, 60, "the README's queue accepted")
+
+    def running() -> str | None:
+        out = kubectl(k, "get", "workloads.gpupool.io", "-n", "default")
+        row = next((r for r in out.splitlines() if r.startswith("job.train ")), "")
+        return out if "team-a" in row and " gpu " in f" {row} " else None
+
+    wait(running, 90, "the README's Job admitted to pool gpu in kubectl get workloads")
 
 
 class _Cache:
