@@ -91,15 +91,18 @@ class KubeTarget:
             self._nodes.append(node["metadata"]["name"])
         return self._nodes[-count:] if count else []
 
-    def add_kubelet_nodes(self, count: int, gpus: int = 8, hami: bool = True) -> list[str]:
+    def add_kubelet_nodes(
+        self, count: int, gpus: int = 8, hami: bool = True, labels: dict[str, str] | None = None
+    ) -> list[str]:
         """GPU nodes with a kubelet: on the fake, its own nodes (its simulated kubelet runs their
         pods); on the real server, the node agent of ``gpupool kube cluster up`` registers them,
-        heartbeats and runs their bound pods the same way (the fake's time scale, 0.01)."""
+        heartbeats and runs their bound pods the same way (the fake's time scale, 0.01).
+        ``labels`` are added to the nodes' own (a pool's node selector)."""
         prefix = f"kl-{secrets.token_hex(3)}"
         if self.fake is not None:
-            names = self.fake.add_gpu_nodes(count, prefix=prefix, gpus=gpus, hami=hami)
+            names = self.fake.add_gpu_nodes(count, prefix=prefix, gpus=gpus, hami=hami, labels=labels)
         else:
-            objs = node_builders.gpu_nodes(count, prefix, gpus=gpus, hami=hami)
+            objs = node_builders.gpu_nodes(count, prefix, gpus=gpus, hami=hami, labels=labels)
             agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=0.01)
             self._agents.append(agent)
             agent.start()

@@ -57,6 +57,32 @@ def test_create_sets_server_fields_and_refuses_duplicates(api: KubeTarget) -> No
     assert body["status"] == "Failure" and "p1" in body["message"]
 
 
+def test_a_pod_gets_the_admission_defaults_of_a_real_server(api: KubeTarget) -> None:
+    """The ServiceAccount and DefaultTolerationSeconds admission plugins: a pod without a service
+    account runs as ``default``, and one that does not tolerate ``not-ready`` / ``unreachable``
+    gets a NoExecute toleration of 300 s for each (what a scheduler checks taints against); a
+    toleration of its own is kept in place of the default. The fake had neither: ``kubectl
+    describe pod`` lined up differently and the tolerations were missing."""
+    got = api.http.post(api.path("pods"), json=pod("plain")).json()["spec"]
+    assert (got["serviceAccountName"], got["serviceAccount"]) == ("default", "default")
+    defaults = [
+        {
+            "key": f"node.kubernetes.io/{k}",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        }
+        for k in ("not-ready", "unreachable")
+    ]
+    assert got["tolerations"] == defaults
+    own = {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"}
+    got = api.http.post(api.path("pods"), json=pod("own", tolerations=[own])).json()["spec"]
+    assert got["tolerations"] == [own, defaults[1]]
+    anything = {"operator": "Exists"}
+    got = api.http.post(api.path("pods"), json=pod("all", tolerations=[anything])).json()["spec"]
+    assert got["tolerations"] == [anything]
+
+
 def test_generate_name_and_missing_namespace(api: KubeTarget) -> None:
     body = {"metadata": {"generateName": "cfg-"}, "data": {"a": "1"}}
     names = {api.http.post(api.path("configmaps"), json=body).json()["metadata"]["name"] for _ in range(3)}

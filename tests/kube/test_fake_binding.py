@@ -1,15 +1,22 @@
 """``pods/binding`` (each refusal, the uid precondition, annotations in the same write, the
-legacy ``bindings`` collection) and ``pods/eviction`` (grace, PodDisruptionBudgets)."""
+legacy ``bindings`` collection) and ``pods/eviction`` (grace, PodDisruptionBudgets).
+
+The eviction of a running pod with its grace runs on the fake and on the real API server
+(``kube_api``, a node with a kubelet on each). The other tests here check the fake's own
+records (its write history, its stats) besides the answers; the same requests against both
+servers are tests/kube/test_parity_binding.py and tests/kube/test_parity_eviction.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from gpupool.kube.fake import FakeApiServer
+from tests.kube.conftest import KubeTarget
 
 PODS = "/api/v1/namespaces/default/pods"
 
@@ -103,20 +110,39 @@ def test_legacy_bindings_collection(api: httpx.Client) -> None:
     assert api.get(f"{PODS}/l").json()["spec"]["nodeName"] == "gpu-node-0000"
 
 
-def test_eviction_deletes_with_grace(api: httpx.Client, fake_server: FakeApiServer) -> None:
-    api.post(PODS, json=pod("e", terminationGracePeriodSeconds=5))
-    api.post(f"{PODS}/e/binding", json=binding("e"))
-    fake_server.wait_for(
-        lambda: fake_server.get("pods", "default", "e")["status"]["phase"] == "Running", what="pod running"
+def test_eviction_deletes_a_running_pod_with_its_grace(kube_api: KubeTarget) -> None:
+    """Evicted, a running pod is marked deleted with its own grace period and stays until its
+    kubelet has stopped it (the fake's kubelet, or the node agent on the real server)."""
+    node = kube_api.add_kubelet_nodes(1, hami=False)[0]
+    body = pod("e", terminationGracePeriodSeconds=5)
+    del body["metadata"]["namespace"]  # the test's own namespace, from the path
+    created = kube_api.http.post(kube_api.path("pods"), json=body)
+    assert created.status_code == 201, created.text
+    r = kube_api.http.post(kube_api.path("pods", "e/binding"), json=binding("e", node))
+    assert r.status_code == 201, r.text
+    until(
+        "the pod Running",
+        lambda: kube_api.http.get(kube_api.path("pods", "e")).json()["status"]["phase"] == "Running",
     )
-    ev = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "e", "namespace": "default"}}
-    r = api.post(f"{PODS}/e/eviction", json=ev)
-    assert r.status_code == 201 and fake_server.stats.evictions == 1
-    got = api.get(f"{PODS}/e")
+    ev = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "e"}}
+    r = kube_api.http.post(kube_api.path("pods", "e/eviction"), json=ev)
+    assert r.status_code == 201, r.text
+    if kube_api.fake is not None:
+        assert kube_api.fake.stats.evictions == 1
+    got = kube_api.http.get(kube_api.path("pods", "e"))
     assert got.status_code == 404 or got.json()["metadata"]["deletionGracePeriodSeconds"] == 5
-    fake_server.wait_for(
-        lambda: api.get(f"{PODS}/e").status_code == 404, what="the pod to go after its grace"
+    until(
+        "the pod gone after its grace",
+        lambda: kube_api.http.get(kube_api.path("pods", "e")).status_code == 404,
     )
+
+
+def until(what: str, probe: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll ``probe`` until it is true (a loaded 2-core machine: a generous deadline)."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.1)
 
 
 def test_eviction_refused_by_a_disruption_budget(api: httpx.Client, fake_server: FakeApiServer) -> None:

@@ -1,17 +1,21 @@
-"""The real ``kubectl`` against the fake server: apply (created / unchanged / configured), get,
-describe (conditions and Events), delete with cascading, and a CRD applied then used."""
+"""The real ``kubectl`` on the fake and on the real API server (``kube_api``): describe (conditions
+and Events), a running pod in the server-side tables, ``get -w`` streaming rows; a CRD applied
+then used (fake only: see the test). Apply (created / unchanged / configured), delete with
+cascading, server-side apply, dry run and ``auth can-i`` on both servers are in
+tests/kube/test_parity_kubectl.py."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpupool.kube.fake import FakeApiServer
+from tests.kube.conftest import KubeTarget
+from tests.kube.test_parity_kubectl import Kubectl, until
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
 CRDS = Path(__file__).resolve().parents[2] / "src/gpupool/kube/fake/crds"
@@ -21,8 +25,8 @@ kind: Job
 metadata:
   name: train
 spec:
-  parallelism: {parallelism}
-  completions: 2
+  parallelism: 1
+  completions: 1
   template:
     spec:
       schedulerName: gpupool
@@ -31,23 +35,7 @@ spec:
       - name: main
         image: busybox
         resources:
-          limits: {{nvidia.com/gpu: "1"}}  # quoted: a number is stored as "1", so re-apply would read configured
-"""
-DEPLOYMENT = """apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: web
-spec:
-  replicas: 2
-  selector:
-    matchLabels: {app: web}
-  template:
-    metadata:
-      labels: {app: web}
-    spec:
-      containers:
-      - name: nginx
-        image: nginx
+          limits: {nvidia.com/gpu: "1"}
 """
 PYTORCHJOB = """apiVersion: kubeflow.org/v1
 kind: PyTorchJob
@@ -70,80 +58,100 @@ spec:
 """
 
 
-class Kubectl:
-    def __init__(self, kubeconfig: Path, cache: Path) -> None:
-        self.base = ["kubectl", "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache)]
-
-    def __call__(self, *args: str, stdin: str | None = None, ok: bool = True) -> str:
-        r = subprocess.run([*self.base, *args], input=stdin, capture_output=True, text=True, timeout=60)
-        if ok:
-            assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
-        return r.stdout + r.stderr
-
-
 @pytest.fixture
-def kubectl(fake_server: FakeApiServer, tmp_path: Path) -> Iterator[Kubectl]:
-    assert fake_server.kubeconfig is not None
-    yield Kubectl(fake_server.kubeconfig, tmp_path / "kubectl-cache")
+def kubectl(kube_api: KubeTarget, tmp_path: Path) -> Kubectl:
+    return Kubectl(kube_api.kubeconfig, tmp_path / "kubectl-cache", kube_api.namespace)
 
 
-def test_apply_job_created_unchanged_configured(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
-    assert "job.batch/train created" in kubectl("apply", "-f", "-", stdin=JOB.format(parallelism=2))
-    assert "job.batch/train unchanged" in kubectl("apply", "-f", "-", stdin=JOB.format(parallelism=2))
-    assert "job.batch/train configured" in kubectl("apply", "-f", "-", stdin=JOB.format(parallelism=1))
-    job = fake_server.get("jobs.batch", "default", "train")
-    assert job["spec"]["parallelism"] == 1 and job["metadata"]["generation"] == 2
-    assert "kubectl.kubernetes.io/last-applied-configuration" in job["metadata"]["annotations"]
-    pods = json.loads(kubectl("get", "pods", "-o", "json", "-l", "batch.kubernetes.io/job-name=train"))
-    assert pods["kind"] == "List" and len(pods["items"]) == 2
-    assert all(p["spec"]["schedulerName"] == "gpupool" for p in pods["items"])
+def _job_pod(kubectl: Kubectl) -> dict[str, Any]:
+    items = until("the Job's pod", lambda: kubectl.json("get", "pods", "-l", "job-name=train")["items"])
+    assert isinstance(items, list)
+    return dict(items[0])
 
 
-def test_apply_deployment_twice_and_delete_cascades(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
-    assert "deployment.apps/web created" in kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
-    assert "deployment.apps/web unchanged" in kubectl("apply", "-f", "-", stdin=DEPLOYMENT)
-    fake_server.wait_for(lambda: len(fake_server.list("pods", "default", "app=web")) == 2, what="2 pods")
-    assert "web-" in kubectl("get", "pods", "-l", "app=web")
-    assert 'deployment.apps "web" deleted' in kubectl("delete", "deployment", "web")
-    fake_server.wait_for(lambda: not fake_server.list("pods", "default", "app=web"), what="pods deleted")
-    assert "No resources found" in kubectl("get", "replicasets")
-
-
-def test_describe_pod_shows_condition_and_events(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
-    kubectl("apply", "-f", "-", stdin=JOB.format(parallelism=1))
-    pod = fake_server.wait_for(lambda: fake_server.list("pods", "default"), what="a pod")[0]
-    name = pod["metadata"]["name"]
+def test_describe_pod_shows_condition_and_events(kubectl: Kubectl, kube_api: KubeTarget) -> None:
+    kubectl("apply", "-f", "-", stdin=JOB)
+    pod = _job_pod(kubectl)
+    name, ns = pod["metadata"]["name"], kube_api.namespace
     cond = {
         "type": "PodScheduled",
         "status": "False",
         "reason": "Unschedulable",
         "message": "gpupool: waiting for 8 GPUs in pool training",
     }
-    fake_server.patch("pods", "default", name, {"status": {"conditions": [cond]}}, subresource="status")
-    fake_server.create(
-        {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.1", "namespace": "default"},
-            "regarding": {"kind": "Pod", "namespace": "default", "name": name, "uid": pod["metadata"]["uid"]},
-            "reason": "FailedScheduling",
-            "note": "gpupool: waiting for 8 GPUs in pool training",
-            "type": "Warning",
-            "action": "Scheduling",
-            "reportingController": "gpupool",
-            "reportingInstance": "gpupool-0",
-            "eventTime": "2026-12-01T00:00:00.000000Z",
-        }
+    r = kube_api.http.patch(
+        kube_api.path("pods", f"{name}/status"),
+        json={"status": {"conditions": [cond]}},
+        headers={"Content-Type": "application/merge-patch+json"},
     )
+    assert r.status_code == 200, r.text
+    event = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.1", "namespace": ns},
+        "regarding": {"kind": "Pod", "namespace": ns, "name": name, "uid": pod["metadata"]["uid"]},
+        "reason": "FailedScheduling",
+        "note": "gpupool: waiting for 8 GPUs in pool training",
+        "type": "Warning",
+        "action": "Scheduling",
+        "reportingController": "gpupool",
+        "reportingInstance": "gpupool-0",
+        "eventTime": "2026-12-01T00:00:00.000000Z",
+    }
+    r = kube_api.http.post(kube_api.path("events", group="events.k8s.io"), json=event)
+    assert r.status_code == 201, r.text
     out = kubectl("describe", "pod", name)
     assert "PodScheduled   False" in out
     assert "FailedScheduling" in out and "gpupool: waiting for 8 GPUs in pool training" in out
-    assert "Controlled By:  Job/train" in out
+    assert "Controlled By:    Job/train" in out and "Service Account:  default" in out
+
+
+def test_get_prints_a_running_pod_in_the_server_side_tables(kubectl: Kubectl, kube_api: KubeTarget) -> None:
+    """A Job's pod bound to a node with a kubelet (the fake's, or the node agent on the real
+    server) shows Running, ready, on its node in ``get -o wide``; the Job's row says Running."""
+    node = kube_api.add_kubelet_nodes(1, hami=False)[0]
+    kubectl("apply", "-f", "-", stdin=JOB)
+    name = _job_pod(kubectl)["metadata"]["name"]
+    binding = {"metadata": {"name": name}, "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    r = kube_api.http.post(kube_api.path("pods", f"{name}/binding"), json=binding)
+    assert r.status_code == 201, r.text
+
+    def running_row() -> list[str] | None:
+        rows = [line.split() for line in kubectl("get", "pods", "-o", "wide").splitlines()]
+        return rows if len(rows) > 1 and rows[1][2] == "Running" else None
+
+    rows = until("the pod Running", running_row)
+    assert rows[0][:3] == ["NAME", "READY", "STATUS"] and "NODE" in rows[0]
+    assert rows[1][0] == name and rows[1][1] == "1/1" and node in rows[1]
+    until("the Job Running", lambda: "Running" in kubectl("get", "job", "train"))
+
+
+def test_get_watch_streams_table_rows(kubectl: Kubectl, kube_api: KubeTarget) -> None:
+    """``get -w`` lists, then watches from the list's version: a pod created after the first
+    row is printed (the list is done) arrives as a row of its own."""
+
+    def create(name: str) -> None:
+        pod = {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+        assert kube_api.http.post(kube_api.path("pods"), json=pod).status_code == 201
+
+    create("before")
+    proc = subprocess.Popen([*kubectl.base, "get", "pods", "-w"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        header, first = proc.stdout.readline().split(), proc.stdout.readline().split()
+        assert header[:3] == ["NAME", "READY", "STATUS"] and first[:3] == ["before", "0/1", "Pending"]
+        create("watched")
+        assert proc.stdout.readline().split()[:3] == ["watched", "0/1", "Pending"]
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def test_crd_then_pytorchjob(tmp_path: Path) -> None:
+    """Fake only: it needs a server without the training CRDs, and its training operator makes
+    the PyTorchJob's pods (the real server runs no such operator)."""
     with FakeApiServer(time_scale=0.01) as srv:
-        kubectl = Kubectl(srv.write_kubeconfig(tmp_path / "kc"), tmp_path / "cache")
+        kubectl = Kubectl(srv.write_kubeconfig(tmp_path / "kc"), tmp_path / "cache", "default")
         assert "doesn't have a resource type" in kubectl("get", "pytorchjobs", ok=False)
         out = kubectl("apply", "-f", str(CRDS / "pytorchjobs.yaml"))
         assert "customresourcedefinition.apiextensions.k8s.io/pytorchjobs.kubeflow.org created" in out
@@ -158,56 +166,3 @@ def test_crd_then_pytorchjob(tmp_path: Path) -> None:
         assert "pod/bert-master-0" in names and "pod/bert-worker-0" in names
         kubectl("delete", "pytorchjob", "bert")
         srv.wait_for(lambda: not srv.list("pods"), what="pods deleted with their PyTorchJob")
-
-
-def test_get_prints_server_side_tables(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
-    node = fake_server.add_gpu_nodes(1, hami=False)[0]
-    kubectl("apply", "-f", "-", stdin=JOB.format(parallelism=1))
-    name = fake_server.wait_for(lambda: fake_server.list("pods", "default"), what="a pod")[0]["metadata"][
-        "name"
-    ]
-    fake_server.bind("default", name, node)
-    fake_server.wait_for(
-        lambda: fake_server.get("pods", "default", name)["status"]["phase"] == "Running", what="running"
-    )
-    rows = [line.split() for line in kubectl("get", "pods", "-o", "wide").splitlines()]
-    assert rows[0][:3] == ["NAME", "READY", "STATUS"] and "NODE" in rows[0]
-    assert rows[1][0] == name and rows[1][1] == "1/1" and rows[1][2] == "Running" and node in rows[1]
-    assert kubectl("get", "nodes").split()[:3] == ["NAME", "STATUS", "ROLES"]
-    assert "Running" in kubectl("get", "job", "train")
-
-
-def test_get_watch_streams_table_rows(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
-    proc = subprocess.Popen(
-        [*kubectl.base, "get", "pods", "-w"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        assert proc.stdout is not None
-        fake_server.wait_for(lambda: fake_server.store.watch_count() > 0, what="kubectl's watch")
-        fake_server.create(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "watched", "namespace": "default"},
-                "spec": {"containers": [{"name": "c", "image": "x"}]},
-            }
-        )
-        header, row = proc.stdout.readline().split(), proc.stdout.readline().split()
-        assert header[:3] == ["NAME", "READY", "STATUS"] and row[:3] == ["watched", "0/1", "Pending"]
-    finally:
-        proc.kill()
-        proc.wait(10)
-
-
-def test_server_side_apply_and_server_dry_run(kubectl: Kubectl, fake_server: FakeApiServer) -> None:
-    assert "deployment.apps/web serverside-applied" in kubectl(
-        "apply", "--server-side", "-f", "-", stdin=DEPLOYMENT
-    )
-    assert fake_server.get("deployments.apps", "default", "web")["spec"]["replicas"] == 2
-    out = kubectl("apply", "--dry-run=server", "-f", "-", stdin=JOB.format(parallelism=1))
-    assert "job.batch/train created (server dry run)" in out
-    assert fake_server.list("jobs.batch") == []
-
-
-def test_auth_can_i_says_yes(kubectl: Kubectl) -> None:
-    assert kubectl("auth", "can-i", "create", "pods/binding").strip() == "yes"

@@ -1,9 +1,12 @@
-"""Watch over HTTP: replay from a resourceVersion, bookmarks, timeouts, selectors, 410 Gone
-outside the history window, initial events, and watches dropped by fault injection."""
+"""Watch over HTTP: replay from a resourceVersion, the current objects first, initial events,
+live events, selectors, each event's own version (on the fake and on the real API server,
+``kube_api``); bookmarks every 0.2 s, 410 Gone outside the history window, fault injection and
+the fake's watch counts (fake only: see each test)."""
 
 from __future__ import annotations
 
 import json
+import secrets
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -12,25 +15,68 @@ import httpx
 import pytest
 
 from gpupool.kube.fake import FakeApiServer, FaultConfig
+from tests.kube.conftest import KubeTarget
 
 CM = "/api/v1/namespaces/default/configmaps"
+#: the ConfigMap the real controller manager publishes in every namespace (the fake does not)
+ROOT_CA = "kube-root-ca.crt"
+MERGE = {"Content-Type": "application/merge-patch+json"}
 
 
-def cm(name: str, **labels: str) -> dict[str, Any]:
+def cm(name: str, namespace: str = "default", **labels: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
     }
 
 
 def watch(url: str, path: str, **params: Any) -> list[dict[str, Any]]:
     """Every event of one watch stream, until the server ends it."""
+    with httpx.Client(base_url=url, timeout=30) as c:
+        return stream(c, path, **params)
+
+
+def stream(c: httpx.Client, path: str, **params: Any) -> list[dict[str, Any]]:
     q = {"watch": "1", **{k: str(v) for k, v in params.items()}}
-    with httpx.Client(base_url=url, timeout=30) as c, c.stream("GET", path, params=q) as r:
+    with c.stream("GET", path, params=q) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("application/json")
         return [json.loads(line) for line in r.iter_lines() if line]
+
+
+def objects(evs: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(type, name) of the object events, without bookmarks and the real server's root CA."""
+    return [
+        (e["type"], e["object"]["metadata"]["name"])
+        for e in evs
+        if e["type"] != "BOOKMARK" and e["object"]["metadata"]["name"] != ROOT_CA
+    ]
+
+
+class Cms:
+    """The test's ConfigMaps on either server."""
+
+    def __init__(self, k: KubeTarget) -> None:
+        self.k = k
+
+    def create(self, name: str, namespace: str = "", **labels: str) -> dict[str, Any]:
+        ns = namespace or self.k.namespace
+        r = self.k.http.post(f"/api/v1/namespaces/{ns}/configmaps", json=cm(name, ns, **labels))
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    def rv(self) -> str:
+        """The list's resourceVersion: a watch from it sees every later write."""
+        return str(self.k.http.get(self.k.path("configmaps")).json()["metadata"]["resourceVersion"])
+
+    def watch(self, path: str = "", **params: Any) -> list[dict[str, Any]]:
+        return stream(self.k.http, path or self.k.path("configmaps"), **params)
+
+
+@pytest.fixture
+def cms(kube_api: KubeTarget) -> Cms:
+    return Cms(kube_api)
 
 
 @pytest.fixture
@@ -38,41 +84,55 @@ def srv(fake_server: FakeApiServer) -> Iterator[FakeApiServer]:
     yield fake_server
 
 
-def test_watch_replays_events_after_a_resource_version(srv: FakeApiServer) -> None:
-    rv = srv.create(cm("a"))["metadata"]["resourceVersion"]
-    srv.create(cm("b"))
-    srv.patch("configmaps", "default", "b", {"data": {"k": "v"}})
-    srv.delete("configmaps", "default", "a")
-    evs = watch(srv.url, CM, resourceVersion=rv, timeoutSeconds=1)
-    got = [(e["type"], e["object"]["metadata"]["name"]) for e in evs]
-    assert got == [("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "a")]
+def test_watch_replays_events_after_a_resource_version(cms: Cms, kube_api: KubeTarget) -> None:
+    rv = cms.create("a")["metadata"]["resourceVersion"]
+    cms.create("b")
+    kube_api.http.patch(kube_api.path("configmaps", "b"), json={"data": {"k": "v"}}, headers=MERGE)
+    kube_api.http.delete(kube_api.path("configmaps", "a"))
+    evs = [e for e in cms.watch(resourceVersion=rv, timeoutSeconds=1) if e["type"] != "BOOKMARK"]
+    assert objects(evs) == [("ADDED", "b"), ("MODIFIED", "b"), ("DELETED", "a")]
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in evs]
     assert rvs == sorted(rvs) and rvs[0] > int(rv)
 
 
-def test_watch_without_resource_version_starts_with_current_objects(srv: FakeApiServer) -> None:
-    srv.create(cm("a"))
-    srv.create(cm("b"))
-    evs = watch(srv.url, CM, timeoutSeconds=1)
-    assert [(e["type"], e["object"]["metadata"]["name"]) for e in evs] == [("ADDED", "a"), ("ADDED", "b")]
+def test_watch_without_resource_version_starts_with_current_objects(cms: Cms) -> None:
+    cms.create("a")
+    cms.create("b")
+    assert objects(cms.watch(timeoutSeconds=1)) == [("ADDED", "a"), ("ADDED", "b")]
 
 
-def test_send_initial_events_ends_with_a_marked_bookmark(srv: FakeApiServer) -> None:
-    srv.create(cm("a"))
-    evs = watch(
-        srv.url,
-        CM,
+def test_send_initial_events_ends_with_a_marked_bookmark(cms: Cms) -> None:
+    cms.create("a")
+    evs = cms.watch(
         sendInitialEvents="true",
         allowWatchBookmarks="true",
         resourceVersionMatch="NotOlderThan",
-        timeoutSeconds=1,
+        timeoutSeconds=2,
     )
-    assert evs[0]["type"] == "ADDED"
+    assert ("ADDED", "a") in objects(evs)
     marked = [e for e in evs if e["type"] == "BOOKMARK" and e["object"]["metadata"].get("annotations")]
     assert marked and marked[0]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert evs.index(marked[0]) > max(i for i, e in enumerate(evs) if e["type"] == "ADDED")
 
 
-def test_live_events_arrive_and_bookmarks_carry_progress(srv: FakeApiServer) -> None:
+def test_live_events_arrive_on_an_open_watch(cms: Cms, kube_api: KubeTarget) -> None:
+    """Objects written while the watch is open arrive on it; a write of another kind does not."""
+    rv, result = cms.rv(), []
+    t = threading.Thread(target=lambda: result.append(cms.watch(resourceVersion=rv, timeoutSeconds=2)))
+    t.start()
+    cms.create("live")
+    other = f"other-{secrets.token_hex(3)}"  # not a configmap of this namespace
+    assert kube_api.http.post("/api/v1/namespaces", json={"metadata": {"name": other}}).status_code == 201
+    try:
+        t.join(30)
+        assert [n for typ, n in objects(result[0]) if typ == "ADDED"] == ["live"]
+    finally:
+        kube_api.http.delete(f"/api/v1/namespaces/{other}")
+
+
+def test_bookmarks_carry_progress(srv: FakeApiServer) -> None:
+    """Fake only: its fixture sends a bookmark every 0.2 s; the real server sends one about once
+    a minute, too seldom for a test."""
     rv = srv.store.rv
     result: list[list[dict[str, Any]]] = []
     t = threading.Thread(
@@ -83,29 +143,35 @@ def test_live_events_arrive_and_bookmarks_carry_progress(srv: FakeApiServer) -> 
     t.start()
     srv.wait_for(lambda: srv.store.watch_count() > 0, what="the watch to register")
     srv.create(cm("live"))
-    srv.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})  # not a configmap
     t.join(10)
-    evs = result[0]
-    assert [e["object"]["metadata"]["name"] for e in evs if e["type"] == "ADDED"] == ["live"]
-    bookmarks = [e for e in evs if e["type"] == "BOOKMARK"]
+    bookmarks = [e for e in result[0] if e["type"] == "BOOKMARK"]
     assert bookmarks, "bookmarks are sent every 0.2 s in the fixture"
     assert bookmarks[-1]["object"]["kind"] == "ConfigMap"
     assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) == srv.store.rv
 
 
-def test_watch_filters_by_label_and_namespace(srv: FakeApiServer) -> None:
-    rv = srv.store.rv
-    srv.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}})
-    srv.create(cm("x", app="x"))
-    srv.create(cm("y", app="y"))
-    srv.create({**cm("z", app="x"), "metadata": {"name": "z", "namespace": "team", "labels": {"app": "x"}}})
-    evs = watch(srv.url, CM, resourceVersion=rv, labelSelector="app=x", timeoutSeconds=1)
-    assert [e["object"]["metadata"]["name"] for e in evs] == ["x"]
-    evs = watch(srv.url, "/api/v1/configmaps", resourceVersion=rv, labelSelector="app=x", timeoutSeconds=1)
-    assert [e["object"]["metadata"]["name"] for e in evs] == ["x", "z"]
+def test_watch_filters_by_label_and_namespace(cms: Cms, kube_api: KubeTarget) -> None:
+    rv = cms.rv()
+    team = f"team-{secrets.token_hex(3)}"
+    assert kube_api.http.post("/api/v1/namespaces", json={"metadata": {"name": team}}).status_code == 201
+    app = f"x-{secrets.token_hex(3)}"  # a label no other test's object carries on a shared server
+    try:
+        cms.create("x", app=app)
+        cms.create("y", app="y")
+        cms.create("z", team, app=app)
+        evs = cms.watch(resourceVersion=rv, labelSelector=f"app={app}", timeoutSeconds=1)
+        assert objects(evs) == [("ADDED", "x")]
+        evs = cms.watch(
+            "/api/v1/configmaps", resourceVersion=rv, labelSelector=f"app={app}", timeoutSeconds=1
+        )
+        assert objects(evs) == [("ADDED", "x"), ("ADDED", "z")]
+    finally:
+        kube_api.http.delete(f"/api/v1/namespaces/{team}")
 
 
 def test_too_old_resource_version_gets_410_gone(tmp_path: Any) -> None:
+    """Fake only: it needs a history of 5 writes; the real server keeps etcd's history until a
+    compaction, every five minutes."""
     with FakeApiServer(history_size=5, controllers=False, kubelet=False) as srv:
         first = srv.create(cm("c0"))["metadata"]["resourceVersion"]
         for i in range(1, 20):
@@ -122,6 +188,7 @@ def test_too_old_resource_version_gets_410_gone(tmp_path: Any) -> None:
 
 
 def test_fault_injection_drops_watches(srv: FakeApiServer) -> None:
+    """Fake only: fault injection."""
     srv.faults = FaultConfig(drop_watches_after_s=0.3)
     evs = watch(srv.url, CM, resourceVersion=srv.store.rv, timeoutSeconds=60)
     assert evs == [] or all(e["type"] == "BOOKMARK" for e in evs)
@@ -129,31 +196,36 @@ def test_fault_injection_drops_watches(srv: FakeApiServer) -> None:
 
 
 def test_watch_counts_in_stats_and_unregisters(srv: FakeApiServer) -> None:
+    """Fake only: its request statistics."""
     watch(srv.url, CM, timeoutSeconds=1)
     srv.wait_for(lambda: srv.store.watch_count() == 0, what="the watch to unregister")
     assert srv.stats.requests["watch configmaps"] == 1
 
 
-def test_each_event_keeps_the_version_it_was_written_at(srv: FakeApiServer) -> None:
+def test_each_event_keeps_the_version_it_was_written_at(kube_api: KubeTarget) -> None:
     """A status write shares the stored object's metadata; giving the new version its
     resourceVersion must not relabel the previous version's event, which a watch encodes only
     when it sends it. It did: two quick status writes made the first event say the second's
     version, and an informer then skipped the real second event as a replay (the backend never
-    saw the Job complete: tests/kube/test_backend.py flaked on it)."""
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "j", "namespace": "default"},
-        "spec": {"suspend": True, "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}},
-    }
-    rv = srv.create(job)["metadata"]["resourceVersion"]
-    cur = srv.get("jobs.batch", "default", "j")
+    saw the Job complete: tests/kube/test_backend.py flaked on it). An unbound pod's status, which
+    no controller of either server writes."""
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "x"}]}}
+    created = kube_api.http.post(kube_api.path("pods"), json=pod)
+    assert created.status_code == 201, created.text
+    rv = created.json()["metadata"]["resourceVersion"]
     written = []
-    for n in (1, 2):
-        cur = srv.update("jobs.batch", {**cur, "status": {"active": n}}, "status")
-        written.append((cur["metadata"]["resourceVersion"], n))
-    evs = watch(srv.url, "/apis/batch/v1/namespaces/default/jobs", resourceVersion=rv, timeoutSeconds=1)
-    got = [(e["object"]["metadata"]["resourceVersion"], e["object"]["status"].get("active")) for e in evs]
+    for n in ("1", "2"):
+        r = kube_api.http.patch(
+            kube_api.path("pods", "p/status"), json={"status": {"message": n}}, headers=MERGE
+        )
+        assert r.status_code == 200, r.text
+        written.append((r.json()["metadata"]["resourceVersion"], n))
+    evs = stream(kube_api.http, kube_api.path("pods"), resourceVersion=rv, timeoutSeconds=1)
+    got = [
+        (e["object"]["metadata"]["resourceVersion"], e["object"]["status"].get("message"))
+        for e in evs
+        if e["type"] != "BOOKMARK"
+    ]
     for pair in written:
         assert pair in got, got
     rvs = [int(r) for r, _ in got]

@@ -1,8 +1,11 @@
-"""The informer cache over HTTP against the fake API server: list, watch, bookmarks, 410 Gone,
-dropped watches, kinds that are not served."""
+"""The informer cache over HTTP: list then watch, a kind that is not served until its CRD is
+created (on the fake and on the real API server, ``kube_api``); bookmarks, 410 Gone, dropped
+watches and the ``Informers`` set on a server without the training CRDs (fake only: see each
+test)."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 from collections import Counter
@@ -17,10 +20,13 @@ from gpupool.kube.client import RESOURCES, KubeApi, KubeConfigError, Resource, m
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.faults import FaultConfig
 from gpupool.kube.runtime.informer import Informer, Informers
+from tests.kube.conftest import KubeTarget
 from tests.test_service_support import wait_for as support_wait_for
 
+MERGE = {"Content-Type": "application/merge-patch+json"}
 
-def wait_for(fn: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+
+def wait_for(fn: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     return support_wait_for(fn, timeout, what)
 
 
@@ -62,31 +68,42 @@ def started(api: KubeApi, res: str = "pods", **kw: Any) -> tuple[Informer, Recor
     rec = Recorder()
     inf.add_listener(rec)
     inf.start()
-    assert inf.wait_synced(10)
+    assert inf.wait_synced(30)
     return inf, rec
 
 
-def test_make_client_reads_the_kubeconfig(fake_server: FakeApiServer, tmp_path: Path) -> None:
-    client = make_client(str(fake_server.kubeconfig))
+@pytest.fixture
+def k8s(kube_api: KubeTarget) -> Iterator[KubeApi]:
+    """gpupool's client on the test's server, fake or real."""
+    a = KubeApi(make_client(str(kube_api.kubeconfig)))
+    yield a
+    a.close()
+
+
+def test_make_client_reads_the_kubeconfig(kube_api: KubeTarget, tmp_path: Path) -> None:
+    client = make_client(str(kube_api.kubeconfig))
     assert "kube-system" in {n.metadata.name for n in client.list(Namespace) if n.metadata}
     with pytest.raises(KubeConfigError, match="kubeconfig"):
         make_client(str(tmp_path / "missing"))
     with pytest.raises(KubeConfigError, match="nope"):
-        make_client(str(fake_server.kubeconfig), context="nope")
+        make_client(str(kube_api.kubeconfig), context="nope")
 
 
-def test_initial_list_then_watch_events(fake_server: FakeApiServer, api: KubeApi) -> None:
+def test_initial_list_then_watch_events(kube_api: KubeTarget, k8s: KubeApi) -> None:
+    ns = kube_api.namespace
     for i in range(3):
-        fake_server.create(pod(f"p{i}"))
-    inf, rec = started(api)
+        assert kube_api.http.post(kube_api.path("pods"), json=pod(f"p{i}", ns)).status_code == 201
+    inf, rec = started(k8s, namespace=ns)
     try:
         assert sorted(o["metadata"]["name"] for o in inf.items()) == ["p0", "p1", "p2"]
         assert rec.count("ADDED") == Counter({"p0": 1, "p1": 1, "p2": 1})
-        fake_server.create(pod("p3"))
-        fake_server.patch("pods", "default", "p0", {"metadata": {"labels": {"x": "y"}}})
-        fake_server.delete("pods", "default", "p1", grace_period_seconds=0)
-        wait_for(lambda: inf.get("default", "p1") is None and inf.get("default", "p3"), what="watch events")
-        wait_for(lambda: (inf.get("default", "p0") or {})["metadata"]["labels"].get("x") == "y")
+        kube_api.http.post(kube_api.path("pods"), json=pod("p3", ns))
+        kube_api.http.patch(
+            kube_api.path("pods", "p0"), json={"metadata": {"labels": {"x": "y"}}}, headers=MERGE
+        )
+        kube_api.http.delete(kube_api.path("pods", "p1"), params={"gracePeriodSeconds": 0})
+        wait_for(lambda: inf.get(ns, "p1") is None and inf.get(ns, "p3"), what="watch events")
+        wait_for(lambda: (inf.get(ns, "p0") or {})["metadata"]["labels"].get("x") == "y")
         assert rec.count("DELETED") == Counter({"p1": 1})
         assert rec.count("MODIFIED")["p0"] == 1
         assert inf.stats["lists"] == 1
@@ -95,6 +112,7 @@ def test_initial_list_then_watch_events(fake_server: FakeApiServer, api: KubeApi
 
 
 def test_bookmarks_advance_the_version_without_objects(fake_server: FakeApiServer, api: KubeApi) -> None:
+    """Fake only: its fixture sends a bookmark every 0.2 s, the real server about once a minute."""
     inf, rec = started(api)
     try:
         before = int(inf.resource_version)
@@ -107,6 +125,7 @@ def test_bookmarks_advance_the_version_without_objects(fake_server: FakeApiServe
 
 
 def test_gone_relists_without_losing_or_repeating(tmp_path: Path) -> None:
+    """Fake only: fault injection and a history of 5 writes."""
     srv = FakeApiServer(controllers=False, kubelet=False, history_size=5, bookmark_interval_s=30)
     srv.start()
     srv.write_kubeconfig(tmp_path / "kc")
@@ -136,6 +155,7 @@ def test_gone_relists_without_losing_or_repeating(tmp_path: Path) -> None:
 
 
 def test_reconnects_after_dropped_watches(fake_server: FakeApiServer, api: KubeApi) -> None:
+    """Fake only: fault injection."""
     fake_server.faults = FaultConfig(drop_watches_after_s=0.15)
     inf, rec = started(api, backoff_s=(0.02, 0.1))
     try:
@@ -151,7 +171,41 @@ def test_reconnects_after_dropped_watches(fake_server: FakeApiServer, api: KubeA
         inf.stop()
 
 
-def test_a_kind_not_served_is_skipped_then_found(tmp_path: Path) -> None:
+def test_a_kind_not_served_is_found_once_its_crd_is_created(kube_api: KubeTarget, k8s: KubeApi) -> None:
+    """A kind of a CRD not yet created: not served (a 404), looked for again, and cached once
+    the server serves it (on the real server, once the CRD is Established)."""
+    group = f"t{secrets.token_hex(4)}.example.com"
+    inf = Informer(k8s, Resource(group, "v1", "widgets", "Widget"), absent_retry_s=0.1)
+    inf.start()
+    try:
+        assert inf.wait_decided(30) and inf.served is False and inf.wait_synced(0) is False
+        r = kube_api.http.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", json=crd(group))
+        assert r.status_code == 201, r.text
+        wait_for(lambda: inf.served, 60, what="the CRD to be picked up")
+        assert inf.wait_synced(10)
+    finally:
+        inf.stop()
+        kube_api.http.delete(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.{group}")
+
+
+def crd(group: str) -> dict[str, Any]:
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"widgets.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}],
+        },
+    }
+
+
+def test_informers_skip_kinds_not_served_then_find_them(tmp_path: Path) -> None:
+    """Fake only: it needs a server without the training CRDs, and the real one is shared by
+    the session (another test may have installed them)."""
     srv = FakeApiServer(controllers=False, kubelet=False, bookmark_interval_s=0.2)
     srv.start()
     srv.write_kubeconfig(tmp_path / "kc")

@@ -10,6 +10,7 @@ import pytest
 
 from gpupool.kube.runtime.lease import KubeLease, KubeLeaseSettings, LeaseConflict
 from gpupool.service.leader import LeaderElector
+from tests.kube.conftest import KubeTarget
 
 S = KubeLeaseSettings(namespace="ns", name="sched", duration_s=15, renew_s=10, retry_s=2)
 
@@ -215,29 +216,35 @@ def test_store_elector_requires_the_kube_lease(tmp_path: Any) -> None:
     st.close()
 
 
-def test_two_replicas_over_http_one_holder(fake_server: Any) -> None:
-    """Against the fake API server over HTTP: one replica creates and holds the Lease, the other
-    sees it held; a release hands it over with leaseTransitions counted."""
+def test_two_replicas_over_http_one_holder(kube_api: KubeTarget) -> None:
+    """Over HTTP, on the fake and on the real API server (``kube_api``): one replica creates and
+    holds the Lease, the other sees it held; a renewal is an update on the current
+    resourceVersion; a release hands it over with leaseTransitions counted; a write on an old
+    resourceVersion is a conflict. The other tests here use an in-memory Lease API."""
     from gpupool.kube.client import KubeApi, make_client
     from gpupool.kube.runtime.lease import KubeApiLeases
 
-    api = KubeApi(make_client(str(fake_server.kubeconfig)))
+    ns, name = kube_api.namespace, "sched"
+    api = KubeApi(make_client(str(kube_api.kubeconfig)))
     clk = Clock()
-    http = KubeLeaseSettings(namespace="default", name="sched")
+    http = KubeLeaseSettings(namespace=ns, name=name)
     a = KubeLease(KubeApiLeases(api), http, identity="a", monotonic=clk)
     b = KubeLease(KubeApiLeases(api), http, identity="b", monotonic=clk)
     try:
         assert a.step() is True
         assert b.step() is False and b.holder == "a"
-        assert a.step() is True  # a renewal is an update on the current resourceVersion
+        first = KubeApiLeases(api).get(ns, name)
+        assert first is not None
+        assert a.step() is True
         a.stop()
         assert b.step() is True
-        got = KubeApiLeases(api).get("default", "sched")
+        got = KubeApiLeases(api).get(ns, name)
         assert got is not None
         assert got["spec"]["holderIdentity"] == "b" and got["spec"]["leaseTransitions"] == 1
-        stale = dict(got, metadata={**got["metadata"], "resourceVersion": "1"})
+        # The real server formats MicroTime with microseconds; gpupool's writes are accepted.
+        assert got["spec"]["renewTime"].endswith("Z")
         with pytest.raises(LeaseConflict):
-            KubeApiLeases(api).replace(stale)
+            KubeApiLeases(api).replace(first)
     finally:
         api.close()
 

@@ -1,7 +1,8 @@
 """Workload status mirrors: ``kubectl get workloads.gpupool.io`` shows why work waits.
 
-End to end with the real kubectl against the fake API server and ``gpupool serve --backend
-kubernetes`` in-process; the write rate limit (status only on change) and a cluster without the
+End to end with the real kubectl and ``gpupool serve --backend kubernetes`` in-process, on the
+fake and on the real API server (``kube_api``: a labelled node with a kubelet on each); the
+write rate limit (status only on change) and a cluster without the
 CRD are checked on ``WorkloadMirror`` directly with a recording API.
 """
 
@@ -18,6 +19,7 @@ import pytest
 from gpupool.kube.client import ApiError
 from gpupool.kube.mirror import WorkloadMirror, mirror_name
 from gpupool.kube.waiting import Waiting
+from tests.kube.conftest import KubeTarget
 from tests.kube.test_kubectl_e2e import TRAINING, bound, kubectl, kueue_job, serving, wait
 
 CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "gpupool" / "crds"
@@ -30,17 +32,30 @@ def _mirrors(srv: Any) -> dict[str, dict[str, Any]]:
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_get_workloads_shows_queue_phase_position_reason_and_pool(
-    fake_server: Any, tmp_path: Path
+    kube_api: KubeTarget, tmp_path: Path
 ) -> None:
-    fake_server.add_gpu_nodes(1, labels=TRAINING)
-    kubectl(fake_server, "apply", "-f", str(CHART_CRDS / "gpupool.io_workloads.yaml"))
-    with serving(fake_server, tmp_path / "a"):
-        kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("first", pods=1, gpus=8))
-        wait(lambda: bound(fake_server, "job-name=first", 1), 60, "the first Job bound")
-        kubectl(fake_server, "apply", "-f", "-", stdin=kueue_job("later", pods=1, gpus=8))
+    """The Jobs are in ``default``, the namespace the service maps to its queue; on a real
+    server, shared by the session, they are deleted after the test."""
+    kube_api.add_kubelet_nodes(1, labels=TRAINING)
+    kubectl(kube_api, "apply", "-f", str(CHART_CRDS / "gpupool.io_workloads.yaml"))
+    wait(lambda: kube_api.http.get("/apis/gpupool.io/v1alpha1/workloads").status_code == 200, 60, "served")
+    try:
+        _mirrors_follow_the_jobs(kube_api, tmp_path)
+    finally:
+        for job in ("first", "later"):
+            kubectl(
+                kube_api, "delete", "job", job, "-n", "default", "--ignore-not-found", "--cascade=foreground"
+            )
+
+
+def _mirrors_follow_the_jobs(k: KubeTarget, tmp_path: Path) -> None:
+    with serving(k, tmp_path / "a"):
+        kubectl(k, "apply", "-f", "-", stdin=kueue_job("first", pods=1, gpus=8))
+        wait(lambda: bound(k, "job-name=first", 1), 60, "the first Job bound")
+        kubectl(k, "apply", "-f", "-", stdin=kueue_job("later", pods=1, gpus=8))
 
         def both() -> dict[str, dict[str, Any]] | None:
-            got = _mirrors(fake_server)
+            got = _mirrors(k)
             ok = got.get("job.first", {}).get("status", {}).get("admission") and got.get("job.later", {}).get(
                 "status", {}
             ).get("position")
@@ -54,15 +69,15 @@ def test_kubectl_get_workloads_shows_queue_phase_position_reason_and_pool(
         owner = got["job.later"]["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["name"]) == ("Job", "later")
 
-        table = kubectl(fake_server, "get", "workloads.gpupool.io", "-n", "default")
+        table = kubectl(k, "get", "workloads.gpupool.io", "-n", "default")
         header, *rows = table.splitlines()
         assert header.split()[:6] == ["NAME", "QUEUE", "PHASE", "POSITION", "REASON", "POOL"], header
         row = next(r for r in rows if r.startswith("job.later "))
         assert "llm-research" in row and "Pending" in row, table
 
         # the Job deleted: its mirror goes too
-        kubectl(fake_server, "delete", "job", "later", "-n", "default")
-        wait(lambda: "job.later" not in _mirrors(fake_server), 60, "the deleted Job's mirror removed")
+        kubectl(k, "delete", "job", "later", "-n", "default")
+        wait(lambda: "job.later" not in _mirrors(k), 60, "the deleted Job's mirror removed")
 
 
 class _Api:

@@ -104,6 +104,9 @@ class ConfigSource(LoopThread):
         self._mu = threading.Lock()
         LoopThread.__init__(self)
         self._applied: dict[tuple[str, str], str] = {}  # (kind, name) -> resourceVersion handled
+        #: objects refused at their last version: each kind has its own watch, so a queue can
+        #: arrive a pass before the pool it names; they are tried again after any change
+        self._refused: set[tuple[str, str]] = set()
         self.svc: Any = None
         self.stats = {"applied": 0, "unchanged": 0, "refused": 0, "deleted": 0, "errors": 0}
         for kind, inf in self.informers.items():
@@ -183,11 +186,24 @@ class ConfigSource(LoopThread):
             why = _located(exc)
             self.events.event(obj, "Warning", REFUSED, f"gpupool refused {kind} {key[1]}: {why}")
             self._status(kind, obj, False, "Invalid", why)
+            self._refused.add(key)
             return
+        self._refused.discard(key)
         self.stats["applied" if res["result"] != "unchanged" else "unchanged"] += 1
         if res["result"] != "unchanged":
+            self._retry_refused()
             self.on_change()
         self._status(kind, obj, True, "Applied", f"{res['result']} in gpupool's configuration")
+
+    def _retry_refused(self) -> None:
+        """Mark the refused objects dirty again: the change may be what they lacked. It ends:
+        a retry refused again changes nothing, so it starts no further retry."""
+        with self._mu:
+            for key in self._refused:
+                self._applied.pop(key, None)
+                self._dirty.setdefault(key, None)
+            self._refused.clear()
+        self._wake.set()
 
     def _status(self, kind: str, obj: Mapping[str, Any], ok: bool, reason: str, message: str) -> None:
         """The Accepted condition on the object's status (gpupool's CRDs; a PriorityClass has none)."""
@@ -218,6 +234,7 @@ class ConfigSource(LoopThread):
         from gpupool.store import NotFound
 
         self._applied.pop((kind, name), None)
+        self._refused.discard((kind, name))
         try:
             rec = self.svc.store.get_object(kind, name)
         except NotFound:

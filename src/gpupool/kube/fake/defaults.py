@@ -1,7 +1,10 @@
 """What the real server fills in on create, for the kinds whose clients read those defaults.
 
-Why only these: a scheduler reads a pod's phase, schedulerName and grace period, and the Job
-controller its parallelism/completions/backoffLimit; anything else is stored as sent.
+Why only these: a scheduler reads a pod's phase, schedulerName, grace period and tolerations,
+and the Job controller its parallelism/completions/backoffLimit; anything else is stored as
+sent. Two admission plugins of the real server are here too, as they change what a pod reads
+back: ServiceAccount (``default``) and DefaultTolerationSeconds (the NoExecute tolerations of
+``not-ready`` and ``unreachable``, 300 s); the service account's token volume is not added.
 """
 
 from __future__ import annotations
@@ -25,11 +28,41 @@ def _pod(obj: Obj) -> None:
         for c in spec.get(field) or []:
             _requests_from_limits(c)
     spec.setdefault("schedulerName", "default-scheduler")
+    spec["serviceAccountName"] = spec.get("serviceAccountName") or spec.get("serviceAccount") or "default"
+    spec["serviceAccount"] = spec["serviceAccountName"]  # the deprecated field mirrors it
+    _default_tolerations(spec)
     spec.setdefault("terminationGracePeriodSeconds", 30)
     spec.setdefault("restartPolicy", "Always")
     status = obj.setdefault("status", {})
     status.setdefault("phase", "Pending")
     status.setdefault("qosClass", "BestEffort")
+
+
+#: the taints DefaultTolerationSeconds tolerates for a while on every pod
+DEFAULT_TOLERATED = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _default_tolerations(spec: Obj) -> None:
+    """Each taint of ``DEFAULT_TOLERATED`` that no toleration of the pod covers (its key or an
+    empty one, effect NoExecute or none) is tolerated for 300 s, appended in that order."""
+    own = [t for t in spec.get("tolerations") or [] if isinstance(t, dict)]
+    added = []
+    for key in DEFAULT_TOLERATED:
+        covered = any(
+            t.get("key") in (key, "", None) and t.get("effect") in ("NoExecute", "", None) for t in own
+        )
+        if not covered:
+            added.append({"key": key, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300})
+    if added:
+        spec["tolerations"] = [*(spec.get("tolerations") or []), *added]
+
+
+def admit_pod_update(pod: Obj) -> None:
+    """DefaultTolerationSeconds runs on an update too: a patch that replaces a pod's
+    tolerations gets the default ones back (so the update only adds tolerations)."""
+    if isinstance(pod.get("spec"), dict):
+        pod["spec"] = dict(pod["spec"])
+        _default_tolerations(pod["spec"])
 
 
 def _requests_from_limits(container: Any) -> None:

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from gpupool.kube.fake import errors, podspec
-from gpupool.kube.fake.defaults import apply_defaults, canonical_quantities
+from gpupool.kube.fake.defaults import admit_pod_update, apply_defaults, canonical_quantities
 from gpupool.kube.fake.patch import apply_patch
 from gpupool.kube.fake.resources import BUILTINS, ResourceType, from_crd
 from gpupool.kube.fake.storage import Obj, Store, new_metadata, now_rfc3339
@@ -239,6 +239,8 @@ class Ops:
             new = {**new, "metadata": md, "kind": rt.kind, "apiVersion": rt.api_version}
             if "status" in rt.subresources:
                 new["status"] = cur.get("status", {})
+            if rt.key == "pods":
+                admit_pod_update(new)
             self._check_immutable(rt, cur, new)
             if new.get("spec") != cur.get("spec"):
                 md["generation"] = int(cur["metadata"].get("generation", 1)) + 1
