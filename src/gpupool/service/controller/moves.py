@@ -35,6 +35,8 @@ log = logging.getLogger("gpupool.controller")
 
 #: an event per moved workload: (workload, type, reason, message), as ``apply_transitions`` takes
 MoveEvent = tuple[str, str, str, str]
+#: a move for the backend: the new placement (JSON form, as stored) and the move's reason
+Planned = tuple[dict[str, Any], str]
 
 
 def plannable_pools(
@@ -67,11 +69,11 @@ def _gpu_seconds(placement: Mapping[str, Any], now: float) -> float:
 
 def move_records(
     ctx: Context, d: Decisions, now: float, changes: list[PhaseChange], audits: list[AuditEntry]
-) -> tuple[list[MoveEvent], dict[str, dict[str, Any]]]:
+) -> tuple[list[MoveEvent], dict[str, Planned]]:
     """Add each move's durable records to the cycle's (see the module); also returns the new
-    placement per moved workload (for the backend)."""
+    placement per moved workload and the move's reason (for the backend)."""
     events: list[MoveEvent] = []
-    placements: dict[str, dict[str, Any]] = {}
+    placements: dict[str, Planned] = {}
     for m in d.moved:
         try:
             rec = ctx.store.get_workload(m.workload)
@@ -79,7 +81,7 @@ def move_records(
             continue
         old = dict(rec.placement or {})
         placement = placement_json(_as_admit(m, bool(old.get("borrowing"))), now)
-        placements[m.workload] = placement
+        placements[m.workload] = (placement, m.reason)
         changes.append(PhaseChange(m.workload, rec.phase, m.reason, placement))
         to = sorted({p.node for p in m.pods})
         lost = round(_gpu_seconds(old, now), 3)
@@ -117,19 +119,20 @@ def run_spec(ctx: Context, name: str, r: Running, placement: Mapping[str, Any]) 
     )
 
 
-def move_in_backend(ctx: Context, placements: Mapping[str, dict[str, Any]]) -> dict[str, Running]:
-    """Have the backend restart each moved run on its new placement; the runs it could not
+def move_in_backend(ctx: Context, placements: Mapping[str, Planned]) -> dict[str, Running]:
+    """Have the backend restart each moved run on its new placement (the message it is given
+    is the move's reason: "Consolidated: freed node n-001 for big"); the runs it could not
     move, taken out of the engine, for the caller to stop and requeue as victims."""
     move = capability(ctx.backend, Capability.MOVE)
     out: dict[str, Running] = {}
-    for name, placement in placements.items():
+    for name, (placement, reason) in placements.items():
         r = ctx.engine.running.get(name)
         if r is None:
             continue
         ok = False
         if callable(move):
             try:
-                ok = bool(move(run_spec(ctx, name, r, placement), "consolidation: restarted where reserved"))
+                ok = bool(move(run_spec(ctx, name, r, placement), reason))
             except NotLeader:
                 raise
             except BackendError as exc:
