@@ -192,3 +192,25 @@ def test_a_bare_pod_is_not_moved(cluster: Cluster) -> None:
     assert be.move(RunSpec("default.pod.solo", placement(("main", 0, NODE1, [0]))), WHY) is False
     assert devices_of(srv.get("pods", "default", "solo")) == (NODE0, [0])
     assert be.runs()["default.pod.solo"].placement["pods"][0]["node"] == NODE0
+
+
+def test_a_move_cut_short_by_a_restart_is_finished_by_the_next_backend(cluster: Cluster) -> None:
+    """The record written, the process gone before the pods were disrupted: the next backend
+    adopts the reserved placement from the record and disrupts the pod bound for the old one
+    (``moves.stale``), so the Job's replacement is bound where reserved."""
+    srv = cluster.srv
+    be, first = started(cluster)
+    be.leader_gate = lambda: False  # the process that wrote the record is gone
+    to = placement(("main", 0, NODE1, [1, 2, 3, 4]))
+    rec = json.loads(srv.get("jobs.batch", "default", "small")["metadata"]["annotations"][ADMISSION])
+    rec.update(placement=to, decision=repr(to["admittedAt"]))
+    srv.patch("jobs.batch", "default", "small", {"metadata": {"annotations": {ADMISSION: json.dumps(rec)}}})
+    cluster.fresh()
+
+    def replaced() -> dict[str, Any]:
+        p = running_small(srv)
+        return p if p and p["metadata"]["uid"] != first["metadata"]["uid"] else {}
+
+    moved = wait_for(replaced, what="small's replacement running")
+    assert devices_of(moved) == (NODE1, [1, 2, 3, 4])
+    assert srv.stats.violations == []

@@ -33,7 +33,7 @@ from gpupool.kube.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.exclusive import Overbooked, PassTally, overbooked
 from gpupool.kube.gangs import assign_slots, attempt_pods, decision_of, live
 from gpupool.kube.informer import Informers, object_key
-from gpupool.kube.moves import Mover, refusal
+from gpupool.kube.moves import MOVABLE_KINDS, Mover, refusal, stale
 from gpupool.kube.nodes import NodeView
 from gpupool.kube.outcomes import (
     PODS_READY_TIMEOUT,
@@ -92,8 +92,7 @@ class KubernetesBackend(ElasticRuns):
         self.binder = Binder(self.api, informers, concurrency=bind_concurrency, clock=clock)
         self.evictor = Evictor(self.api, component=scheduler_name)
         self.mover = Mover(self.evictor)
-        #: held through a bind pass and while a move changes a run's placement, so no pass binds
-        #: a pod to the placement a move has just replaced
+        #: a bind pass and a move's change of placement exclude each other (no bind to the old one)
         self._passing = threading.RLock()
         #: every object read since this replica leads (the runtime sets it to the source's)
         self.claims_settled: Callable[[], bool] = lambda: True
@@ -282,14 +281,13 @@ class KubernetesBackend(ElasticRuns):
             if (why := refusal(run.top[0]) or ("" if obj else "its owner is gone")) or obj is None:
                 log.warning("cannot move %s on Kubernetes: %s", spec.name, why)
                 return False
-            pods = self._pods(run)
             run.placement, run.decision = dict(spec.placement), decision
             run.started_at, run.duration_s = self.clock(), spec.duration_s
             run.bound, run.ready, run.first_try, run.tries, run.next_try = False, False, None, 0, 0.0
             fields = {"placement": run.placement, "decision": decision, "startedAt": run.started_at}
             record = self.mover.record(obj, run.name, fields | {"durationS": run.duration_s})
         try:
-            self.mover.move(obj, pods, record, message or "consolidation")
+            self.mover.move(obj, self._pods(run), record, message or "consolidation")
         except Exception as exc:
             raise BackendError(f"moving {spec.name} failed: {exc}") from exc
         finally:
@@ -436,6 +434,8 @@ class KubernetesBackend(ElasticRuns):
         """The binds a gang needs now ([] when all are bound), or None while it must wait (its
         pods do not all exist yet, or a pod still holds a device: ``tally``'s proof)."""
         pods = self._pods(run)
+        if run.top[0] in MOVABLE_KINDS and (left := stale(pods, run.decision)):
+            self.mover.sweep(left)  # a move a restart cut short: its old pods never went
         if run.untranslated and any(not node_of(p) for p in live(pods)):
             run.untranslated = False
             obj = self.tracker.owner_object(run.top)

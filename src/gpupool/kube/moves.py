@@ -14,6 +14,9 @@ Why these steps, in this order:
   the same cycle, binds only once they are gone: no device is held by two running pods.
 * **A Warning Event ``Consolidated``** on the owner says where the job went and for whom.
 
+A restart between the first two steps leaves the old pods running under a record that no longer
+names them: the bind pass disrupts a Job's live pods bound for an earlier admission (``stale``).
+
 Only a batch/v1 Job is moved here: its controller replaces deleted pods and its completion index
 keeps each pod in its slot. Other kinds are refused (``refusal``): bare pods have no controller
 to recreate them, serving owners share their pods between a base and its extras, and the other
@@ -32,8 +35,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpupool.kube import annotations as kube_ann
 from gpupool.kube.evictor import ADMISSION, Evictor, read_admission
 from gpupool.kube.gangs import live
+from gpupool.kube.tracker import node_of
 
 log = logging.getLogger("gpupool.kube.moves")
 
@@ -48,6 +53,21 @@ def refusal(kind: str) -> str:
     if kind == "Pod":
         return "bare pods have no controller to recreate them on the reserved placement"
     return f"a {kind} is not moved by pod deletion (only a batch/v1 Job is)"
+
+
+def stale(pods: Sequence[Mapping[str, Any]], decision: str) -> list[Mapping[str, Any]]:
+    """A Job's live bound pods of an earlier admission than ``decision``: a move whose record
+    was written but whose pods were not disrupted (the process stopped in between). They hold
+    devices the engine no longer charges to the run, and the Job makes no replacement while
+    they live; the bind pass disrupts them (``Mover.sweep``)."""
+    if not decision:
+        return []
+    out = []
+    for p in live(pods):
+        was = ((p.get("metadata") or {}).get("annotations") or {}).get(kube_ann.DECISION)
+        if node_of(p) and was and was != decision:
+            out.append(p)
+    return out
 
 
 def where(placement: Mapping[str, Any]) -> str:
@@ -88,5 +108,11 @@ class Mover:
         self.evictor.event(obj, "Consolidated", f"{message}: moved to {to}, {n} pod(s) restarted", "Warning")
         return n
 
+    def sweep(self, pods: Sequence[Mapping[str, Any]]) -> int:
+        """Disrupt a Job's ``stale`` pods (a move cut short); how many went."""
+        why = "Consolidated: bound for an earlier admission (a move cut short by a restart)"
+        log.warning("disrupting %d pod(s) of an earlier admission: %s", len(pods), why)
+        return self.evictor.disrupt(pods, "Job", why)
 
-__all__ = ["MOVABLE_KINDS", "Mover", "refusal", "where"]
+
+__all__ = ["MOVABLE_KINDS", "Mover", "refusal", "stale", "where"]
