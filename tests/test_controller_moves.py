@@ -12,9 +12,10 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.manifests.convert import workload_model
-from gpupool.service.backends import Capability
+from gpupool.service.backends import Capability, RunSpec
 from gpupool.service.backends.virtual import VirtualBackend
-from gpupool.service.controller import Controller
+from gpupool.service.controller import Controller, Hooks
+from gpupool.service.metrics import Metrics
 from gpupool.store import Store
 from tests.test_failures import Clock
 from tests.test_node_faults import API, check_consistent, cluster, node, nodes_of
@@ -38,12 +39,18 @@ CONFIG = [
 ]
 
 
-def _make(url: str, tmp: Path, clk: Clock, backend: type[VirtualBackend] = VirtualBackend) -> Any:
+def _make(
+    url: str,
+    tmp: Path,
+    clk: Clock,
+    backend: type[VirtualBackend] = VirtualBackend,
+    hooks: Hooks | None = None,
+) -> Any:
     store = Store.open(url)
     for m in [*CONFIG, cluster(node("n1"), node("n2"))]:
         store.apply_object(m, audit=AuditEntry("t", "config.seed", m["kind"], m["metadata"]["name"]))
     be = backend(tmp / "vc.json", time_scale=1.0, clock=clk)
-    ctl = Controller(store, be, tick_s=0.05, min_interval_s=0.0, clock=clk)
+    ctl = Controller(store, be, tick_s=0.05, min_interval_s=0.0, clock=clk, hooks=hooks)
     ctl.recover()
     return store, ctl, be
 
@@ -114,3 +121,33 @@ def test_a_backend_that_cannot_move_gets_no_move_and_says_why(tmp_path: Path, db
         check_consistent(store, ctl, be)
     finally:
         ctl.stop()
+
+
+class _Refusing(VirtualBackend):
+    """A backend that declares MOVE but cannot move this run (``move`` returns False)."""
+
+    def move(self, spec: RunSpec, message: str = "") -> bool:
+        return False
+
+
+def _counted(m: Metrics, name: str) -> float | None:
+    return m.registry.get_sample_value(name, {"queue": "q", "pool": "p"})
+
+
+def test_a_move_carried_out_is_counted_and_a_refused_one_is_a_preemption(tmp_path: Path) -> None:
+    """``gpupool_consolidation_moves_total{queue,pool}`` and the GPU-seconds the moves lost
+    count moves the backend carried out; one it refused is stopped and counted as a preemption."""
+    for backend, moves, preempted in ((VirtualBackend, 1.0, None), (_Refusing, None, 1.0)):
+        clk, m, tmp = Clock(), Metrics(refresh_s=3600.0), tmp_path / backend.__name__
+        tmp.mkdir()
+        store, ctl, _be = _make(f"sqlite:///{tmp}/gpupool.db", tmp, clk, backend, m.hooks())
+        try:
+            _scattered(store, ctl, clk)
+            ctl.cycle()
+            assert _counted(m, "gpupool_consolidation_moves_total") == moves, backend.__name__
+            lost = _counted(m, "gpupool_consolidation_gpu_seconds_lost_total")
+            assert lost == (2 * 11 * 60 if moves else None), backend.__name__
+            assert m.registry.get_sample_value("gpupool_preemptions_total", {"queue": "q"}) == preempted
+        finally:
+            ctl.stop()
+            store.close()

@@ -13,9 +13,11 @@ the scenario's times (a clock the test sets), so every difference is the backend
 marks it Succeeded; (b) has the fake kubelet end the Job's pods (Succeeded, exit 0), its Job
 controller mark the Job Complete, and waits until the backend reports the run finished. Per cycle
 the admitted set (with each pod's node, devices, share and borrowing), the preempted set (by
-whom, which rule), the shrunk elastic gangs (pods removed, count kept) and the pending reasons'
-codes must be equal (a shrunk Job runs with its parallelism lowered); on (b) the pods bound over HTTP
-must carry the decided nodes and devices, and the fake HAMi plug-in must record no violation.
+whom, which rule), the shrunk elastic gangs (pods removed, count kept), the consolidation moves
+(for whom, the reason, the reserved placement) and the pending reasons' codes must be equal (a
+shrunk Job runs with its parallelism lowered; a moved Job's replacement pods are re-bound where
+the move reserved); on (b) the pods bound over HTTP must carry the decided nodes and devices,
+and the fake HAMi plug-in must record no violation.
 """
 
 from __future__ import annotations
@@ -211,19 +213,6 @@ def unexpressible(scn: Scenario) -> str:
     return ""
 
 
-def not_carried_out(path: Path) -> str:
-    """Why the Kubernetes backend cannot carry the scenario out yet ('' when it can): a pool
-    with consolidation on decides Moves (engine/consolidation.py), which the controller and the
-    Kubernetes backend do not apply yet (docs/engine.md, KAI: an eviction plus a reserved
-    re-bind); the simulator and the engine's own scenario run check those decisions."""
-    data = yaml.safe_load(path.read_text())
-    for doc in yaml.safe_load_all(data.get("manifests", "")):
-        spec = (doc or {}).get("spec") or {}
-        if doc and doc.get("kind") == "ResourcePool" and (spec.get("consolidation") or {}).get("enabled"):
-            return f"pool {doc['metadata']['name']}: a consolidation Move"
-    return ""
-
-
 # --------------------------------------------------------------------- the two controllers
 class Recording(Controller):
     """The controller, recording each cycle's decisions; its engine runs with the scenario's
@@ -347,8 +336,23 @@ def decisions(d: Sequence[Decisions], ctl: Controller, strip: str = "") -> dict[
         for p in x.preempted
         for s in p.shrinks
     }
+    moved = {
+        n(m.workload): (
+            n(m.for_workload),
+            m.reason.replace(strip, "") if strip else m.reason,
+            sorted((p.group, p.index, p.node, p.devices) for p in m.pods),
+        )
+        for x in d
+        for m in x.moved
+    }
     pending = {n(q): str(r.code) if (r := ctl.reasons.get(q)) else "none" for q in ctl.pending}
-    return {"admitted": admitted, "preempted": preempted, "shrunk": shrunk, "pending": pending}
+    return {
+        "admitted": admitted,
+        "preempted": preempted,
+        "shrunk": shrunk,
+        "moved": moved,
+        "pending": pending,
+    }
 
 
 def node_shape(nodes: Sequence[Node]) -> list[tuple[Any, ...]]:
@@ -499,6 +503,10 @@ def check_bound(srv: FakeApiServer, d: Sequence[Decisions], s: Side) -> None:
         job = sh.workload.removeprefix(PREFIX)
         wait_for(pods_are(srv, job, want), f"{job}'s pods after its shrink ({want})")
         assert srv.get("jobs.batch", NS, job)["spec"]["parallelism"] == sh.replicas
+    for m in (m for x in d for m in x.moved):  # consolidation: re-bound where reserved
+        want = sorted((p.group, p.index, p.node, p.devices, p.gpu_milli) for p in m.pods)
+        job = m.workload.removeprefix(PREFIX)
+        wait_for(pods_are(srv, job, want), f"{job}'s pods re-bound after its move ({want})")
     for q in s.ctl.pending:
         job = q.removeprefix(PREFIX)
         wait_for(pods_are(srv, job, []), f"{job} (pending) without a bound pod")
@@ -549,6 +557,12 @@ def check_scenario(scn: Scenario, history: Sequence[Mapping[str, Any]]) -> None:
         assert got["preempted"] == want_pre, f"{scn.name} cycle {n}: {got}"
         want_sh = {k: (v["by"], v["rule"], v["replicas"]) for k, v in (exp.get("shrunk") or {}).items()}
         assert {k: v[:3] for k, v in got["shrunk"].items()} == want_sh, f"{scn.name} cycle {n}: {got}"
+        if "moved" in exp:  # consolidation: who moved, for whom, and the reason's words
+            assert {k: v[0] for k, v in got["moved"].items()} == {
+                k: v["for"] for k, v in exp["moved"].items()
+            }, f"{scn.name} cycle {n}: {got}"
+            for k, v in exp["moved"].items():
+                assert v.get("reason", "") in got["moved"][k][1], f"{scn.name} cycle {n}: {k}"
         for name, props in (exp.get("pending") or {}).items():
             assert name in got["pending"], f"{scn.name} cycle {n}: {name} not pending"
             if props and "code" in props:
@@ -563,9 +577,6 @@ def test_the_kubernetes_backend_decides_as_the_virtual_one(
     why = unexpressible(scn)
     if why:
         pytest.skip(f"{scn.name}: a Kubernetes object cannot express {why}")
-    gap = not_carried_out(path)
-    if gap:
-        pytest.skip(f"{scn.name}: the Kubernetes backend does not carry out {gap} yet")
     virtual, nodes = run_virtual(scn, tmp_path)
     check_scenario(scn, virtual)
     kube = run_kube(scn, fake_server, tmp_path, nodes)

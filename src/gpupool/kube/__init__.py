@@ -18,7 +18,8 @@ named, and every name is a module):
 - the adapter of the backend port: ``backend`` (``KubernetesBackend``, built by
   ``gpupool.composition.make_backend`` or ``wiring`` for ``gpupool serve --backend kubernetes``),
   ``runs`` (``KubeRun``), ``recovery`` (what runs, after a restart), ``elastic``,
-  ``elastic_runs`` and ``shrink`` (elastic serving and shrinking gangs)
+  ``elastic_runs`` and ``shrink`` (elastic serving and shrinking gangs), ``moves``
+  (consolidation: an eviction plus a reserved re-bind)
 - what flows back to the cluster: ``source`` (kubectl-created workloads become submissions) with
   ``source_policy``, ``config_source`` (ResourcePool and Queue objects), ``status`` (pod
   conditions and Events from the controller's reasons), ``waiting``, ``mirror`` (Workload

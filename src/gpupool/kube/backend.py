@@ -3,7 +3,8 @@
 How a decision is carried out: ``start`` records the admission on the owner and unsuspends it
 (one merge patch); a reconcile thread binds the gang once all its pods exist, every pod in one
 pass, in parallel across nodes (``binder``); ``stop`` re-suspends the owner, or marks the pods
-``DisruptionTarget`` and deletes (or evicts) them (``evictor``); ``poll`` reads outcomes from
+``DisruptionTarget`` and deletes (or evicts) them (``evictor``); ``move`` does that to a Job's
+pods and binds their replacements where reserved (``moves``); ``poll`` reads outcomes from
 the owners' conditions and the pods (``outcomes``). The cluster is the source of nodes
 (``observed_nodes``, ``down_nodes``) and, after a restart, of what runs (``runs`` from the
 recorded admissions and the bound pods).
@@ -11,8 +12,7 @@ recorded admissions and the bound pods).
 Freed devices stay reserved for the preemptor until the victims are gone, without a new
 model: the engine already charges the preemptor for them the moment it decides, so nothing
 else is placed there; the binder only binds a pod once the informer shows its devices free
-(a deleting victim's pods still count, see ``Tracker.device_use``). Waiting for victims does not
-count against the bind deadline.
+(a deleting victim's pods still count, see ``Tracker.device_use``), and not against the deadline.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from gpupool.kube.client import KubeApi
 from gpupool.kube.elastic_runs import ElasticRuns
 from gpupool.kube.exclusive import Overbooked, PassTally, overbooked
 from gpupool.kube.gangs import assign_slots, attempt_pods, decision_of, live
+from gpupool.kube.moves import MOVABLE_KINDS, Mover, refusal, stale
 from gpupool.kube.nodes import NodeView
 from gpupool.kube.outcomes import (
     PODS_READY_TIMEOUT,
@@ -49,6 +50,7 @@ from gpupool.kube.runtime.tracker import OWNER_KINDS, PodKey, Top, Tracker, node
 from gpupool.kube.translate import partial as translate_partial
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
+from gpupool.store import NotLeader
 
 log = logging.getLogger("gpupool.kube.backend")
 
@@ -57,8 +59,7 @@ class KubernetesBackend(ElasticRuns):
     """The Backend protocol over the Kubernetes API (see the module docstring)."""
 
     name = "kubernetes"
-    #: no MOVE yet: consolidation is not planned for this backend (controller/moves.py, issue 27)
-    capabilities = frozenset(Capability) - {Capability.BIND, Capability.RUN_LOGS, Capability.MOVE}
+    capabilities = frozenset(Capability) - {Capability.BIND, Capability.RUN_LOGS}
 
     def __init__(
         self,
@@ -90,6 +91,9 @@ class KubernetesBackend(ElasticRuns):
         self.nodes = NodeView(informers, opts)
         self.binder = Binder(self.api, informers, concurrency=bind_concurrency, clock=clock)
         self.evictor = Evictor(self.api, component=scheduler_name)
+        self.mover = Mover(self.evictor)
+        #: a bind pass and a move's change of placement exclude each other (no bind to the old one)
+        self._passing = threading.RLock()
         #: every object read since this replica leads (the runtime sets it to the source's)
         self.claims_settled: Callable[[], bool] = lambda: True
         self.pool = ThreadPoolExecutor(max(4, bind_concurrency // 2), thread_name_prefix="gpupool-kube")
@@ -262,6 +266,34 @@ class KubernetesBackend(ElasticRuns):
         except Exception:
             log.exception("stopping %s failed; its pods may linger", run.name)
 
+    def move(self, spec: RunSpec, message: str = "") -> bool:
+        """A consolidation move (the engine's ``Move``, ``kube/moves.py``): the run's Job re-bound
+        to ``spec.placement``. Idempotent: an unknown or ended run, or one already on this
+        admission, is left alone; False (nothing done, why logged) for a kind not movable."""
+        if self.leader_gate is not None and not self.leader_gate():
+            raise NotLeader("this replica does not hold the lease: it must not move pods")
+        decision = decision_of(spec.placement)
+        with self._passing, self._lock:
+            run = self._runs.get(spec.name)
+            if run is None or run.outcome is not None or run.decision == decision:
+                return True
+            obj = self.tracker.owner_object(run.top)
+            if (why := refusal(run.top[0]) or ("" if obj else "its owner is gone")) or obj is None:
+                log.warning("cannot move %s on Kubernetes: %s", spec.name, why)
+                return False
+            run.placement, run.decision = dict(spec.placement), decision
+            run.started_at, run.duration_s = self.clock(), spec.duration_s
+            run.bound, run.ready, run.first_try, run.tries, run.next_try = False, False, None, 0, 0.0
+            fields = {"placement": run.placement, "decision": decision, "startedAt": run.started_at}
+            record = self.mover.record(obj, run.name, fields | {"durationS": run.duration_s})
+        try:
+            self.mover.move(obj, self._pods(run), record, message or "consolidation")
+        except Exception as exc:
+            raise BackendError(f"moving {spec.name} failed: {exc}") from exc
+        finally:
+            self._wake.set()
+        return True
+
     def poll(self, now: float) -> list[RunState]:
         with self._lock:
             runs = list(self._runs.values())
@@ -364,6 +396,10 @@ class KubernetesBackend(ElasticRuns):
 
     def bind_pass(self) -> int:
         """Bind every gang whose pods all exist and whose devices are free; returns binds done."""
+        with self._passing:
+            return self._bind_pass()
+
+    def _bind_pass(self) -> int:
         now = self.clock()
         self._prune_claims()
         with self._lock:
@@ -398,6 +434,8 @@ class KubernetesBackend(ElasticRuns):
         """The binds a gang needs now ([] when all are bound), or None while it must wait (its
         pods do not all exist yet, or a pod still holds a device: ``tally``'s proof)."""
         pods = self._pods(run)
+        if run.top[0] in MOVABLE_KINDS and (left := stale(pods, run.decision)):
+            self.mover.sweep(left)  # a move a restart cut short: its old pods never went
         if run.untranslated and any(not node_of(p) for p in live(pods)):
             run.untranslated = False
             obj = self.tracker.owner_object(run.top)

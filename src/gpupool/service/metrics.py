@@ -90,6 +90,18 @@ class Metrics:
         )
         self.admissions = Counter("gpupool_admissions", "Admissions", ["queue"], registry=r)
         self.preemptions = Counter("gpupool_preemptions", "Workloads preempted", ["queue"], registry=r)
+        self.moves = Counter(
+            "gpupool_consolidation_moves",
+            "Running workloads moved by consolidation (restarted where reserved)",
+            ["queue", "pool"],
+            registry=r,
+        )
+        self.moves_lost = Counter(
+            "gpupool_consolidation_gpu_seconds_lost",
+            "GPU-seconds of work lost to consolidation moves (the moved runs restarted)",
+            ["queue", "pool"],
+            registry=r,
+        )
         self.finished = Counter(
             "gpupool_finished_workloads", "Workloads finished", ["queue", "outcome"], registry=r
         )
@@ -193,6 +205,11 @@ class Metrics:
             self._dirty = True
             self.preemptions.labels(queue or "unknown").inc()
 
+        def on_move(queue: str, pool: str, gpu_s_lost: float) -> None:
+            self._dirty = True
+            self.moves.labels(queue or "unknown", pool).inc()
+            self.moves_lost.labels(queue or "unknown", pool).inc(gpu_s_lost)
+
         def on_finish(queue: str, outcome: str) -> None:
             self._dirty = True
             self.finished.labels(queue, outcome).inc()
@@ -202,6 +219,7 @@ class Metrics:
             on_preempt=on_preempt,
             on_cycle=on_cycle,
             on_finish=on_finish,
+            on_move=on_move,
             on_failure=lambda queue, reason: self.failures.labels(queue, reason).inc(),
         )
 

@@ -69,8 +69,9 @@ class Hooks:
     on_cycle: Callable[[CycleStats], None] = lambda stats: None
     on_finish: Callable[[str, str], None] = lambda queue, outcome: None
     on_failure: Callable[[str, str], None] = lambda queue, reason: None
-    #: a consolidation move: the moved workload's queue and the GPU-seconds of work it lost
-    on_move: Callable[[str, float], None] = lambda queue, gpu_s_lost: None
+    #: a consolidation move carried out: the moved workload's queue, its pool and the
+    #: GPU-seconds of work it lost
+    on_move: Callable[[str, str, float], None] = lambda queue, pool, gpu_s_lost: None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

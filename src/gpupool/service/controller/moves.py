@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupool.audit import AuditEntry
@@ -35,6 +35,18 @@ log = logging.getLogger("gpupool.controller")
 
 #: an event per moved workload: (workload, type, reason, message), as ``apply_transitions`` takes
 MoveEvent = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A move for the backend: the new placement (JSON form, as stored), the move's reason, and
+    what the metrics count once it is carried out (queue, pool, GPU-seconds of work lost)."""
+
+    placement: dict[str, Any]
+    reason: str
+    queue: str
+    pool: str
+    gpu_s_lost: float
 
 
 def plannable_pools(
@@ -67,11 +79,11 @@ def _gpu_seconds(placement: Mapping[str, Any], now: float) -> float:
 
 def move_records(
     ctx: Context, d: Decisions, now: float, changes: list[PhaseChange], audits: list[AuditEntry]
-) -> tuple[list[MoveEvent], dict[str, dict[str, Any]]]:
-    """Add each move's durable records to the cycle's (see the module); also returns the new
-    placement per moved workload (for the backend)."""
+) -> tuple[list[MoveEvent], dict[str, Planned]]:
+    """Add each move's durable records to the cycle's (see the module); also returns each
+    moved workload's ``Planned`` move (for the backend)."""
     events: list[MoveEvent] = []
-    placements: dict[str, dict[str, Any]] = {}
+    placements: dict[str, Planned] = {}
     for m in d.moved:
         try:
             rec = ctx.store.get_workload(m.workload)
@@ -79,10 +91,10 @@ def move_records(
             continue
         old = dict(rec.placement or {})
         placement = placement_json(_as_admit(m, bool(old.get("borrowing"))), now)
-        placements[m.workload] = placement
         changes.append(PhaseChange(m.workload, rec.phase, m.reason, placement))
         to = sorted({p.node for p in m.pods})
         lost = round(_gpu_seconds(old, now), 3)
+        placements[m.workload] = Planned(placement, m.reason, m.queue, m.pool, lost)
         detail = {
             "reason": m.reason,
             "for": m.for_workload,
@@ -95,7 +107,6 @@ def move_records(
         audits.append(AuditEntry(SCHEDULER, "workload.move", "Workload", m.workload, detail))
         why = f"{m.reason}: moved from {', '.join(m.from_nodes)} to {', '.join(to)}, restarted ({lost:g} GPU-seconds of work lost)"
         events.append((m.workload, "Warning", "Consolidated", why))
-        ctx.hooks.on_move(m.queue, lost)
     return events, placements
 
 
@@ -117,24 +128,28 @@ def run_spec(ctx: Context, name: str, r: Running, placement: Mapping[str, Any]) 
     )
 
 
-def move_in_backend(ctx: Context, placements: Mapping[str, dict[str, Any]]) -> dict[str, Running]:
-    """Have the backend restart each moved run on its new placement; the runs it could not
-    move, taken out of the engine, for the caller to stop and requeue as victims."""
+def move_in_backend(ctx: Context, placements: Mapping[str, Planned]) -> dict[str, Running]:
+    """Have the backend restart each moved run on its new placement (the message it is given
+    is the move's reason: "Consolidated: freed node n-001 for big"), counted by ``on_move``;
+    the runs it could not move, taken out of the engine, for the caller to stop and requeue
+    as victims (counted as preemptions there, not as moves)."""
     move = capability(ctx.backend, Capability.MOVE)
     out: dict[str, Running] = {}
-    for name, placement in placements.items():
+    for name, pl in placements.items():
         r = ctx.engine.running.get(name)
         if r is None:
             continue
         ok = False
         if callable(move):
             try:
-                ok = bool(move(run_spec(ctx, name, r, placement), "consolidation: restarted where reserved"))
+                ok = bool(move(run_spec(ctx, name, r, pl.placement), pl.reason))
             except NotLeader:
                 raise
             except BackendError as exc:
                 log.error("backend %s refused to move %s: %s", ctx.backend.name, name, exc)
-        if not ok:
+        if ok:
+            ctx.hooks.on_move(pl.queue, pl.pool, pl.gpu_s_lost)
+        else:
             log.warning("backend %s cannot move %s: stopping it whole", ctx.backend.name, name)
             out[name] = r
             ctx.engine.remove_running(name)
