@@ -43,7 +43,7 @@ class Preemptor:
         # Within a cycle capacity only shrinks and candidates only leave, until a preemption
         # succeeds: a failed search for the same queue, pool, shape and priority fails again.
         ssn = self.ssn
-        cs = ssn.cs
+        cs, stmt = ssn.cs, ssn.stmt
         failed = cs.preempt_failed
         memo = (w.queue, w.priority, pool, sid)
         if memo in failed:
@@ -52,20 +52,24 @@ class Preemptor:
         cands = fair_sharing.most_above_first(ssn.quota, cands)  # OverQuota trees only
         cands = shrink.split(ssn.config, ssn.now, cands)  # elastic gangs' extra pods first
         slots = bounds.bounded_slots(ssn.cluster, ssn.quota, w, pool, vec, cands)
-        if slots is False:
-            failed.add(memo)
-            return False
-        # Whether to wait for work about to end is asked once the cheap bounds pass, on the
-        # state before any victim, and before the search: a search past the bounds nearly
-        # always finds victims (52 of 4,780 on a Philly prefix did not), and where the answer
-        # is to wait, searching first only to undo it cost a sixth of the replay's CPU. The
-        # result is the same: both a failed search and a wait leave ``w`` pending unchanged.
-        if should_wait(ssn, self.fits_now, w, pool, vec, memo):  # work about to end makes room
-            return False
-        removed = self._remove_until_fits(w, pool, vec, cands, slots)
+        cp = stmt.checkpoint()
+        steps: list[tuple[Candidate, bool]] = []
+        removed = None if slots is False else self._remove_until_fits(w, pool, vec, cands, slots, steps)
         if removed is None:
             failed.add(memo)
             return False
+        assert slots is not False
+        # Whether to wait for work about to end is asked only of a search that would evict
+        # (the answer is the same False otherwise), on the state before its victims: on the
+        # Philly replay most searches fail, and the wait trial first cost a third of the CPU.
+        # Not before the search: a failed search marks its class (``memo``) for the cycle, and a
+        # wait asked first leaves it unmarked, so a later workload of the class with another
+        # horizon searched again and preempted (the full replay's decisions changed).
+        stmt.rollback(cp)
+        if should_wait(ssn, self.fits_now, w, pool, vec, memo):  # work about to end makes room
+            return False
+        slots = None if slots is None else WholeSlots.of(ssn.cluster, w, pool)  # counts afresh
+        removed = self._replay(steps, slots)  # the same search on the same state, without its trials
         victims = self._trim(w, pool, vec, self._give_back(w, pool, vec, removed, slots), slots)
         res = ssn.placer.place(w, pool, ssn.config.max_domain_tries)
         assert res.pods is not None
@@ -138,11 +142,13 @@ class Preemptor:
         vec: Vec,
         cands: list[Candidate],
         slots: WholeSlots | None,
+        steps: list[tuple[Candidate, bool]],
     ) -> list[Candidate] | None:
         """Evict candidates in order until ``w`` fits; the evicted, or None (state rolled back).
         A victim of another queue is skipped once its queue no longer borrows (earlier victims
         gave back what it borrowed), or when its removal would take a queue with
-        ``guaranteeFloor`` below its guarantee (``floor``)."""
+        ``guaranteeFloor`` below its guarantee (``floor``). ``steps``
+        records every candidate released and whether it stayed released (``_replay``)."""
         ssn = self.ssn
         quota = ssn.quota
         cp = ssn.stmt.checkpoint()
@@ -165,7 +171,9 @@ class Preemptor:
             shrink.release(ssn, c)
             if c.sides is not None and not fair_sharing.victim_lowers(quota, w, pool, vec, c.sides, share):
                 shrink.restore(ssn, c)  # its side would fall below the preemptor's: not a victim
+                steps.append((c, False))
                 continue
+            steps.append((c, True))
             removed.append(c)
             if c.rule is PreemptRule.RECLAIM:
                 depth = min(depth, c.depth)
@@ -179,6 +187,22 @@ class Preemptor:
                 return removed
         ssn.stmt.rollback(cp)
         return None
+
+    def _replay(self, steps: list[tuple[Candidate, bool]], slots: WholeSlots | None) -> list[Candidate]:
+        """Redo a successful ``_remove_until_fits`` from its ``steps``, on the state it started
+        from: the same releases (and put-backs) in the same order, so the same state, without
+        its placement trials (only a successful search is replayed: its last step fitted)."""
+        ssn = self.ssn
+        removed: list[Candidate] = []
+        for c, kept in steps:
+            shrink.release(ssn, c)
+            if not kept:
+                shrink.restore(ssn, c)
+                continue
+            removed.append(c)
+            if slots is not None:
+                slots.enough(c)
+        return removed
 
     def _give_back(
         self, w: Workload, pool: str, vec: Vec, removed: list[Candidate], slots: WholeSlots | None
