@@ -47,6 +47,19 @@ def fake_server(tmp_path: Path) -> Iterator[FakeApiServer]:
         srv.stop()
 
 
+@pytest.fixture
+def cluster(fake_server: FakeApiServer) -> Iterator[Any]:
+    """Two 8-GPU HAMi nodes on ``fake_server`` and a Kubernetes backend over them
+    (tests/kube/test_backend.py's ``Cluster``), closed after: the backend, shrink, move,
+    partial-job and pods-ready tests all start from it."""
+    from tests.kube.test_backend import Cluster  # a test module: imported only when asked for
+
+    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
+    c = Cluster(fake_server)
+    yield c
+    c.close()
+
+
 @pytest.fixture(scope="session")
 def real_control_plane() -> Iterator[RealControlPlane]:
     """One real control plane for the whole session (per worker); skips when not built."""

@@ -4,7 +4,7 @@ the device annotations), gangs, preemption, failures, node readiness, conflicts,
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -104,14 +104,6 @@ class Cluster:
             be.close()
             infs.stop()
             api.close()
-
-
-@pytest.fixture
-def cluster(fake_server: FakeApiServer) -> Iterator[Cluster]:
-    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
-    c = Cluster(fake_server)
-    yield c
-    c.close()
 
 
 def pods_of(srv: FakeApiServer, selector: str) -> list[dict[str, Any]]:

@@ -9,25 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
-import pytest
-
-from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.runtime.evictor import ADMISSION
 from gpupool.kube.translate import partial as tp
 from gpupool.service.backends import RunSpec
 from tests.kube.test_backend import NODE0, NODE1, Cluster, bound, known, placement, pods_of, wait_for
 from tests.kube.test_partial_jobs import NAME, partial_job
-
-
-@pytest.fixture
-def cluster(fake_server: FakeApiServer) -> Iterator[Cluster]:
-    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
-    c = Cluster(fake_server)
-    yield c
-    c.close()
-
 
 THREE = placement(("main", 0, NODE0, [0]), ("main", 1, NODE1, [0]), ("main", 2, NODE0, [1]))
 TWO = placement(("main", 0, NODE0, [0]), ("main", 1, NODE1, [0]))

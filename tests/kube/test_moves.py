@@ -12,7 +12,6 @@ import json
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,14 +38,6 @@ from tests.kube.test_backend import (
 
 MOVED, BIG = "default.job.small", "default.job.big"
 WHY = "Consolidated: freed node gpu-node-0000 for default.job.big"
-
-
-@pytest.fixture
-def cluster(fake_server: FakeApiServer) -> Iterator[Cluster]:
-    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
-    c = Cluster(fake_server)
-    yield c
-    c.close()
 
 
 def slow_to_leave(obj: dict[str, Any]) -> dict[str, Any]:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import copy
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
 from gpupool.kube.backend import KubernetesBackend
-from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.runtime.evictor import ADMISSION
 from gpupool.kube.source import INVALID
 from gpupool.kube.translate import partial as tp
@@ -175,14 +174,6 @@ def test_a_bad_minimum_is_a_warning_event_and_the_job_is_held_back() -> None:
 
 
 # ------------------------------------------------------------------------- the backend
-@pytest.fixture
-def cluster(fake_server: FakeApiServer) -> Iterator[Cluster]:
-    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
-    c = Cluster(fake_server)
-    yield c
-    c.close()
-
-
 TWO = placement(("main", 0, NODE0, [0]), ("main", 1, NODE1, [0]))
 
 

@@ -79,14 +79,6 @@ def test_a_timeout_is_not_a_platform_fault() -> None:
 
 
 # -- the backend on the fake server ---------------------------------------------------------
-@pytest.fixture
-def cluster(fake_server: FakeApiServer) -> Iterator[Cluster]:
-    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
-    c = Cluster(fake_server)
-    yield c
-    c.close()
-
-
 def test_a_gang_held_pending_past_the_timeout_is_evicted(cluster: Cluster) -> None:
     srv = cluster.srv
     be = cluster.fresh(pods_ready=PodsReadyPolicy(1.0))
