@@ -9,9 +9,7 @@ from typing import Any
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube.exclusive import PassTally, overbooked
 from gpupool.service.backends import RunSpec
-from tests.kube.test_backend import NODE0, Cluster, cluster, job, known, placement, pods_of, wait_for
-
-__all__ = ["cluster"]  # the fixture, imported for pytest
+from tests.kube.test_backend import NODE0, Cluster, job, known, placement, pods_of, wait_for
 
 
 def _slow_to_stop(obj: dict[str, Any], grace: int = 300) -> dict[str, Any]:
