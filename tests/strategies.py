@@ -54,7 +54,9 @@ def clusters(draw: st.DrawFn) -> tuple[tuple[Node, ...], tuple[ResourcePool, ...
             )
         )
     pools = (
-        ResourcePool("p0", (("pool", "p0"),), preemptible=True),
+        ResourcePool(
+            "p0", (("pool", "p0"),), preemptible=True, reservations=draw(st.sampled_from([1, 1, 2, 4]))
+        ),
         ResourcePool("p1", (("pool", "p1"),), preemptible=draw(st.booleans())),
     )
     return tuple(nodes), pools

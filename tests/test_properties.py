@@ -224,14 +224,14 @@ def test_blocked_hint_changes_no_decision(snap: Snapshot, data: st.DataObject) -
     memo: dict[object, bool] = {}
     blocked = {w.name for w in pending if eng.blocked_at_start(w, memo)}
     plain = eng.cycle(pending, 1.0)
-    held = dict(eng.placer.reserved)
+    held = eng.placer.holds.key()
     hinted = eng.cycle(pending, 1.0, blocked=blocked)
     assert bool(hinted.preempted) == bool(plain.preempted)
     if plain.preempted:  # the hint is exact only for cycles that preempt nothing
         assert hinted.preempted[0] == plain.preempted[0]
         return
     assert hinted.admitted == plain.admitted
-    assert eng.placer.reserved == held
+    assert eng.placer.holds.key() == held
     assert set(hinted.pending) <= set(plain.pending)
     assert len(hinted.pending) + hinted.skipped == len(plain.pending)
     assert {p.workload for p in plain.pending} - {p.workload for p in hinted.pending} <= blocked
@@ -300,7 +300,7 @@ def test_auto_score_is_fragmentation_where_it_can_matter_else_binpack(snap: Snap
             d.admitted,
             d.preempted,
             sorted(d.pending, key=lambda p: p.workload),
-            dict(eng.placer.reserved),
+            eng.placer.holds.key(),
         )
 
     assert run("auto") == run(expect)

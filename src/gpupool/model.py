@@ -232,6 +232,10 @@ class ResourcePool:
     allowed_types: tuple[str, ...] = ()
     #: consolidation (``spec.consolidation``); None: off
     consolidation: Consolidation | None = None
+    #: how many blocked whole-GPU workloads get a planned start (a hold of nodes) per cycle, in
+    #: rank order (``spec.reservations``, Slurm's ``bf_max_job_test``): backfill admits only work
+    #: that delays none of them (``engine/holds.py``); 0: no holds in this pool
+    reservations: int = 1
 
     def takes_type(self, wtype: str) -> bool:
         """A workload of type ``wtype`` may run here (an inference pool may refuse notebooks)."""

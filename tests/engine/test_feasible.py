@@ -35,7 +35,7 @@ def test_one_unhealthy_gpu_makes_a_whole_pool_gang_unsatisfiable_and_it_does_not
     assert "7 node(s) there have 8 healthy GPUs" in why["big"].reason
     assert "n0 GPU 5 (XID 79)" in why["big"].reason and "holding" not in why["big"].reason
     assert [a.workload for a in d.admitted] == ["small"]  # the queue is not blocked behind it
-    assert not eng.placer.reserved  # no nodes held for a workload nothing can free room for
+    assert not eng.placer.holds  # no nodes held for a workload nothing can free room for
 
 
 def test_the_same_gang_runs_when_every_gpu_is_healthy() -> None:

@@ -124,11 +124,14 @@ class Attempt:
         collect why in each pool (``reasons``) and where it would have to borrow (``wants_borrow``)."""
         ssn = self.ssn
         quota, placer, rounds = ssn.quota, ssn.placer, self.rounds
+        holds = placer.holds
         fail_cache, too_big_memo = ssn.cs.fail_cache, ssn.cs.beyond_pool
         for pool, ckey in zip(pools, ckeys, strict=True):
             # a shape that did not fit earlier in this cycle cannot fit now: capacity only shrinks
-            if pool in placer.reserved and placer.may_backfill(w, pool):
-                ckey = (*ckey, "backfill")
+            if holds.in_pool(pool):  # the held nodes it may use are part of what it can fit on
+                n = holds.usable(w, pool, placer.now)
+                if n:
+                    ckey = (*ckey, "backfill") if n == len(holds.of_pool(pool)) else (*ckey, "backfill", n)
             cached = fail_cache.get(ckey)
             if cached is not None:
                 reasons.append((pool, cached[0], cached[1]))
@@ -163,11 +166,12 @@ class Attempt:
             code = PendingCode.TOPOLOGY if res.topology else PendingCode.CAPACITY
             reason = res.reason
             hopeless = self.hopeless.of(w, pool, ckey[1], placer.node_filter(w))
-            held = placer.reserved.get(pool)
             if hopeless is not None:
                 code, reason = PendingCode.UNSATISFIABLE, hopeless
-            elif held is not None and held[2] != w.name and not placer.may_backfill(w, pool):
-                reason += f"; {len(held[0])} node(s) are held for {held[2]}"
+            elif holds.in_pool(pool) and not placer.may_backfill(w, pool):
+                held_for = holds.holders_text(pool, w.name)
+                if held_for:
+                    reason += "; " + held_for
             fail_cache[ckey] = (code, reason)
             reasons.append((pool, code, reason))
         return False
@@ -175,10 +179,10 @@ class Attempt:
     def _leave_pending(self, w: Workload, vec: Vec, reasons: PoolReasons, out: Decisions) -> Literal[False]:
         """``w`` stays pending: hold nodes for it where it is blocked by capacity (one hold per
         pool per cycle), then say why, per pool where it had several."""
-        if self.ssn.config.reserve:
-            reserved = self.ssn.placer.reserved
+        holds = self.ssn.placer.holds
+        if self.ssn.config.reserve and w.name not in holds.by_workload:
             for pool, code, _ in reasons:
-                if code not in _NO_HOLD and pool not in reserved:
+                if code not in _NO_HOLD and holds.room(pool):
                     note = self._reserve(w, pool)
                     if note:
                         reasons = [
@@ -200,16 +204,17 @@ class Attempt:
         return False
 
     def _reserve(self, w: Workload, pool: str) -> str:
-        """Hold nodes in ``pool`` for ``w`` (``holds.plan_hold``) and say so in its reason.
-        One hold per pool per cycle, for the best-ranked blocked workload."""
+        """Give ``w`` a planned start in ``pool`` (``holds.plan_hold``, after the holds ranked
+        before it) and say so in its reason. Up to the pool's ``reservations`` per cycle, for
+        the best-ranked blocked workloads."""
         ssn = self.ssn
-        plan = plan_hold(w, pool, ssn.cluster, ssn.placer.node_filter, ssn.runs, ssn.now)
+        holds = ssn.placer.holds
+        plan = plan_hold(w, pool, ssn.cluster, ssn.placer.node_filter, ssn.runs, ssn.now, holds)
         if plan is None:
             return ""
-        held, start, note = plan
-        ssn.placer.reserved[pool] = (held, start, w.name)
+        holds.add(plan)
         ssn.cs.fail_cache.clear()  # held nodes are capacity taken away: cached fits may not hold
-        return note
+        return plan.note
 
     def _quota_reason(self, w: Workload, pool: str, vec: Vec, d: int, blk: str) -> str:
         q = self.ssn.quota

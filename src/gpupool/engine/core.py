@@ -225,7 +225,7 @@ class Engine:
         self.facts.trim()
         over_quota.begin_cycle(self.quota, by_queue, self.facts.of)  # OverQuota trees' fair shares
         self.mix.prepare(self.cluster, by_queue.values())
-        self.placer.reserved = {}
+        self.placer.holds.clear()
         self.placer.now = self.ssn.now
         deferred = self.rounds.run(by_queue, out, False, passes.run)
         self.rounds.run(deferred, out, True, passes.run)

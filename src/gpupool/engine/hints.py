@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpupool.engine.cohorts import borrowing_below, fit_depth
 from gpupool.engine.facts import WorkloadFacts
+from gpupool.engine.holds import Holds
 from gpupool.engine.preemption import fair_sharing
 from gpupool.model import ReclaimPolicy, Vec, Workload
 
@@ -62,13 +63,13 @@ class BlockedHints:
         st, placer = self.ssn.cluster, self.ssn.placer
         if vec[0] > st.capacity[pool][0] - st.pool_used[pool]:
             return False  # not enough free GPU milli in the whole pool
-        saved, placer.reserved = placer.reserved, {}
+        saved, placer.holds = placer.holds, Holds()
         cp = st.checkpoint()
         try:
             return placer.place(w, pool, self.ssn.config.max_domain_tries).pods is not None
         finally:
             st.rollback(cp)
-            placer.reserved = saved
+            placer.holds = saved
 
     def _may_preempt_at_start(
         self, w: Workload, pool: str, vec: Vec, memo: dict[object, Any] | None = None
@@ -117,12 +118,13 @@ class BlockedHints:
         return False
 
     def held_everywhere(self, w: Workload) -> bool:
-        """Does every pool ``w`` may use hold nodes in this cycle (so it can move no hold)?"""
+        """Has every pool ``w`` may use all the holds it allows in this cycle (so ``w`` can add
+        or move no hold)?"""
         pools = self.facts.of(w)[1]
-        reserved = self.ssn.placer.reserved
+        holds = self.ssn.placer.holds
         if len(pools) == 1:  # the common case, without a generator
-            return pools[0] in reserved
-        return bool(pools) and all(p in reserved for p in pools)
+            return not holds.room(pools[0])
+        return bool(pools) and not any(holds.room(p) for p in pools)
 
     def skip_hinted(self, lst: list[Workload], p: int, out: Decisions) -> int:
         """Skip the run of hinted workloads at the queue's head in one go: each would only be

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupool.engine.fragscore import AutoScore, FragAware
+from gpupool.engine.holds import Holds
 from gpupool.engine.scoring import (
     BinPack,
     NodeFilter,
@@ -80,8 +81,8 @@ class Placer:
     def __init__(self, st: ClusterState, default_scorer: str = "binpack") -> None:
         self.st = st
         self.default_scorer = default_scorer
-        # pool -> (reserved node indices, expected start of the reserving workload, its name)
-        self.reserved: dict[str, tuple[frozenset[int], float, str]] = {}
+        #: the cycle's planned starts of blocked workloads (``engine/holds.py``)
+        self.holds = Holds({p.name: p.reservations for p in st.pools.values()})
         self.now = 0.0
         self._label_maps = [n.label_map for n in st.nodes]
         self._tainted = [bool(n.taints) for n in st.nodes]
@@ -211,13 +212,13 @@ class Placer:
         if missing is not None:
             return PlaceResult(None, missing)
         ok = self.node_filter(w)
-        held = self.reserved.get(pool)
-        if held is not None and not self.may_backfill(w, pool):
-            nodes_held = held[0]
+        holds = self.holds
+        if holds.in_pool(pool) and not holds.may_backfill(w, pool, self.now):
+            held_now = holds.blocked_for(w, self.now)
             base_ok = ok
 
             def ok(i: int) -> bool:
-                return i not in nodes_held and base_ok(i)
+                return not held_now(i) and base_ok(i)
 
         need_whole = sum(p.req.gpus for p in pods)
         topo = w.topology
@@ -228,13 +229,9 @@ class Placer:
         return self._place_sequential(w, pool, pods, idxs, ok)
 
     def may_backfill(self, w: Workload, pool: str) -> bool:
-        """Backfill: work may use nodes held for a blocked head only if it ends before the head
-        can start (its declared duration says so)."""
-        held = self.reserved.get(pool)
-        if held is None:
-            return True
-        d = w.expected_duration_s
-        return d is not None and self.now + d <= held[1]
+        """Backfill: work may use every node held in ``pool`` only if it ends before the
+        earliest planned start there (its declared duration says so)."""
+        return self.holds.may_backfill(w, pool, self.now)
 
     def _place_sequential(
         self, w: Workload, pool: str, pods: list[PodSpec], idxs: list[PoolIndex], ok: NodeFilter

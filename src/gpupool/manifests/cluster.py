@@ -148,6 +148,9 @@ class PoolSpec(StrictModel):
     #: the task types the pool takes (spec.type of a workload); empty: every type
     allowedTaskTypes: list[WorkloadType] = Field(default_factory=list, max_length=16)
     consolidation: ConsolidationSpec | None = None
+    #: how many blocked whole-GPU workloads get a planned start per cycle (Slurm's
+    #: ``bf_max_job_test``); backfill delays none of them. 0: no holds in this pool
+    reservations: int = Field(default=1, ge=0, le=1000)
 
     @field_validator("accelerators")
     @classmethod
@@ -329,6 +332,7 @@ def build_pool(doc: Document) -> ResourcePool:
         accelerators=tuple(s.accelerators),
         allowed_types=tuple(str(t) for t in s.allowedTaskTypes),
         consolidation=_consolidation(s.consolidation),
+        reservations=s.reservations,
     )
 
 

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from gpupool.engine import Engine
-from gpupool.engine.holds import plan_hold
+from gpupool.engine.holds import Holds, plan_hold
 from gpupool.engine.reasons import workload_kind
 from gpupool.engine.state.running import RunningSet
 from gpupool.model import Running, Workload, device_noun
@@ -158,9 +158,10 @@ class WaitReader:
     def _capacity(self, w: Workload, pool: str, now: float) -> Wait:
         eng = self.eng
         st = eng.cluster
-        plan = plan_hold(w, pool, st, eng.placer.node_filter, self._scaled_runs(), now)
+        ahead = _ahead(eng.placer.holds, w, pool)
+        plan = plan_hold(w, pool, st, eng.placer.node_filter, self._scaled_runs(), now, ahead)
         if plan is not None:
-            nodes = {st.nodes[i].name for i in plan[0]}
+            nodes = {st.nodes[i].name for i in plan.nodes}
         else:
             nodes = {n.name for i, n in enumerate(st.nodes) if st.pool_of[i] == pool}
         on = [(r, _milli_on(r, nodes)) for r in eng.running.values()]
@@ -176,12 +177,15 @@ class WaitReader:
                 "no estimate: the GPUs it needs are free or past their expected end, or no group of"
                 " the pool's nodes is large enough; CPU, memory, topology or late work holds it"
             )
-        elif plan[1] == float("inf"):
+        elif plan.start == float("inf"):
             wait.why_none = NO_DURATION
         else:
-            wait.start = start = plan[1]
+            wait.start = start = plan.start
             ended = [h for h in holders if h.end is not None and h.end <= start]
             wait.after = sorted(ended, key=lambda h: (-_inf(h.end), h.name))
+            first = ahead.by_workload.get(plan.after)
+            if first is not None:  # it waits for a job planned to start before it
+                wait.after.insert(0, Holder(first.workload, first.queue, 0, first.end))
         return wait
 
     def _scaled_runs(self) -> RunningSet:
@@ -213,8 +217,19 @@ class WaitReader:
         return f"{text}; queue {blk}: in use {used} of guarantee {g}"
 
 
+def _ahead(holds: Holds, w: Workload, pool: str) -> Holds:
+    """The last cycle's holds in ``pool`` ranked before ``w`` (all of them when it holds none):
+    its planned start comes after theirs, as the engine planned it (Slurm's ``--start``)."""
+    out = Holds()
+    for h in holds.of_pool(pool):
+        if h.workload == w.name:
+            break
+        out.add(h)
+    return out
+
+
 class _ScaledEnds:
-    """``RunningSet.busy_ends`` with each duration divided by the time scale."""
+    """``RunningSet.busy_ends`` and ``ending_at`` with each duration divided by the time scale."""
 
     __slots__ = ("runs", "scale")
 
@@ -232,6 +247,16 @@ class _ScaledEnds:
                 last = max(last, end if end == float("inf") else at + (end - at) / self.scale)
             out.append(last)
         return sorted(out)
+
+    def ending_at(self, node: str, t: float) -> str:
+        """``RunningSet.ending_at`` on the scaled ends."""
+        by_name = self.runs.by_name
+        for ends in self.runs.dev_ends.get(node, {}).values():
+            for name, end in ends.items():
+                at = by_name[name].admission.admitted_at
+                if (end if end == float("inf") else at + (end - at) / self.scale) == t:
+                    return name
+        return ""
 
 
 def _inf(t: float | None) -> float:

@@ -34,6 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
+from gpupool.engine.holds import Holds
 from gpupool.engine.ordering import workload_order_key
 from gpupool.engine.signature import Signature, scheduling_signature
 from gpupool.engine.windowed import MixEngine
@@ -153,15 +154,21 @@ def _hide(
     engine.hidden = hidden or None
 
 
-def _witnessed(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]]) -> list[Shape]:
-    """The classes whose window proves nothing: no member failed after the last preemption."""
+def _witnessed(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]], holds: Holds) -> list[Shape]:
+    """The classes whose window proves nothing: no member failed after the last preemption,
+    or, where a pool plans more starts than one, every member that failed took a hold (that
+    failure changed state: a member left out would have taken the next hold; one that failed
+    without a hold was tried when the holds were used up, and the rest come after it)."""
     late = d.pending[d.pending_after_preemption :] if d.preempted else d.pending
     failed = {p.workload for p in late if p.code in FAILED}
-    return [
-        c
-        for c, names in plan.windows.items()
-        if len(names) < len(classes[c]) and not any(n in failed for n in names)
-    ]
+    holders = holds.by_workload if any(n > 1 for n in holds.limits.values()) else {}
+    out = []
+    for c, names in plan.windows.items():
+        if len(names) >= len(classes[c]):
+            continue
+        if not any(n in failed and n not in holders for n in names):
+            out.append(c)
+    return out
 
 
 def windowed_cycle(
@@ -206,25 +213,28 @@ def windowed_cycle(
             for c, names in plan.windows.items():
                 k[c] = max(k.get(c, 1), len(names) + 1)
             continue
-        short = _witnessed(d, plan, classes)
+        short = _witnessed(d, plan, classes, engine.placer.holds)
         if not short:
             break
         for c in short:
             k[c] = len(classes[c]) if d.preempted else max(2 * len(plan.windows[c]), k.get(c, 1) * 2)
     stats.passed = len(plan.passed) + plan.pulled
     stats.hidden = len(pending) - stats.passed
-    out = _hidden_reasons(d, plan, classes)
+    out = _hidden_reasons(d, plan, classes, set(engine.placer.holds.by_workload))
     out.update({w.name: known[w.name] for w in hopeless} if known else {})
     return d, out
 
 
-def _hidden_reasons(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]]) -> dict[str, Pending]:
+def _hidden_reasons(
+    d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]], holders: set[str]
+) -> dict[str, Pending]:
+    """A hidden member's reason is its class witness's, one that holds no nodes if there is
+    one (a holder's reason names its own hold, which the others do not have)."""
     by_name = {p.workload: p for p in d.pending}
     out: dict[str, Pending] = {}
     for c, names in plan.windows.items():
-        witness = next(
-            (by_name[n] for n in reversed(names) if n in by_name and by_name[n].code in FAILED), None
-        )
+        cands = [by_name[n] for n in reversed(names) if n in by_name and by_name[n].code in FAILED]
+        witness = next((p for p in cands if p.workload not in holders), cands[0] if cands else None)
         if witness is None:
             continue
         for w in classes[c][len(names) :]:

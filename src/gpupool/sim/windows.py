@@ -43,6 +43,7 @@ from typing import Any
 
 from gpupool.engine import Decisions, PendingCode
 from gpupool.engine.fragscore import add_shapes
+from gpupool.engine.holds import Holds
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import Workload
 from gpupool.sim.pending import PendingSet, declared_duration
@@ -56,9 +57,6 @@ FAILED_CODES = frozenset(
         PendingCode.UNSATISFIABLE,
     }
 )
-
-#: pool -> (held node indices, expected start of the holder, its name), as the engine's placer keeps it
-Holds = dict[str, tuple[frozenset[int], float, str]]
 
 
 class _Windows:
@@ -132,7 +130,9 @@ class WindowPlanner:
         self.k_queue: dict[str, int] = {}
         self.engine_calls = 0
         self.holders: set[str] = set()
-        self.last_held: Holds = {}
+        #: the last cycle's holds (``Holds.key``) and their planned starts
+        self.last_held: frozenset[tuple[str, frozenset[int], float]] = frozenset()
+        self.last_starts: list[float] = []
 
     def decide(
         self, eng: MixEngine, pend: PendingSet, now: float, dirty: bool
@@ -157,11 +157,14 @@ class WindowPlanner:
                 for c, names in win.c_trunc.items():  # the grown windows are the ones to start from
                     self.k_class[c] = max(self.k_class.get(c, 1), len(names) + 1)
                 continue
-            held: Holds = eng.placer.reserved
+            holds = eng.placer.holds
+            held = frozenset(holds.key())
             if not at.dirty and (d.admitted or d.preempted or held != self.last_held):
                 # the state changed mid-cycle (an admission can move the nodes held for a blocked
                 # workload, a preemption frees capacity): give every class its window
                 at.dirty = True
+                continue
+            if self._holds_open(pend, win, at, d, holds):
                 continue
             if not win.q_trunc and not win.c_trunc:
                 break
@@ -169,12 +172,14 @@ class WindowPlanner:
             for a in d.admitted:
                 outcome[a.workload] = "admitted"
             queues_ok = self._queue_windows_exact(win, outcome)
-            classes_ok = self._class_windows_exact(pend, win, at, d, held, outcome, now)
+            starts = [h.start for h in holds.all()]
+            classes_ok = self._class_windows_exact(pend, win, at, d, starts, outcome, now)
             if queues_ok and classes_ok:
                 self._learn(pend, win, d, outcome, at.use_more)
                 break
-        self.holders = {h[2] for h in held.values()}
-        self.last_held = dict(held)
+        self.holders = set(holds.by_workload)
+        self.last_held = held
+        self.last_starts = [h.start for h in holds.all()]
         return d, win.passed
 
     def _extra(self, pend: PendingSet, new: set[str], dirty: bool) -> set[str]:
@@ -190,7 +195,7 @@ class WindowPlanner:
 
     def _bf_horizon(self, now: float) -> float:
         """How long a job may run to backfill around the last cycle's holds."""
-        return max((h[1] for h in self.last_held.values()), default=-math.inf) - now
+        return max(self.last_starts, default=-math.inf) - now
 
     def _windows(
         self, eng: MixEngine, pend: PendingSet, at: _Attempts, touched: set[int], touched_q: set[str]
@@ -259,6 +264,31 @@ class WindowPlanner:
         self.engine_calls += 1
         return d
 
+    def _holds_open(self, pend: PendingSet, win: _Windows, at: _Attempts, d: Decisions, holds: Holds) -> bool:
+        """Where a pool plans more than one start (``reservations`` > 1), a failed member may
+        have taken a hold, and then its failure changed state: a member left out, failing as
+        it did, would have taken the next hold. A cut window is exact only when one of its
+        members failed and took no hold (the holds were used up when it was tried, and every
+        later member of its class is tried later still). Otherwise grow the window (and give
+        the blocked heads' classes as windows) and run the cycle again. With one reservation
+        per pool the windows were exact already: after the first hold there is no room."""
+        if not any(n > 1 for n in holds.limits.values()):
+            return False
+        holders = holds.by_workload
+        if at.use_blocked and any(n in holders for n in win.blocked):
+            at.use_blocked = False
+            return True
+        late = d.pending[d.pending_after_preemption :] if d.preempted else d.pending
+        failed = {p.workload for p in late if p.code in FAILED_CODES}  # as the witness must be
+        # a class can take at most the holds still free, and then its next member fails
+        room = sum(max(0, n - len(holds.of_pool(p))) for p, n in holds.limits.items())
+        grew = False
+        for c, names in win.c_trunc.items():
+            if any(n in holders for n in names) and not any(n in failed and n not in holders for n in names):
+                self.k_class[c] = len(names) + room + 1
+                grew = True
+        return grew
+
     def _queue_windows_exact(self, win: _Windows, outcome: dict[str, object]) -> bool:
         """Every cut queue window stopped inside itself; the others are doubled."""
         ok = True
@@ -278,7 +308,7 @@ class WindowPlanner:
         win: _Windows,
         at: _Attempts,
         d: Decisions,
-        held: Holds,
+        starts: list[float],
         outcome: dict[str, object],
         now: float,
     ) -> bool:
@@ -288,8 +318,9 @@ class WindowPlanner:
         # from then on); without preemptions every failure qualifies
         failed = {p.workload for p in d.pending[d.pending_after_preemption :]} if d.preempted else None
         # backfill: a member that may use held nodes needs a failed witness that could too
-        bf_any = max((h[1] for h in held.values()), default=-math.inf) - now
-        bf_all = min((h[1] for h in held.values()), default=math.inf) - now
+        held = bool(starts)
+        bf_any = max(starts, default=-math.inf) - now
+        bf_all = min(starts, default=math.inf) - now
         extra = at.extra
         for c, names in win.c_trunc.items():
             if not any(outcome.get(n) in FAILED_CODES and (failed is None or n in failed) for n in names):

@@ -128,6 +128,15 @@ class RunningSet:
                 got = sorted(others + list(merged.values()))
         return got
 
+    def ending_at(self, node: str, t: float) -> str:
+        """A workload on ``node`` expected to end at ``t`` ("" if none): whose end a planned
+        start waits for (``holds.plan_hold``)."""
+        for ends in self.dev_ends.get(node, {}).values():
+            for name, end in ends.items():
+                if end == t:
+                    return name
+        return ""
+
     def _fresh_ends(self) -> dict[str, list[tuple[int, float]]]:
         """Per node, (device, expected end) of the work admitted in this cycle (rebuilt when
         more has been admitted since the last call)."""
