@@ -44,6 +44,7 @@ from typing import Any
 from gpupool.engine import Decisions, PendingCode
 from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.holds import Holds
+from gpupool.engine.ordering import workload_order_key
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import Workload
 from gpupool.sim.pending import PendingSet, declared_duration
@@ -327,12 +328,17 @@ class WindowPlanner:
                 ok = False
                 self.k_class[c] = self.k_class.get(c, 1) * 2
                 continue
-            if not held or not pend.eligible(c, bf_any, set(names) | extra, 1):
+            first = pend.eligible(c, bf_any, set(names) | extra, 1) if held else []
+            if not first:
                 continue
+            # the witness must be tried before the first member left out that may use held
+            # nodes (every window member is; a backfill witness given up front may not be)
+            before = (workload_order_key(pend.w[first[0]]), first[0])
             if any(
                 outcome.get(n) in FAILED_CODES
                 and (failed is None or n in failed)
                 and declared_duration(pend.w[n]) <= bf_all
+                and (n in names or (workload_order_key(pend.w[n]), n) < before)
                 for n in list(names) + [x for x in extra if pend.cls_of.get(x) == c]
             ):
                 continue
