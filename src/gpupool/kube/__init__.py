@@ -17,8 +17,9 @@ named, and every name is a module):
   the indexes over them, the binder, the evictor, leader election, the thread each part loops on)
 - the adapter of the backend port: ``backend`` (``KubernetesBackend``, built by
   ``gpupool.composition.make_backend`` or ``wiring`` for ``gpupool serve --backend kubernetes``),
-  ``runs`` (``KubeRun``), ``recovery`` (what runs, after a restart), ``elastic``,
-  ``elastic_runs`` and ``shrink`` (elastic serving and shrinking gangs), ``moves``
+  ``runs`` (``KubeRun``), ``admission`` (the admission record on an owner and a partially
+  admitted Job's counts, a part the backend holds), ``recovery`` (what runs, after a restart),
+  ``elastic``, ``elastic_runs`` and ``shrink`` (elastic serving and shrinking gangs), ``moves``
   (consolidation: an eviction plus a reserved re-bind)
 - what flows back to the cluster: ``source`` (kubectl-created workloads become submissions) with
   ``source_policy``, ``config_source`` (ResourcePool and Queue objects), ``status`` (pod
