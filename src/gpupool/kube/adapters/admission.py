@@ -19,8 +19,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from gpupool.kube.adapters.runs import KubeRun
 from gpupool.kube.outcomes import owner_outcome
-from gpupool.kube.runs import KubeRun
 from gpupool.kube.runtime.evictor import Evictor
 from gpupool.kube.translate import partial as translate_partial
 

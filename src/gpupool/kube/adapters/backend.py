@@ -25,13 +25,16 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpupool.kube import elastic, inventory, workloads
-from gpupool.kube.admission import OwnerAdmission
+from gpupool.kube import inventory, workloads
+from gpupool.kube.adapters import elastic
+from gpupool.kube.adapters.admission import OwnerAdmission
+from gpupool.kube.adapters.elastic_runs import ElasticRuns
+from gpupool.kube.adapters.moves import MOVABLE_KINDS, Mover, refusal, stale
+from gpupool.kube.adapters.recovery import adopted_runs, merge_adopted, submit_refusal
+from gpupool.kube.adapters.runs import KubeRun
 from gpupool.kube.client import KubeApi
-from gpupool.kube.elastic_runs import ElasticRuns
 from gpupool.kube.exclusive import Overbooked, PassTally, overbooked
 from gpupool.kube.gangs import assign_slots, attempt_pods, decision_of, live
-from gpupool.kube.moves import MOVABLE_KINDS, Mover, refusal, stale
 from gpupool.kube.nodes import NodeView
 from gpupool.kube.outcomes import (
     PODS_READY_TIMEOUT,
@@ -43,8 +46,6 @@ from gpupool.kube.outcomes import (
     pod_ready,
     pods_outcome,
 )
-from gpupool.kube.recovery import adopted_runs, merge_adopted, submit_refusal
-from gpupool.kube.runs import KubeRun
 from gpupool.kube.runtime.binder import Binder, BindJob, BindResult
 from gpupool.kube.runtime.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.runtime.informer import Informers, object_key
@@ -235,7 +236,7 @@ class KubernetesBackend(ElasticRuns):
             log.exception("stopping %s failed; its pods may linger", run.name)
 
     def move(self, spec: RunSpec, message: str = "") -> bool:
-        """A consolidation move (the engine's ``Move``, ``kube/moves.py``): the run's Job
+        """A consolidation move (the engine's ``Move``, ``kube/adapters/moves.py``): the run's Job
         re-bound to ``spec.placement``. Idempotent: an unknown or ended run, or one already on this
         admission, is left alone; False (nothing done, why logged) for a kind not movable."""
         if self.leader_gate is not None and not self.leader_gate():
