@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from gpupool.kube.backend import KubernetesBackend
+from gpupool.kube.adapters.backend import KubernetesBackend
 from gpupool.service.backends import Capability, capability
 from gpupool.service.backends.local import LocalBackend
 from gpupool.service.backends.virtual import VirtualBackend

@@ -695,7 +695,7 @@ def test_the_scheduler_may_do_what_the_backend_does() -> None:
     from gpupool.kube.runtime.informer import WATCHED
 
     granted = _granted(SCHEDULER_RULES)
-    from gpupool.kube.config_source import KINDS as CONFIG_KINDS
+    from gpupool.kube.adapters.config_source import KINDS as CONFIG_KINDS
 
     watched = [RESOURCES[kind] for kind in WATCHED] + list(CONFIG_KINDS.values())
     for res in watched:  # the backend's informers and the configuration source's

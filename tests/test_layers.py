@@ -226,12 +226,28 @@ def test_only_the_http_layer_and_the_app_factory_import_the_routes() -> None:
     )
 
 
+#: gpupool.kube's folders, low to high: a folder imports none of the folders after it
+KUBE_FOLDERS = ("gpupool.kube.translate", "gpupool.kube.runtime", "gpupool.kube.adapters")
+
+
+def test_kube_folders_import_only_downward() -> None:
+    """The pure translation imports neither the runtime nor the adapters, and the runtime does
+    not import the adapters (late imports included): the folders show the layers (issue 26)."""
+    bad = sorted(
+        f"{i.importer}:{i.line} imports {i.module}"
+        for i in IMPORTS
+        for n, low in enumerate(KUBE_FOLDERS)
+        if _within(i.importer, low) and any(_within(i.module, high) for high in KUBE_FOLDERS[n + 1 :])
+    )
+    assert not bad, "a kube folder imports one above it:\n" + "\n".join(bad)
+
+
 def test_the_route_check_sees_imports_inside_functions() -> None:
     src = "def f():\n    from gpupool.service.routes.config import apply\n"
-    collector = _Collector("gpupool.kube.config_source")
+    collector = _Collector("gpupool.kube.adapters.config_source")
     collector.visit(ast.parse(src))
     assert _route_importers(collector.out) == {
-        "gpupool.kube.config_source:2 imports gpupool.service.routes.config"
+        "gpupool.kube.adapters.config_source:2 imports gpupool.service.routes.config"
     }
 
 
@@ -397,11 +413,11 @@ def test_no_circle_inside_a_package_even_through_late_imports() -> None:
 
 
 def test_the_order_check_sees_a_late_import_upward() -> None:
-    src = "def f():\n    from gpupool.kube.backend import connect\n"
+    src = "def f():\n    from gpupool.kube.adapters.backend import connect\n"
     collector = _Collector("gpupool.service.backends")
     collector.visit(ast.parse(src))
     assert _upward_imports(collector.out) == [
-        "gpupool.service.backends:2 imports gpupool.kube.backend (late)"
+        "gpupool.service.backends:2 imports gpupool.kube.adapters.backend (late)"
     ]
     typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import gpupool.cli\n"
     collector = _Collector("gpupool.engine.core")
@@ -485,4 +501,4 @@ def test_the_size_check_measures_functions_and_methods() -> None:
     found = dict(_long_functions(ast.parse(src), MAX_FUNCTION_LINES))
     assert found == {"C.m": 102, "f": 104, "f.g": 102}
     assert _long_functions(ast.parse("def short():\n    return 1\n"), MAX_FUNCTION_LINES) == []
-    assert _size_checked("gpupool.engine.core") and _size_checked("gpupool.kube.source")
+    assert _size_checked("gpupool.engine.core") and _size_checked("gpupool.kube.adapters.source")

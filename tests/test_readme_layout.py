@@ -8,8 +8,11 @@ names a missing path, or leaves a package out, now fails here instead of mislead
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SRC = REPO / "src" / "gpupool"
@@ -52,13 +55,14 @@ def test_the_table_reader_finds_each_kind_of_path() -> None:
     assert resolve("b/") == [SRC / "b/", REPO / "b/"]
 
 
-def test_the_kube_package_map_names_each_of_its_modules() -> None:
-    import gpupool.kube
-
-    doc = gpupool.kube.__doc__ or ""
+@pytest.mark.parametrize("package", ["kube", "kube/adapters", "kube/runtime", "kube/translate"])
+def test_the_kube_package_maps_name_each_of_their_modules(package: str) -> None:
+    """``gpupool.kube``'s docstring maps its modules and subpackages, and each subpackage but the
+    fake server (whose map names resources too) maps its own modules: each named, none missing."""
+    doc = importlib.import_module("gpupool." + package.replace("/", ".")).__doc__ or ""
     named = {n for n in re.findall(r"``([a-z_]+)``", doc)}
-    kube = SRC / "kube"
-    modules = {p.stem for p in kube.glob("*.py") if p.name != "__init__.py"}
-    modules |= {p.name for p in kube.iterdir() if (p / "__init__.py").exists()}
-    assert sorted(modules - named) == [], "gpupool.kube's map leaves these out"
-    assert sorted(named - modules) == [], "gpupool.kube's map names modules that do not exist"
+    here = SRC / package
+    modules = {p.stem for p in here.glob("*.py") if p.name != "__init__.py"}
+    modules |= {p.name for p in here.iterdir() if (p / "__init__.py").exists()}
+    assert sorted(modules - named) == [], f"gpupool.{package}'s map leaves these out"
+    assert sorted(named - modules) == [], f"gpupool.{package}'s map names modules that do not exist"

@@ -3,8 +3,8 @@
 Why at the top of the package order (above the service and the Kubernetes adapter): the
 service defines the backend port and builds its own backends (``virtual``, ``local``:
 ``gpupool.service.backends.builtin``); the Kubernetes backend implements that port from above
-(``gpupool.kube.backend``). A factory that knows every kind must see both, so it sits above
-both, and nothing lower imports it: the service never reaches up into ``kube`` to build one.
+(``gpupool.kube.adapters.backend``). A factory that knows every kind must see both, so it sits
+above both, and nothing lower imports it: the service never reaches up into ``kube`` to build one.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ def make_backend(kind: str, **options: Any) -> Backend:
     """Backend by name: ``virtual``, ``local`` or ``kubernetes`` (``kubeconfig=``, ``context=``
     and the KubernetesBackend options; returned with its caches synced)."""
     if kind == "kubernetes":
-        from gpupool.kube.backend import connect
+        from gpupool.kube.adapters.backend import connect
 
         return connect(**options)
     if kind not in BUILTIN_KINDS:

@@ -8,9 +8,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from gpupool.kube.adapters.recovery import submit_refusal
+from gpupool.kube.adapters.source import SYSTEM_NAME
 from gpupool.kube.fake import FakeApiServer
-from gpupool.kube.recovery import submit_refusal
-from gpupool.kube.source import SYSTEM_NAME
 from gpupool.service.config import EXAMPLES, ServiceConfig
 from tests.kube.test_kubectl_e2e import TRAINING
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube.backend import KubernetesBackend
+from gpupool.kube.adapters.backend import KubernetesBackend
 from gpupool.kube.client import KubeApi, make_client
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.faults import FaultConfig

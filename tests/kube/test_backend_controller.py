@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpupool.kube import workloads
-from gpupool.kube.backend import KubernetesBackend
+from gpupool.kube.adapters.backend import KubernetesBackend
 from gpupool.kube.fake import FakeApiServer
 from gpupool.manifests.convert import workload_model
 from gpupool.service.config import EXAMPLES, seed_config
@@ -34,7 +34,7 @@ class Setup:
         self.ctl.recover()
 
     def submit(self, obj: dict[str, Any]) -> str:
-        """Create the object and submit its workload, as gpupool.kube.source does."""
+        """Create the object and submit its workload, as gpupool.kube.adapters.source does."""
         self.srv.create(obj)
         got = self.srv.get("jobs.batch", "default", obj["metadata"]["name"])
         kw = workloads.workload_from_object(got)

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import json, sys, time
-from gpupool.kube.backend import connect
+from gpupool.kube.adapters.backend import connect
 from gpupool.service.backends import RunSpec
 kubeconfig, name, placement = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 be = connect(kubeconfig, backoff_s=(0.02, 0.2))

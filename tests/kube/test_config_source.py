@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpupool.kube.config_source import ORIGIN, to_manifest
+from gpupool.kube.adapters.config_source import ORIGIN, to_manifest
 from gpupool.store import NotFound
 from tests.kube.conftest import KubeTarget
 from tests.kube.test_kubectl_e2e import kubectl, serving, wait
@@ -257,7 +257,7 @@ def test_a_queue_seen_before_its_pool_is_applied_once_the_pool_arrives(tmp_path:
     """Each kind has its own watch, so the queue of one ``kubectl apply`` can reach the source a
     pass before the pool it names (a loaded machine): refused then, it is applied again when the
     pool is, not left refused until someone edits it."""
-    from gpupool.kube.config_source import ConfigSource
+    from gpupool.kube.adapters.config_source import ConfigSource
     from tests.test_service_support import running_app
 
     caches = {"ResourcePool": _Cache(), "Queue": _Cache(), "PriorityClass": _Cache()}

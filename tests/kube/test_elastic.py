@@ -19,7 +19,7 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-from gpupool.kube.elastic import (
+from gpupool.kube.adapters.elastic import (
     ELASTIC_INDEX,
     ELASTIC_OF,
     EXTRA_PRIORITY_CLASS,
@@ -27,7 +27,7 @@ from gpupool.kube.elastic import (
     elastic_workloads,
     replica_pods,
 )
-from gpupool.kube.source import KubeSource, SourcePolicy
+from gpupool.kube.adapters.source import KubeSource, SourcePolicy
 from gpupool.kube.workloads import KubeWorkloadError
 from gpupool.sim.results import RunResult
 from gpupool.sim.runner import run_scenario

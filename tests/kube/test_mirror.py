@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from gpupool.kube.adapters.mirror import WorkloadMirror, mirror_name
+from gpupool.kube.adapters.waiting import Waiting
 from gpupool.kube.client import ApiError
-from gpupool.kube.mirror import WorkloadMirror, mirror_name
-from gpupool.kube.waiting import Waiting
 from tests.kube.conftest import KubeTarget
 from tests.kube.test_kubectl_e2e import TRAINING, bound, kubectl, kueue_job, serving, wait
 

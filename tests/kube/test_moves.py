@@ -1,4 +1,4 @@
-"""Consolidation moves on Kubernetes (issue 27, kube/moves.py), on the fake API server: "an
+"""Consolidation moves on Kubernetes (issue 27, kube/adapters/moves.py), on the fake API server: "an
 eviction plus a reserved re-bind". A moved Job's pods are marked ``DisruptionTarget`` and
 deleted, its admission record names the reserved placement, and the Job controller's
 replacements are bound there (never to the old devices); the beneficiary admitted on the freed
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube.backend import KubernetesBackend
+from gpupool.kube.adapters.backend import KubernetesBackend
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.runtime.evictor import ADMISSION
 from gpupool.service.backends import Capability, RunSpec

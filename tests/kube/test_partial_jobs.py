@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from gpupool.kube.backend import KubernetesBackend
+from gpupool.kube.adapters.backend import KubernetesBackend
+from gpupool.kube.adapters.source import INVALID
 from gpupool.kube.runtime.evictor import ADMISSION
-from gpupool.kube.source import INVALID
 from gpupool.kube.translate import partial as tp
 from gpupool.kube.workloads import KubeWorkloadError, workload_from_object
 from gpupool.service.backends import RunSpec

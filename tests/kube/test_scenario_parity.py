@@ -6,7 +6,7 @@ Each scenario is built twice from its manifests (tests/scenarios/_base.yaml merg
 scenario runner merges it): (a) the controller with the virtual backend, the nodes from the
 Cluster manifest; (b) the controller with the Kubernetes backend on a fresh fake server whose
 nodes are built from the same Cluster manifest (``add_nodes_from_cluster_manifest``), the
-workloads created as Kueue-style ``batch/v1`` Jobs and submitted by ``gpupool.kube.source``.
+workloads created as Kueue-style ``batch/v1`` Jobs and submitted by ``gpupool.kube.adapters.source``.
 Both get the same workloads in the same order and one controller cycle per scenario cycle, at
 the scenario's times (a clock the test sets), so every difference is the backend's. A cycle's
 ``finish`` (work that ends between cycles) ends the run on both sides before the cycle: (a)
@@ -35,13 +35,13 @@ import yaml
 from gpupool import quantity as qty
 from gpupool.engine import Decisions
 from gpupool.kube import workloads
+from gpupool.kube.adapters.backend import KubernetesBackend
+from gpupool.kube.adapters.source import SYSTEM_NAME, KubeSource, Outcome
 from gpupool.kube.annotations import GPU_INDICES, GPU_MEMORY_MIB, GPU_MILLI, NODE, POD_INDEX, PODSET, WORKLOAD
-from gpupool.kube.backend import KubernetesBackend
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.kubelet import kubelet_of
 from gpupool.kube.fake.nodes import nodes_from_cluster
 from gpupool.kube.inventory import InventoryOptions, node_inventory
-from gpupool.kube.source import SYSTEM_NAME, KubeSource, Outcome
 from gpupool.kube.translate.partial import MIN_PARALLELISM
 from gpupool.manifests import API_VERSION, Bundle, build, default_priority_classes, parse_documents
 from gpupool.manifests.convert import workload_model

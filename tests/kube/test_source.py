@@ -1,4 +1,4 @@
-"""Objects created with kubectl become submissions (gpupool.kube.source): once per object,
+"""Objects created with kubectl become submissions (gpupool.kube.adapters.source): once per object,
 refusals as Warning Events that never block the others, deletes cancel, the namespace policy.
 
 The translation (gpupool.kube.workloads) is replaced by a small local fake here, so these tests
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpupool.kube import workloads as kw
-from gpupool.kube.source import (
+from gpupool.kube.adapters.source import (
     INVALID,
     REFUSED,
     KubeSource,

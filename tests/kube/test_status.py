@@ -1,4 +1,4 @@
-"""Why a workload waits, on the Kubernetes objects (gpupool.kube.status): PodScheduled=False
+"""Why a workload waits, on the Kubernetes objects (gpupool.kube.adapters.status): PodScheduled=False
 with explain's reason and position, Events deduplicated and rate-limited as client-go's recorder
 does, Admitted and Preempted Events from the audit."""
 
@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpupool.kube.source import top_owner_key
-from gpupool.kube.status import EventRecorder, StatusWriter, waiting_reasons
+from gpupool.kube.adapters.source import top_owner_key
+from gpupool.kube.adapters.status import EventRecorder, StatusWriter, waiting_reasons
 from tests.test_service_support import running_app, wait_for, wl
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from gpupool.bench.kube import LABELS, _compile, _kill, _serve, _wait_ready, config_dir
-from gpupool.kube.backend import KubernetesBackend
+from gpupool.kube.adapters.backend import KubernetesBackend
 
 CLASSES = ("experiment", "training", "inference-critical")
 #: the backend's bind deadline (a gang not bound by then is given up and requeued)

@@ -15,15 +15,12 @@ named, and every name is a module):
 - the connection: ``client`` (the API connection, shared with the install and the CLI)
 - the runtime: ``runtime`` (what runs against the cluster, one part a module: list + watch caches,
   the indexes over them, the binder, the evictor, leader election, the thread each part loops on)
-- the adapter of the backend port: ``backend`` (``KubernetesBackend``, built by
-  ``gpupool.composition.make_backend`` or ``wiring`` for ``gpupool serve --backend kubernetes``),
-  ``runs`` (``KubeRun``), ``recovery`` (what runs, after a restart), ``elastic``,
-  ``elastic_runs`` and ``shrink`` (elastic serving and shrinking gangs), ``moves``
-  (consolidation: an eviction plus a reserved re-bind)
-- what flows back to the cluster: ``source`` (kubectl-created workloads become submissions) with
-  ``source_policy``, ``config_source`` (ResourcePool and Queue objects), ``status`` (pod
-  conditions and Events from the controller's reasons), ``waiting``, ``mirror`` (Workload
-  status mirrors)
+- the adapters of the service's ports: ``adapters`` (one part a module: ``KubernetesBackend``,
+  built by ``gpupool.composition.make_backend`` or by ``wiring`` for ``gpupool serve --backend
+  kubernetes``, with its runs, the admission record on an owner, recovery after a restart,
+  elastic serving and shrinking gangs, consolidation moves; and what flows back to the cluster:
+  kubectl-created workloads become submissions, ResourcePool and Queue objects, pod conditions
+  and Events from the controller's reasons, Workload status mirrors)
 - clusters to run against: ``fake`` (a Kubernetes API server for tests and demos, ``gpupool kube
   fake``), ``nodeagent`` (a kubelet of simulated GPU nodes), ``realcluster`` (a real local control
   plane) and ``kueue_local`` (kube-scheduler and Kueue beside it)

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpupool.auth import Principal, Role
+from gpupool.kube.adapters.source import SYSTEM_NAME, Outcome, SourcePolicy, policy_from_options
 from gpupool.kube.outcomes import PodsReadyPolicy, pods_ready_policy
 from gpupool.kube.runtime.lease import KubeLease, KubeLeaseSettings
-from gpupool.kube.source import SYSTEM_NAME, Outcome, SourcePolicy, policy_from_options
 from gpupool.service.errors import ApiError
 from gpupool.service.usecases.submit import Prepared, after, prepare
 from gpupool.store import TERMINAL_PHASES, NotFound, StoreError
@@ -60,8 +60,9 @@ class KubeOptions:
 #: Kueue's ``waitForPodsReady`` for ``serve``: a duration (``5m``) or ``{enable, timeout}`` as
 #: YAML; unset: off (Kueue's default)
 PODS_READY_ENV = "GPUPOOL_KUBE_WAIT_FOR_PODS_READY"
-#: elastic inference (``gpupool.kube.elastic``): ``true`` splits a ``gpupool.io/min-replicas``
-#: Deployment or StatefulSet into a guaranteed base and preemptible extras; unset: off
+#: elastic inference (``gpupool.kube.adapters.elastic``): ``true`` splits a
+#: ``gpupool.io/min-replicas`` Deployment or StatefulSet into a guaranteed base and preemptible
+#: extras; unset: off
 ELASTIC_ENV = "GPUPOOL_KUBE_ELASTIC"
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off", "")
 
@@ -194,7 +195,7 @@ class KubeRuntime:
     """Everything of the Kubernetes backend around the service, in start order."""
 
     def __init__(self, opts: KubeOptions, api: Any = None) -> None:
-        from gpupool.kube.backend import KubernetesBackend
+        from gpupool.kube.adapters.backend import KubernetesBackend
         from gpupool.kube.client import KubeApi, make_client
         from gpupool.kube.runtime.informer import Informers
         from gpupool.kube.runtime.lease import KubeApiLeases
@@ -212,7 +213,7 @@ class KubeRuntime:
         self.backend = backend
         self.first_bind = FirstBind(leading=self.lease.held)
         self.informers.pods.add_listener(self.first_bind.on_pod)
-        from gpupool.kube.source import KubeSource
+        from gpupool.kube.adapters.source import KubeSource
 
         # listening before the informers start: no ADDED event is missed
         self.source: Any = KubeSource(self.informers.by_kind, _Late(), _LateEvents(), opts.policy)
@@ -255,7 +256,7 @@ class KubeRuntime:
     # ------------------------------------------------------------------ after the service
     def start_service(self, svc: Service) -> None:
         """The source submits through the service; the status writer follows the controller."""
-        from gpupool.kube.status import EventRecorder, KubeWrites, StatusWriter
+        from gpupool.kube.adapters.status import EventRecorder, KubeWrites, StatusWriter
 
         writes = KubeWrites(self.api)
         recorder = EventRecorder(writes, instance=self.lease.identity)
@@ -288,7 +289,7 @@ class KubeRuntime:
 
         hooks.on_cycle = on_cycle
         self.writer.start()
-        from gpupool.kube.config_source import ConfigSource  # pools and queues kept in the cluster
+        from gpupool.kube.adapters.config_source import ConfigSource  # pools and queues kept in the cluster
 
         self.config_source = ConfigSource(
             self.api, recorder, gate=self.source.gate, on_change=self.source.retry_refused

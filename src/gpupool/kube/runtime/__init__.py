@@ -11,7 +11,7 @@
   source) runs its passes on
 
 Why a package: these are the parts with threads, watches and writes to the cluster, below the
-adapter of the backend port (``gpupool.kube.backend`` and the runs it keeps) and beside the pure
-translation (``gpupool.kube.translate``). The API connection they all use, ``gpupool.kube.client``,
-stays outside: the install (``gpupool.deploy``) and the CLI use it too, with no runtime.
+adapters of the service's ports (``gpupool.kube.adapters``: the backend and the runs it keeps)
+and beside the pure translation (``gpupool.kube.translate``). The API connection they all use,
+``gpupool.kube.client``, stays outside: the install (``gpupool.deploy``) and the CLI use it too, with no runtime.
 """

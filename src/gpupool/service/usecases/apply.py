@@ -10,7 +10,8 @@ them to the statuses the API documents.
 
 Who calls it: ``POST /v1/apply`` and ``PUT /v1/config/...`` (gpupool.service.routes.config),
 the onboarding use-case (its checks), and the Kubernetes configuration source
-(gpupool.kube.config_source) for each ResourcePool, Queue or PriorityClass applied with kubectl.
+(gpupool.kube.adapters.config_source) for each ResourcePool, Queue or PriorityClass applied with
+kubectl.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 Who calls it: ``DELETE /v1/config/{plural}/{name}`` (gpupool.service.routes.config) and the
 Kubernetes configuration source when a kubectl-applied object is deleted
-(gpupool.kube.config_source).
+(gpupool.kube.adapters.config_source).
 """
 
 from __future__ import annotations

@@ -24,7 +24,8 @@ class SourcePolicy:
     defaults: WorkloadDefaults = field(default_factory=WorkloadDefaults)
     allowed: Mapping[str, frozenset[str]] | None = None
     #: split ``gpupool.io/min-replicas`` objects into a base and per-replica extras
-    #: (``gpupool.kube.elastic``); off: such an object is one workload with that gang minimum
+    #: (``gpupool.kube.adapters.elastic``); off: such an object is one workload with that gang
+    #: minimum
     elastic: bool = False
 
     def refusal(self, namespace: str, queue: str) -> str | None:

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gpupool.kube.adapters.waiting import Waiting
 from gpupool.kube.client import ApiError, Resource
-from gpupool.kube.waiting import Waiting
 
 log = logging.getLogger("gpupool.kube.mirror")
 

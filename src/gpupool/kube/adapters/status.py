@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from gpupool.kube.adapters.source import Key, top_owner_key
+from gpupool.kube.adapters.waiting import Waiting
 from gpupool.kube.runtime.loop import LoopThread
-from gpupool.kube.source import Key, top_owner_key
-from gpupool.kube.waiting import Waiting
 
 log = logging.getLogger("gpupool.kube.status")
 
@@ -280,7 +280,7 @@ class StatusWriter(LoopThread):
         gate: Callable[[], bool] = lambda: True,
         mirror: Any = None,
     ) -> None:
-        from gpupool.kube.mirror import WorkloadMirror  # only where mirrors are written
+        from gpupool.kube.adapters.mirror import WorkloadMirror  # only where mirrors are written
 
         self.ctl = ctl
         #: the Workload status mirrors (``kubectl get workloads.gpupool.io``); over the real API

@@ -32,11 +32,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpupool.kube import elastic, schedulers
+from gpupool.kube import schedulers
 from gpupool.kube import workloads as kw
+from gpupool.kube.adapters import elastic
+from gpupool.kube.adapters.source_policy import SourcePolicy, parse_namespace_queues, policy_from_options
 from gpupool.kube.runtime.loop import LoopThread
 from gpupool.kube.source_keys import OWNER_KINDS, owned_by_a_top_kind, top_owner_key
-from gpupool.kube.source_policy import SourcePolicy, parse_namespace_queues, policy_from_options
 from gpupool.kube.workloads import KubeWorkload, KubeWorkloadError
 
 log = logging.getLogger("gpupool.kube.source")
@@ -98,7 +99,7 @@ class Submitter(Protocol):
 
 
 class EventSink(Protocol):
-    """Events on the Kubernetes object (``gpupool.kube.status.EventRecorder``)."""
+    """Events on the Kubernetes object (``gpupool.kube.adapters.status.EventRecorder``)."""
 
     def event(self, obj: Mapping[str, Any], type_: str, reason: str, message: str) -> None: ...
 

@@ -1,5 +1,6 @@
-"""The Kubernetes backend's view of elastic owners (推理弹性, ``gpupool.kube.elastic``): a base
-workload and its extras are separate runs that share one Deployment's (or StatefulSet's) pods.
+"""The Kubernetes backend's view of elastic owners (推理弹性, ``gpupool.kube.adapters.elastic``):
+a base workload and its extras are separate runs that share one Deployment's (or StatefulSet's)
+pods.
 
 Why a mixin of ``KubernetesBackend`` rather than more methods in it: these are the few questions
 the backend asks differently for such owners (which top owner an extra's name stands for, which
@@ -15,15 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from gpupool.kube import elastic
-from gpupool.kube import shrink as kube_shrink
+from gpupool.kube.adapters import elastic
+from gpupool.kube.adapters import shrink as kube_shrink
 from gpupool.kube.gangs import live
 from gpupool.kube.runtime.evictor import Evictor
 from gpupool.kube.runtime.informer import Informers, object_key
 from gpupool.kube.runtime.tracker import PodKey, Top, Tracker, is_terminal, node_of
 
 if TYPE_CHECKING:
-    from gpupool.kube.runs import KubeRun
+    from gpupool.kube.adapters.runs import KubeRun
 
 log = logging.getLogger("gpupool.kube.backend")
 
@@ -43,8 +44,8 @@ class ElasticRuns:
 
     def shrink(self, name: str, placement: Mapping[str, Any], message: str = "") -> None:
         """An elastic gang keeps only the pods of ``placement`` (the engine's ``Shrink``): a Job
-        runs with ``parallelism`` lowered, other kinds lose single pods (``kube/shrink.py``).
-        An unknown or ended run is left alone (idempotent, like ``stop``)."""
+        runs with ``parallelism`` lowered, other kinds lose single pods
+        (``kube/adapters/shrink.py``). An unknown or ended run is left alone (idempotent, like ``stop``)."""
         with self._lock:
             run = self._runs.get(name)
             if run is None or run.outcome is not None:

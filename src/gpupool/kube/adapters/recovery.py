@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube.runs import KubeRun
+from gpupool.kube.adapters.runs import KubeRun
 from gpupool.kube.runtime.evictor import read_admission
 from gpupool.kube.runtime.informer import Informers
 from gpupool.kube.runtime.tracker import OWNER_KINDS, Top, Tracker
@@ -95,7 +95,7 @@ def submit_refusal(name: str, submitter: str, has_object: bool) -> str | None:
     JobSet, a Deployment ...). A gpupool Workload sent to the API has none, so once admitted it
     would first preempt what it needs and then fail to start; refused here, nothing is disturbed.
     The Kubernetes source's own submissions always pass (it submits only what it watches)."""
-    from gpupool.kube.source import SYSTEM_NAME
+    from gpupool.kube.adapters.source import SYSTEM_NAME
 
     if submitter == SYSTEM_NAME or has_object:
         return None

@@ -35,7 +35,7 @@ from gpupool.kube.runtime.tracker import node_of
 from gpupool.kube.translate import partial
 
 if TYPE_CHECKING:
-    from gpupool.kube.runs import KubeRun
+    from gpupool.kube.adapters.runs import KubeRun
 
 log = logging.getLogger("gpupool.kube.shrink")
 

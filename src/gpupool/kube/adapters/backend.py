@@ -1,13 +1,14 @@
 """``KubernetesBackend``: the controller's ``Backend`` over a cluster.
 
 How a decision is carried out: ``start`` records the admission on the owner and unsuspends it
-(one merge patch); a reconcile thread binds the gang once all its pods exist, every pod in one
-pass, in parallel across nodes (``binder``); ``stop`` re-suspends the owner, or marks the pods
-``DisruptionTarget`` and deletes (or evicts) them (``evictor``); ``move`` does that to a Job's
-pods and binds their replacements where reserved (``moves``); ``poll`` reads outcomes from
-the owners' conditions and the pods (``outcomes``). The cluster is the source of nodes
-(``observed_nodes``, ``down_nodes``) and, after a restart, of what runs (``runs`` from the
-recorded admissions and the bound pods).
+(one merge patch; a partially admitted Job's counts lowered first: ``admission``, the part that
+writes that record and takes it back); a reconcile thread binds the gang once all its pods
+exist, every pod in one pass, in parallel across nodes (``binder``); ``stop`` re-suspends the
+owner, or marks the pods ``DisruptionTarget`` and deletes (or evicts) them (``evictor``);
+``move`` does that to a Job's pods and binds their replacements where reserved (``moves``);
+``poll`` reads outcomes from the owners' conditions and the pods (``outcomes``). The cluster is
+the source of nodes (``observed_nodes``, ``down_nodes``) and, after a restart, of what runs
+(``runs`` from the recorded admissions and the bound pods).
 
 Freed devices stay reserved for the preemptor until the victims are gone, without a new
 model: the engine already charges the preemptor for them the moment it decides, so nothing
@@ -24,12 +25,16 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpupool.kube import elastic, inventory, workloads
+from gpupool.kube import inventory, workloads
+from gpupool.kube.adapters import elastic
+from gpupool.kube.adapters.admission import OwnerAdmission
+from gpupool.kube.adapters.elastic_runs import ElasticRuns
+from gpupool.kube.adapters.moves import MOVABLE_KINDS, Mover, refusal, stale
+from gpupool.kube.adapters.recovery import adopted_runs, merge_adopted, submit_refusal
+from gpupool.kube.adapters.runs import KubeRun
 from gpupool.kube.client import KubeApi
-from gpupool.kube.elastic_runs import ElasticRuns
 from gpupool.kube.exclusive import Overbooked, PassTally, overbooked
 from gpupool.kube.gangs import assign_slots, attempt_pods, decision_of, live
-from gpupool.kube.moves import MOVABLE_KINDS, Mover, refusal, stale
 from gpupool.kube.nodes import NodeView
 from gpupool.kube.outcomes import (
     PODS_READY_TIMEOUT,
@@ -41,13 +46,10 @@ from gpupool.kube.outcomes import (
     pod_ready,
     pods_outcome,
 )
-from gpupool.kube.recovery import adopted_runs, merge_adopted, submit_refusal
-from gpupool.kube.runs import KubeRun
 from gpupool.kube.runtime.binder import Binder, BindJob, BindResult
 from gpupool.kube.runtime.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.runtime.informer import Informers, object_key
 from gpupool.kube.runtime.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
-from gpupool.kube.translate import partial as translate_partial
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
 from gpupool.store import NotLeader
@@ -92,6 +94,7 @@ class KubernetesBackend(ElasticRuns):
         self.binder = Binder(self.api, informers, concurrency=bind_concurrency, clock=clock)
         self.evictor = Evictor(self.api, component=scheduler_name)
         self.mover = Mover(self.evictor)
+        self.admission = OwnerAdmission(self.evictor)
         #: a bind pass and a move's change of placement exclude each other (no bind to the old one)
         self._passing = threading.RLock()
         #: every object read since this replica leads (the runtime sets it to the source's)
@@ -200,48 +203,14 @@ class KubernetesBackend(ElasticRuns):
     def _admit(self, run: KubeRun, obj: Mapping[str, Any]) -> str:
         if self._is_extra(run):
             return ""  # the owner's admission record is its base's; an extra is rebuilt from its pod
-        record = {
-            "workload": run.name,
-            "placement": run.placement,
-            "startedAt": run.started_at,
-            "durationS": run.duration_s,
-            "decision": run.decision,
-        }
         try:
-            self._reduce(run, obj, record)
-            self.evictor.admit(obj, record)
+            self.admission.admit(run, obj)
         except Exception as exc:
             with self._lock:
                 self._runs.pop(run.name, None)
-            self._restore(run, obj)
+            self.admission.restore(run, obj)
             return f"{run.name}: could not admit {obj.get('kind')} {run.top[2]}: {exc}"
         return ""
-
-    def _reduce(self, run: KubeRun, obj: Mapping[str, Any], record: dict[str, Any]) -> None:
-        """A Job admitted with fewer pods than it asks for (partial admission): its parallelism
-        (and completions) set to the admitted count while it is still suspended, so its
-        controller never starts more pods than are placed; the counts go into the record."""
-        admitted = len(run.placement.get("pods") or ())
-        patch = translate_partial.admit_patch(obj, admitted) if run.top[0] == "Job" else {}
-        if not patch:
-            return
-        self.evictor.patch_owner(obj, patch)
-        run.restore = translate_partial.restore_patch(patch)  # {} when the patch was a restore
-        if run.restore and run.kw is not None:
-            record.update(admittedPods=admitted, requestedPods=run.kw.pod_count)
-            msg = f"admitted with {admitted} of {run.kw.pod_count} pods (partial admission)"
-            self.evictor.event(obj, "PartiallyAdmitted", msg)
-
-    def _restore(self, run: KubeRun, obj: Mapping[str, Any]) -> None:
-        """Give a suspended Job back the counts partial admission reduced (as Kueue does), so a
-        later admission may run all its pods. Best effort: the translation reads the originals
-        from the annotations either way."""
-        try:
-            if patch := run.restore or translate_partial.restore_patch(obj):
-                self.evictor.patch_owner(obj, patch)
-                run.restore = None
-        except Exception:
-            log.warning("restoring the parallelism of %s failed", run.name, exc_info=True)
 
     def stop(self, names: Sequence[str]) -> None:
         with self._lock:
@@ -257,7 +226,7 @@ class KubernetesBackend(ElasticRuns):
         try:
             if kind in SUSPEND_PATH:
                 self.evictor.release(obj, suspend=True)  # its controller deletes the pods
-                self._restore(run, obj)  # after the suspend: never more pods than placed
+                self.admission.restore(run, obj)  # after the suspend: never more pods than placed
             else:
                 if not self._is_extra(run):  # an extra leaves its base (and the record) alone
                     self.evictor.release(obj, suspend=False)
@@ -267,8 +236,8 @@ class KubernetesBackend(ElasticRuns):
             log.exception("stopping %s failed; its pods may linger", run.name)
 
     def move(self, spec: RunSpec, message: str = "") -> bool:
-        """A consolidation move (the engine's ``Move``, ``kube/moves.py``): the run's Job re-bound
-        to ``spec.placement``. Idempotent: an unknown or ended run, or one already on this
+        """A consolidation move (the engine's ``Move``, ``kube/adapters/moves.py``): the run's Job
+        re-bound to ``spec.placement``. Idempotent: an unknown or ended run, or one already on this
         admission, is left alone; False (nothing done, why logged) for a kind not movable."""
         if self.leader_gate is not None and not self.leader_gate():
             raise NotLeader("this replica does not hold the lease: it must not move pods")
@@ -324,20 +293,11 @@ class KubernetesBackend(ElasticRuns):
         list(self.pool.map(self._clean_up, gone))
 
     def _clean_up(self, run: KubeRun) -> None:
-        """A finished run's owner forgets its admission (a failed one is re-suspended, so its
-        controller does not start pods that no one will bind)."""
+        """A finished run's owner forgets its admission (``OwnerAdmission.release``); an
+        extra's owner keeps its base's."""
         obj = self.tracker.owner_object(run.top)
-        if obj is None or self._is_extra(run):
-            return
-        failed = run.outcome is not None and run.outcome.outcome == "Failed"
-        suspend = failed and owner_outcome(obj) is None
-        try:
-            self.evictor.release(obj, suspend=suspend)
-        except Exception:
-            log.warning("clearing the admission of %s failed", run.name, exc_info=True)
-            return
-        if suspend:
-            self._restore(run, obj)
+        if obj is not None and not self._is_extra(run):
+            self.admission.release(run, obj)
 
     def runs(self) -> dict[str, RunState]:
         self._adopt()
