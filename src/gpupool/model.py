@@ -409,6 +409,10 @@ class Workload:
     evictions: int = 0
     #: its priority class's ``preemption_wait_s`` (None: the engine's default wait horizon)
     preemption_wait_s: float | None = None
+    #: the backend can restart it elsewhere at once (a consolidation ``Move``); False: moving it
+    #: would stop it whole (on Kubernetes anything but a batch/v1 Job), so consolidation leaves
+    #: it in place (the caller says, ``Capability.MOVABLE``)
+    movable: bool = True
 
     @property
     def pod_count(self) -> int:

@@ -76,3 +76,17 @@ def test_off_by_default_nothing_moves() -> None:
     assert not d.moved and not d.admitted
     on = decide(replace(snap, pools=(replace(POOL, consolidation=Consolidation(True, 1)),)))
     assert [m.for_workload for m in on.moved] == ["p0"] and on.admitted_names() == ["p0"]
+
+
+def test_work_the_backend_cannot_move_is_left_in_place() -> None:
+    """``Workload.movable`` False (on Kubernetes: not a batch/v1 Job): no move is planned for
+    it, so the blocked job waits instead of the run being stopped whole and requeued."""
+    snap = _snapshot([(4, 0, True), (4, 0, True), (4, 0, True)], [(8, 0)], 1, 2)
+    snap = replace(
+        snap, running=snap.running[1:], pools=(replace(POOL, consolidation=Consolidation(True, 1)),)
+    )
+    pinned = tuple(replace(r, workload=replace(r.workload, movable=False)) for r in snap.running)
+    d = decide(replace(snap, running=pinned))
+    assert not d.moved and "p0" not in d.admitted_names()
+    one = (pinned[0], snap.running[1])  # the other one may still move
+    assert [m.workload for m in decide(replace(snap, running=one)).moved] == [snap.running[1].name]

@@ -20,6 +20,7 @@ from gpupool.kube import annotations as kube_ann
 from gpupool.kube.adapters.backend import KubernetesBackend
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.runtime.evictor import ADMISSION
+from gpupool.kube.workloads import workload_from_object, workload_from_pods
 from gpupool.service.backends import Capability, RunSpec
 from gpupool.service.leader import GuardedBackend
 from gpupool.store import NotLeader
@@ -105,6 +106,22 @@ def started(cluster: Cluster) -> tuple[KubernetesBackend, dict[str, Any]]:
 
 def test_the_kubernetes_backend_declares_move() -> None:
     assert Capability.MOVE in KubernetesBackend.capabilities
+    assert Capability.MOVABLE in KubernetesBackend.capabilities
+
+
+def _manifest_of(obj: dict[str, object]) -> dict[str, object]:
+    kw = workload_from_object(obj)
+    assert kw is not None
+    return kw.manifest
+
+
+def test_only_a_batch_v1_jobs_workload_is_movable() -> None:
+    """The engine is told before it plans: a bare pod's or a Deployment's run is not moved
+    (the backend would refuse and the controller stop it whole)."""
+    assert KubernetesBackend.movable(_manifest_of(job("j", 1)))
+    pod = workload_from_pods([bare_pod("solo", run_s=10)])
+    assert pod is not None and not KubernetesBackend.movable(pod.manifest)
+    assert not KubernetesBackend.movable({"metadata": {"name": "api-made"}})
 
 
 def test_a_moved_job_is_rebound_where_reserved_and_the_beneficiary_gets_the_freed_node(

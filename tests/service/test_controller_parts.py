@@ -17,6 +17,7 @@ from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.engine.windowed import MixEngine
 from gpupool.model import PodGroup, PodRequest, Snapshot, Workload
 from gpupool.service.adoption import Adoption
+from gpupool.service.backends import Capability
 from gpupool.service.controller.context import Context, CycleStats, _Queued
 from gpupool.service.controller.cycle import Cycle
 from gpupool.service.controller.pending import PendingSet
@@ -196,3 +197,24 @@ def test_the_pending_set_takes_in_only_what_is_still_pending_and_stores_only_cha
     assert store.reason_writes == [{"a": "QuotaExceeded: q is at its limit"}]
     ps.forget("a")
     assert "a" not in ps.pending and "a" not in ps.reasons and "a" not in ps.stored_reasons
+
+
+def test_the_context_marks_a_workload_its_backend_cannot_move() -> None:
+    """``Capability.MOVABLE``: the model the engine gets says whether a consolidation move is
+    possible, so none is planned that the backend would turn into a stop and requeue."""
+    manifest = {
+        "apiVersion": "gpupool.io/v1alpha1",
+        "kind": "Workload",
+        "metadata": {"name": "w", "annotations": {"pinned": "yes"}},
+        "spec": {"queue": "q", "podGroups": [{"resources": {"nvidia.com/gpu": 1}}]},
+    }
+    pinned = SimpleNamespace(
+        capabilities=frozenset({Capability.MOVABLE}),
+        movable=lambda m: "pinned" not in m["metadata"]["annotations"],
+    )
+    ctx = Context(FakeStore(), pinned, Clock(0.0))  # type: ignore[arg-type]
+    assert ctx.model_of(manifest, 1).movable is False
+    manifest["metadata"]["annotations"] = {}  # type: ignore[index]
+    assert ctx.model_of(manifest, 1).movable is True
+    plain = Context(FakeStore(), SimpleNamespace(capabilities=frozenset()), Clock(0.0))  # type: ignore[arg-type]
+    assert plain.model_of(manifest, 1).movable is True

@@ -79,7 +79,7 @@ class Consolidator:
             v = r.workload
             if r.admission.pool != pool or name in ssn.runs.fresh or not r.admission.pods:
                 continue
-            if not v.preemptible or v.priority > w.priority:
+            if not v.preemptible or not v.movable or v.priority > w.priority:
                 continue
             cool = cfg.cooldown_s
             if cool is None:

@@ -29,7 +29,7 @@ from gpupool.kube import inventory, workloads
 from gpupool.kube.adapters import elastic
 from gpupool.kube.adapters.admission import OwnerAdmission
 from gpupool.kube.adapters.elastic_runs import ElasticRuns
-from gpupool.kube.adapters.moves import MOVABLE_KINDS, Mover, refusal, stale
+from gpupool.kube.adapters.moves import MOVABLE_KINDS, Mover, movable, refusal, stale
 from gpupool.kube.adapters.recovery import adopted_runs, merge_adopted, submit_refusal
 from gpupool.kube.adapters.runs import KubeRun
 from gpupool.kube.client import KubeApi
@@ -234,6 +234,9 @@ class KubernetesBackend(ElasticRuns):
             self.evictor.event(obj, "Stopped", msg, "Warning")
         except Exception:
             log.exception("stopping %s failed; its pods may linger", run.name)
+
+    #: ``Capability.MOVABLE``: only a batch/v1 Job's run is moved (``moves.movable``)
+    movable = staticmethod(movable)
 
     def move(self, spec: RunSpec, message: str = "") -> bool:
         """A consolidation move (the engine's ``Move``, ``kube/adapters/moves.py``): the run's Job

@@ -39,6 +39,7 @@ from gpupool.kube import annotations as kube_ann
 from gpupool.kube.gangs import live
 from gpupool.kube.runtime.evictor import ADMISSION, Evictor, read_admission
 from gpupool.kube.runtime.tracker import node_of
+from gpupool.kube.workloads import SOURCE, SOURCE_API_VERSION
 
 log = logging.getLogger("gpupool.kube.moves")
 
@@ -53,6 +54,19 @@ def refusal(kind: str) -> str:
     if kind == "Pod":
         return "bare pods have no controller to recreate them on the reserved placement"
     return f"a {kind} is not moved by pod deletion (only a batch/v1 Job is)"
+
+
+def movable(manifest: Mapping[str, Any]) -> bool:
+    """Can the run of this stored workload manifest be moved here (``Workload.movable``)? Only
+    when its source object is a batch/v1 Job (the annotation the source writes). Why asked
+    before a move is planned: the engine then plans no move the backend would refuse, which
+    stops the run whole and requeues it, losing more than the consolidation gains."""
+    md = manifest.get("metadata")
+    notes = md.get("annotations") if isinstance(md, Mapping) else None
+    if not isinstance(notes, Mapping):
+        return False
+    kind = str(notes.get(SOURCE, "")).split("/", 1)[0]
+    return kind in MOVABLE_KINDS and notes.get(SOURCE_API_VERSION) == "batch/v1"
 
 
 def stale(pods: Sequence[Mapping[str, Any]], decision: str) -> list[Mapping[str, Any]]:

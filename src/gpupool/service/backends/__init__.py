@@ -117,6 +117,9 @@ class Capability(StrEnum):
     #: ``run.placement`` (consolidation's ``Move``: reserved for it); False when it cannot be
     #: moved here. A backend without it gets no consolidation planned (controller/moves.py)
     MOVE = "move"
+    #: ``movable(manifest) -> bool``: whether a workload of this stored manifest can be moved
+    #: (``Workload.movable``); without it every workload is
+    MOVABLE = "movable"
     #: ``next_finish() -> float | None``: when the next run ends, so the loop wakes then
     NEXT_FINISH = "next_finish"
     #: ``reload()``: read the backend's persisted state again (a standby becoming leader)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -99,7 +99,11 @@ class Context:
     def model_of(self, manifest: Mapping[str, Any], seq: int, bundle: Bundle | None = None) -> Workload:
         """A stored workload's model under ``bundle`` (default: the configuration in force)."""
         b = bundle if bundle is not None else self.bundle
-        return workload_model(manifest, b.priority_classes, float(seq), strict=False, types=b.task_types)
+        m = workload_model(manifest, b.priority_classes, float(seq), strict=False, types=b.task_types)
+        movable = capability(self.backend, Capability.MOVABLE)
+        if movable is not None and not movable(manifest):
+            m = replace(m, movable=False)  # consolidation would only stop it whole
+        return m
 
     def manifest_of(self, name: str) -> Mapping[str, Any]:
         return self.store.get_workload(name).manifest
