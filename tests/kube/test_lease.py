@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from gpupool.kube.runtime.lease import KubeLease, KubeLeaseSettings, LeaseConflict
+from gpupool.service.backends import Capability
 from gpupool.service.leader import LeaderElector
 from tests.kube.conftest import KubeTarget
 
@@ -177,7 +178,7 @@ def test_bad_settings_name_the_field(field: str, kw: dict[str, Any]) -> None:
 
 class _Backend:
     name = "fake"
-    capabilities: frozenset[Any] = frozenset()
+    capabilities: frozenset[Any] = frozenset({Capability.LEADER_GATE})
 
     def __init__(self, gate: KubeLease) -> None:
         self.leader_gate = gate.held

@@ -54,7 +54,7 @@ class Adoption:
             return list(strays)
         keep = {n for n in strays if (runs[n].placement or {}).get("pool") and vouches(n)}
         self.held = {n: runs[n] for n in keep}
-        self.until = now + float(getattr(backend, "adoption_wait_s", DEFAULT_WAIT_S))
+        self.until = now + DEFAULT_WAIT_S
         if keep:
             log.warning("recovery: %d running workloads the store does not know held for adoption", len(keep))
         return [n for n in strays if n not in keep]
@@ -63,7 +63,7 @@ class Adoption:
         """True while held runs may still be claimed (the cycle must not schedule yet)."""
         if not self.held or now >= self.until:
             return False
-        settled = getattr(backend, "claims_settled", None)
+        settled = capability(backend, Capability.CLAIMS_SETTLED)
         return not (callable(settled) and settled())
 
     def claim(

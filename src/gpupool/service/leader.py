@@ -185,8 +185,8 @@ class LeaderElector:
         self.holder = holder_id()
         self.backend = controller.backend
         #: a second lease the backend requires (the Kubernetes Lease, gpupool.kube.runtime.lease): this
-        #: replica leads only while it holds both; optional backend attribute ``leader_gate``
-        self.gate: Callable[[], bool] | None = getattr(self.backend, "leader_gate", None)
+        #: replica leads only while it holds both (``Capability.LEADER_GATE``)
+        self.gate: Callable[[], bool] | None = capability(self.backend, Capability.LEADER_GATE)
         controller.backend = GuardedBackend(self.backend, self.may_act)
         self._mu = threading.Lock()
         self._leading = False

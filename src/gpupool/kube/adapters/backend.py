@@ -61,7 +61,12 @@ class KubernetesBackend(ElasticRuns):
     """The Backend protocol over the Kubernetes API (see the module docstring)."""
 
     name = "kubernetes"
-    capabilities = frozenset(Capability) - {Capability.BIND, Capability.RUN_LOGS}
+    capabilities = frozenset(Capability) - {
+        Capability.BIND,
+        Capability.RUN_LOGS,
+        Capability.NEEDS_COMMANDS,
+        Capability.TIME_SCALE,
+    }
 
     def __init__(
         self,

@@ -128,6 +128,18 @@ class Capability(StrEnum):
     BIND = "bind"
     #: ``run_logs``: a ``RunLogs`` (``gpupool logs``)
     RUN_LOGS = "run_logs"
+    #: ``needs_commands`` (attribute): runs are processes the backend starts, so a ``RunSpec``
+    #: carries each pod's command (the local backend)
+    NEEDS_COMMANDS = "needs_commands"
+    #: ``time_scale`` (attribute): backend seconds per wall second (the virtual cluster), so an
+    #: expected end is ``admitted_at + duration / time_scale``
+    TIME_SCALE = "time_scale"
+    #: ``claims_settled() -> bool``: the workload source has caught up, so runs found at restart
+    #: and not yet claimed will not be (adoption stops waiting; Kubernetes)
+    CLAIMS_SETTLED = "claims_settled"
+    #: ``leader_gate`` (attribute, ``() -> bool`` or None): a second lease the backend needs; a
+    #: replica leads only while it holds both (the Kubernetes Lease)
+    LEADER_GATE = "leader_gate"
 
 
 def capability(backend: Backend, cap: Capability) -> Any:

@@ -51,7 +51,13 @@ class LocalBackend:
 
     name = "local"
     capabilities = frozenset(
-        {Capability.RELOAD, Capability.BIND, Capability.NEXT_FINISH, Capability.RUN_LOGS}
+        {
+            Capability.RELOAD,
+            Capability.BIND,
+            Capability.NEXT_FINISH,
+            Capability.RUN_LOGS,
+            Capability.NEEDS_COMMANDS,
+        }
     )
     #: the controller fills RunSpec.commands for this backend (it runs what the pod groups say)
     needs_commands = True

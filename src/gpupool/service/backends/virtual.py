@@ -47,6 +47,7 @@ class VirtualBackend:
             Capability.NEXT_FINISH,
             Capability.DOWN_NODES,
             Capability.RUN_LOGS,
+            Capability.TIME_SCALE,
         }
     )
 

@@ -17,7 +17,7 @@ from gpupool.engine import Decisions, Pending
 from gpupool.manifests.convert import placement_json
 from gpupool.model import Running, Workload
 from gpupool.service.admission import is_exception
-from gpupool.service.backends import BackendError, RunSpec, pod_commands
+from gpupool.service.backends import BackendError, Capability, RunSpec, capability, pod_commands
 from gpupool.service.controller.context import SCHEDULER, Context, CycleStats, _dt, _Queued
 from gpupool.service.controller.moves import move_in_backend, move_records
 from gpupool.service.controller.pending import PendingSet
@@ -179,7 +179,7 @@ class Commit:
         ctx = self.ctx
         hints = ctx.faults.hints
         # the local backend runs each pod group's command: read only where a backend needs it
-        cmds = getattr(ctx.backend, "needs_commands", False) is True
+        cmds = capability(ctx.backend, Capability.NEEDS_COMMANDS) is True
         runs = [
             RunSpec(
                 n,

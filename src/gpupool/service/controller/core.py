@@ -302,7 +302,7 @@ class Controller(ConfigLookups):
             q = self.pending.get(name)
             if q is None or code not in holders.CODES:
                 return None
-            scale = getattr(self.backend, "time_scale", 1.0)
+            scale = capability(self.backend, Capability.TIME_SCALE) or 1.0
             reader = holders.WaitReader(self.engine, float(scale) if isinstance(scale, int | float) else 1.0)
             return reader.read(q.model, code, self.clock())
 

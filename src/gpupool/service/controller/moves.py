@@ -117,7 +117,7 @@ def _as_admit(m: Move, borrowing: bool) -> Admit:
 def run_spec(ctx: Context, name: str, r: Running, placement: Mapping[str, Any]) -> RunSpec:
     """What the backend restarts: as ``Commit.start_specs`` builds it for a start."""
     w = r.workload
-    cmds = getattr(ctx.backend, "needs_commands", False) is True
+    cmds = capability(ctx.backend, Capability.NEEDS_COMMANDS) is True
     return RunSpec(
         name,
         placement,
