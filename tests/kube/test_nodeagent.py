@@ -1,25 +1,40 @@
-"""The node agent (``gpupool.kube.nodeagent``), the kubelet of ``gpupool kube cluster up``,
-against the fake API server with the fake's own kubelet off: it plays the kubelet over HTTP
-only, so what passes here is what it does against any server (``test_cluster_up`` runs it
-against the real one)."""
+"""The node agent (``gpupool.kube.nodeagent``), the kubelet of ``gpupool kube cluster up``, on
+both servers: the fake with its own kubelet off (so the agent alone plays the kubelet, over HTTP
+only) and the real control plane (issue 24). Each test gets its own node names and, on the real
+server, its own namespace, since the session shares one server."""
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
 from gpupool.kube import kubelet_status as ks
-from gpupool.kube.client import RESOURCES, KubeApi, load_config
+from gpupool.kube.client import RESOURCES, ApiError, KubeApi, Resource, load_config
 from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake import nodes as builders
 from gpupool.kube.nodeagent import LEASE_NAMESPACE, NodeAgent
 
 T = TypeVar("T")
-PODS, LEASES = RESOURCES["pods"], RESOURCES["leases"]
+PODS, LEASES, NODES = RESOURCES["pods"], RESOURCES["leases"], RESOURCES["nodes"]
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+
+
+@dataclass
+class Agent:
+    """The API, the agent, its two nodes (4 GPUs each) and the namespace the test's pods use."""
+
+    api: KubeApi
+    na: NodeAgent
+    nodes: list[str]
+    ns: str
 
 
 def wait(fn: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
@@ -33,21 +48,49 @@ def wait(fn: Callable[[], T | None], what: str, timeout: float = 30.0) -> T:
         time.sleep(0.05)
 
 
-@pytest.fixture
-def agent(tmp_path: Path) -> Iterator[tuple[FakeApiServer, KubeApi, NodeAgent]]:
-    srv = FakeApiServer(kubelet=False)
-    srv.start()
-    api = KubeApi(load_config(str(srv.write_kubeconfig(tmp_path / "kubeconfig"))))
-    node_objs = builders.gpu_nodes(2, "agent", gpus=4)
+@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.realkube)])
+def agent(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Agent]:
+    srv: FakeApiServer | None = None
+    if request.param == "real":
+        kubeconfig = request.getfixturevalue("real_control_plane").kubeconfig
+    else:
+        srv = FakeApiServer(kubelet=False)
+        srv.start()
+        kubeconfig = srv.write_kubeconfig(tmp_path / "kubeconfig")
+    api = KubeApi(load_config(str(kubeconfig)))
+    ns = f"agent-{secrets.token_hex(4)}"
+    api.create(NAMESPACES, None, {"metadata": {"name": ns}})
+    if srv is None:  # the ServiceAccount admission plugin refuses pods until ``default`` exists
+        wait(
+            lambda: _exists(api, SERVICE_ACCOUNTS, ns, "default"), f"the default service account in {ns}", 60
+        )
+    node_objs = builders.gpu_nodes(2, f"agent-{secrets.token_hex(3)}", gpus=4)
     na = NodeAgent(api, node_objs, heartbeat_s=0.2)
     try:
         na.start()
-        na.wait_ready(30)
-        yield srv, api, na
+        na.wait_ready(60)
+        yield Agent(api, na, list(na.nodes), ns)
     finally:
         na.stop()
+        for name in na.nodes:
+            _delete_quietly(api, NODES, None, name)
+        _delete_quietly(api, NAMESPACES, None, ns)
         api.close()
-        srv.stop()
+        if srv is not None:
+            srv.stop()
+
+
+def _exists(api: KubeApi, res: Resource, ns: str | None, name: str) -> bool:
+    try:
+        api.get(res, ns, name)
+    except ApiError:
+        return False
+    return True
+
+
+def _delete_quietly(api: KubeApi, res: Resource, ns: str | None, name: str) -> None:
+    with contextlib.suppress(ApiError):  # gone already
+        api.delete(res, ns, name)
 
 
 def _pod(name: str, annotations: dict[str, str], gpus: int = 0) -> dict[str, Any]:
@@ -63,85 +106,81 @@ def _pod(name: str, annotations: dict[str, str], gpus: int = 0) -> dict[str, Any
     }
 
 
-def _bind(api: KubeApi, name: str, node: str) -> None:
+def _bind(a: Agent, name: str, node: str) -> None:
     body = {
         "apiVersion": "v1",
         "kind": "Binding",
         "metadata": {"name": name},
         "target": {"kind": "Node", "name": node},
     }
-    api.post_sub(PODS, "default", name, "binding", body)
+    a.api.post_sub(PODS, a.ns, name, "binding", body)
 
 
-def _phase(api: KubeApi, name: str, phase: str) -> dict[str, Any] | None:
-    pod = api.get(PODS, "default", name)
+def _phase(a: Agent, name: str, phase: str) -> dict[str, Any] | None:
+    pod = a.api.get(PODS, a.ns, name)
     return pod if (pod.get("status") or {}).get("phase") == phase else None
 
 
 def test_nodes_register_with_gpus_and_their_leases_are_renewed(
-    agent: tuple[FakeApiServer, KubeApi, NodeAgent],
+    agent: Agent,
 ) -> None:
-    srv, api, _na = agent
-    node = srv.get("nodes", "", "agent-0000")
+    api, name = agent.api, agent.nodes[0]
+    node = api.get(NODES, None, name)
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "4"
     assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert builders.HAMI_REGISTER in node["metadata"]["annotations"]
-    lease = api.get(LEASES, LEASE_NAMESPACE, "agent-0000")
-    assert lease["spec"]["holderIdentity"] == "agent-0000"
+    lease = api.get(LEASES, LEASE_NAMESPACE, name)
+    assert lease["spec"]["holderIdentity"] == name
     assert lease["metadata"]["ownerReferences"][0]["uid"] == node["metadata"]["uid"]
     first = lease["spec"]["renewTime"]
-    wait(
-        lambda: api.get(LEASES, LEASE_NAMESPACE, "agent-0000")["spec"]["renewTime"] != first, "lease renewal"
-    )
+    wait(lambda: api.get(LEASES, LEASE_NAMESPACE, name)["spec"]["renewTime"] != first, "lease renewal")
 
 
 def test_a_bound_pod_runs_then_succeeds_or_fails_with_its_exit_code(
-    agent: tuple[FakeApiServer, KubeApi, NodeAgent],
+    agent: Agent,
 ) -> None:
-    _srv, api, _na = agent
-    api.create(PODS, "default", _pod("ok", {ks.RUN_SECONDS: "0.5"}))
-    api.create(PODS, "default", _pod("bad", {ks.RUN_SECONDS: "0.5", ks.EXIT_CODE: "3"}))
-    _bind(api, "ok", "agent-0000")
-    _bind(api, "bad", "agent-0001")
-    running = wait(lambda: _phase(api, "ok", "Running"), "ok Running")
+    api, ns, (n0, n1) = agent.api, agent.ns, agent.nodes
+    api.create(PODS, ns, _pod("ok", {ks.RUN_SECONDS: "0.5"}))
+    api.create(PODS, ns, _pod("bad", {ks.RUN_SECONDS: "0.5", ks.EXIT_CODE: "3"}))
+    _bind(agent, "ok", n0)
+    _bind(agent, "bad", n1)
+    running = wait(lambda: _phase(agent, "ok", "Running"), "ok Running")
     assert running["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]
     assert {c["type"]: c["status"] for c in running["status"]["conditions"]}["Ready"] == "True"
     assert running["status"]["startTime"]
-    done = wait(lambda: _phase(api, "ok", "Succeeded"), "ok Succeeded")
+    done = wait(lambda: _phase(agent, "ok", "Succeeded"), "ok Succeeded")
     term = done["status"]["containerStatuses"][0]["state"]["terminated"]
     assert (term["exitCode"], term["reason"]) == (0, "Completed")
     assert done["status"]["startTime"] == running["status"]["startTime"]
-    failed = wait(lambda: _phase(api, "bad", "Failed"), "bad Failed")
+    failed = wait(lambda: _phase(agent, "bad", "Failed"), "bad Failed")
     assert failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
 
 
 def test_hami_allocation_is_checked_and_a_bad_one_fails_the_pod(
-    agent: tuple[FakeApiServer, KubeApi, NodeAgent],
+    agent: Agent,
 ) -> None:
-    _srv, api, na = agent
-    dev = builders.gpu_uuid("agent-0000", 0)
-    api.create(
-        PODS, "default", _pod("gpu", {"hami.io/vgpu-devices-to-allocate": f"{dev},NVIDIA,81559,100;"}, 1)
-    )
-    api.create(PODS, "default", _pod("nodev", {}, 1))
-    _bind(api, "gpu", "agent-0000")
-    _bind(api, "nodev", "agent-0000")
-    pod = wait(lambda: _phase(api, "gpu", "Running"), "gpu Running")
+    api, ns, (n0, _n1), na = agent.api, agent.ns, agent.nodes, agent.na
+    dev = builders.gpu_uuid(n0, 0)
+    api.create(PODS, ns, _pod("gpu", {"hami.io/vgpu-devices-to-allocate": f"{dev},NVIDIA,81559,100;"}, 1))
+    api.create(PODS, ns, _pod("nodev", {}, 1))
+    _bind(agent, "gpu", n0)
+    _bind(agent, "nodev", n0)
+    pod = wait(lambda: _phase(agent, "gpu", "Running"), "gpu Running")
     assert pod["metadata"]["annotations"]["hami.io/bind-phase"] == "success"
-    refused = wait(lambda: _phase(api, "nodev", "Failed"), "nodev Failed")
+    refused = wait(lambda: _phase(agent, "nodev", "Failed"), "nodev Failed")
     assert refused["status"]["reason"] == "UnexpectedAdmissionError"
     assert refused["metadata"]["annotations"]["hami.io/bind-phase"] == "failed"
     assert na.violations == []
 
 
 def test_a_pod_deleted_with_grace_stays_until_the_grace_is_over(
-    agent: tuple[FakeApiServer, KubeApi, NodeAgent],
+    agent: Agent,
 ) -> None:
-    _srv, api, _na = agent
-    api.create(PODS, "default", _pod("long", {}))
-    _bind(api, "long", "agent-0001")
-    wait(lambda: _phase(api, "long", "Running"), "long Running")
-    api.delete(PODS, "default", "long", {"gracePeriodSeconds": 2})
-    assert api.get(PODS, "default", "long")["metadata"]["deletionTimestamp"]
-    names = lambda: {p["metadata"]["name"] for p in api.list(PODS, "default")[0]}  # noqa: E731
+    api, ns, n1 = agent.api, agent.ns, agent.nodes[1]
+    api.create(PODS, ns, _pod("long", {}))
+    _bind(agent, "long", n1)
+    wait(lambda: _phase(agent, "long", "Running"), "long Running")
+    api.delete(PODS, ns, "long", {"gracePeriodSeconds": 2})
+    assert api.get(PODS, ns, "long")["metadata"]["deletionTimestamp"]
+    names = lambda: {p["metadata"]["name"] for p in api.list(PODS, ns)[0]}  # noqa: E731
     wait(lambda: "long" not in names(), "removal after the grace period")
