@@ -1,7 +1,7 @@
 # gpupool's container image: the wheel with its packaged defaults, on a slim Python, as a
 # non-root user. Build: docker build -t gpupool:0.1.0 .   (docs/install.md, "The image")
 # tests/test_install.py runs these install steps in a clean virtualenv (images are not built
-# in our CI); tests/test_deploy.py checks this file's shape.
+# in our CI); tests/deploy/test_deploy.py checks this file's shape.
 ARG PYTHON_VERSION=3.11
 
 # -- build: the gpupool wheel, and wheels of its runtime dependencies -----------------------------

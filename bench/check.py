@@ -42,7 +42,7 @@ CLI_RUNS = 7  # each process start
 DEFAULT_TOLERANCE = 0.30
 
 
-# -- comparison (pure: tests/test_bench_check.py) ------------------------------------------
+# -- comparison (pure: tests/bench/test_bench_check.py) ------------------------------------------
 def compare(
     base: Mapping[str, float], now: Mapping[str, float], tolerance: float
 ) -> tuple[list[str], list[str]]:

@@ -16,8 +16,8 @@ import pytest
 from gpupool import audit_checkpoint as ckpt
 from gpupool.audit import GENESIS_HASH, AuditEntry, AuditRecord, canonical_json, compute_hash, verify
 from gpupool.store import Store
+from tests.store.test_store import clock, raw, store, url
 from tests.test_audit import make_chain
-from tests.test_store import clock, raw, store, url
 
 __all__ = ["clock", "store", "url"]
 

@@ -3,7 +3,7 @@
 Why a fresh virtualenv: the development venv has the source checkout on its path (``examples/``
 beside it), which hides a wheel that forgot its packaged defaults. The fresh venv sees the dev
 venv's third-party packages through a ``.pth`` line (no downloads) but its own ``gpupool`` first.
-The same steps are the Dockerfile's (see test_deploy.py), since images cannot be built here.
+The same steps are the Dockerfile's (see tests/deploy/test_deploy.py), since images cannot be built here.
 """
 
 from __future__ import annotations

@@ -155,7 +155,7 @@ class Server:
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = state_dir / "server.log"
-        self.scheme = "http"  # "https" for a server started with --tls-cert (tests/test_tls.py)
+        self.scheme = "http"  # "https" for a server started with --tls-cert (tests/service/test_tls.py)
         self.verify: Any = True  # httpx's verify= for it: an ssl.SSLContext trusting the test's CA
 
     @property

@@ -2,7 +2,7 @@
 
 It checked ``LowerPriority`` only: a reclaim of a *more* important borrower under
 ``LowerOrEqualPriority``, or any reclaim from a queue whose policy is ``Never``, passed the
-checker, so the property tests that lean on it (``tests/test_semantics.py``) could not catch an
+checker, so the property tests that lean on it (``tests/engine/test_semantics.py``) could not catch an
 engine that broke either rule. The decisions here are the engine's own on
 ``reclaim_lower_or_equal.yaml``; the checker is then shown a state in which they are illegal.
 """

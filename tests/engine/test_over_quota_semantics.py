@@ -1,6 +1,6 @@
 """Over-quota fair share on random cohorts: the rules hold and preemption settles.
 
-The trees and workloads are ``tests/test_semantics.py``'s, with the root set to
+The trees and workloads are ``tests/engine/test_semantics.py``'s, with the root set to
 ``fairSharing.mode: OverQuota`` (fair-sharing preemption on) and random over-quota weights.
 Checked every cycle: the invariant checker, that each fair-sharing victim's side keeps a
 measure at least the preemptor's (replayed with the fair shares the engine fixes at the start
@@ -22,7 +22,7 @@ from gpupool.engine.over_quota import demand, fair_shares
 from gpupool.engine.preemption import fair_sharing as fair
 from gpupool.engine.state.quota import QuotaState
 from gpupool.model import ZERO, Admission, FairSharingMode, Running, Snapshot, Workload
-from tests.test_semantics import POOL, _cases
+from tests.engine.test_semantics import POOL, _cases
 
 SEEN: dict[str, int] = {}
 

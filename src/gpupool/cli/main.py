@@ -9,7 +9,7 @@ module imports only typer and rich, and ``COMMAND_MODULES`` names which module r
 command: a command's module is imported when that command runs (``gpupool get`` loads
 gpupool.cli.client.commands alone, not the manifest models ``apply`` checks a set with), and all
 of them only to list them (``--help``, completion).
-tests/test_cli_startup.py checks what ``import gpupool.cli.main`` and the client commands leave
+tests/cli/test_cli_startup.py checks what ``import gpupool.cli.main`` and the client commands leave
 out of ``sys.modules``.
 """
 

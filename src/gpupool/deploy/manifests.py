@@ -66,7 +66,7 @@ def _binding(
 
 
 #: the example pool and queue as gpupool manifests, for the store's first start; the chart's
-#: configmap.yaml holds the same text (tests/test_deploy.py compares them)
+#: configmap.yaml holds the same text (tests/deploy/test_deploy.py compares them)
 EXAMPLE_CONFIG = """\
 # The example pool and queue (values examples.*), applied on the store's first start.
 apiVersion: gpupool.io/v1alpha1

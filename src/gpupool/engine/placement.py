@@ -384,6 +384,6 @@ def _extras(r: PodRequest) -> str:
 
 
 # the names these helpers had before they moved to ``engine/scoring.py``: still imported from
-# here by ``tests/test_fragscore.py``
+# here by ``tests/engine/test_fragscore.py``
 _mem_for = mem_for
 _free_devices = free_devices

@@ -70,7 +70,7 @@ def packaged_task_types() -> dict[str, TaskTypeSpec]:
     raw = ((doc or {}).get("spec") or {}).get("taskTypes") or {}
     err = ManifestErrors()
     out = parse_task_types(raw, f"{PACKAGED.name}: spec.taskTypes", err)
-    if err.items:  # a packaging mistake: tests/test_task_types.py keeps it from shipping
+    if err.items:  # a packaging mistake: tests/manifests/test_task_types.py keeps it from shipping
         raise ValueError("; ".join(err.items))
     return out
 

@@ -1,7 +1,7 @@
 """What the OpenAPI document says about the API: error answers, response bodies, content types.
 
 Why a module of its own: the document is a contract that clients and the schemathesis fuzz
-(tests/test_openapi_fuzz.py) check every answer against, so the declarations live together and
+(tests/service/test_openapi_fuzz.py) check every answer against, so the declarations live together and
 the routes in gpupool.service.api only name which of them apply (``**doc(...)``).
 
 * Every error answer has the house body ``{"error": {"status", "message", "errors": [{"field",

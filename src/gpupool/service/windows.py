@@ -13,7 +13,7 @@ after the cycle's last preemption: a later member of the same class is tried lat
 same request, at a state that only got tighter (nothing is freed once nothing is preempted),
 so it fails too, and a failure changes no state. Otherwise the windows are enlarged and the
 cycle, which has no side effects, runs again. StrictFIFO queues are given whole. The members
-left out get their class witness's reason. ``tests/test_windows.py`` checks on generated
+left out get their class witness's reason. ``tests/service/test_windows.py`` checks on generated
 clusters and backlogs that the decisions equal those of a cycle given everything. This is the
 simulator's window rule (gpupool.sim.simulator), restricted to classes that include the
 declared duration, which makes the backfill cases it handles separately identical.

@@ -30,7 +30,7 @@ windows could not have changed the outcome, and otherwise enlarges them and runs
   witness that was short enough too; otherwise such members are given up front.
 
 If a cycle with ``blocked`` heads or grown windows preempted, it runs again without either (the
-preemption freed capacity the proofs assumed taken). ``tests/test_sim.py`` checks on generated
+preemption freed capacity the proofs assumed taken). ``tests/sim/test_sim.py`` checks on generated
 traces that all this gives the same results as passing every pending workload to every cycle.
 """
 

@@ -93,7 +93,7 @@ class Capability(StrEnum):
     ``RUN_LOGS``, the attribute) a backend that declares it has.
 
     Why declared rather than probed with ``getattr``: what a backend can do is then written once
-    on the backend, a typo is a failure (tests/test_backend_capabilities.py: a declared
+    on the backend, a typo is a failure (tests/service/test_backend_capabilities.py: a declared
     capability's method exists, and an existing one is declared), and a reader of the
     controller sees which optional parts it uses."""
 
