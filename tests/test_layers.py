@@ -343,16 +343,7 @@ UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 #: circles inside one package through imports at any depth, as sorted module names -> why.
 #: Each is a module split by size that imports the other half back inside one function.
-LATE_CYCLES_ALLOWED: dict[tuple[str, ...], str] = {
-    ("gpupool.bench.chaos", "gpupool.bench.kube", "gpupool.bench.kueue_versus"): (
-        "bench kube dispatches --chaos and --versus to their modules, which start the server "
-        "with bench.kube's helpers (_serve, _wait_ready, _compile): those want a module of their own"
-    ),
-    ("gpupool.kube.kueue_local", "gpupool.kube.realcluster"): (
-        "the local control plane starts kube-scheduler/Kueue from kueue_local, which uses "
-        "realcluster's paths and process helpers"
-    ),
-}
+LATE_CYCLES_ALLOWED: dict[tuple[str, ...], str] = {}
 
 
 def _target(module: str) -> str | None:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpupool.bench.kube import LABELS, _compile, _kill, _serve, _wait_ready, config_dir
+from gpupool.bench.serving import LABELS, compile_bytecode, config_dir, kill, serve, wait_ready
 from gpupool.kube.adapters.backend import KubernetesBackend
 
 CLASSES = ("experiment", "training", "inference-critical")
@@ -147,8 +147,8 @@ class Chaos:
         self.created: list[str] = []
 
     def start_server(self) -> None:
-        self.proc, port = _serve(self.kc, self.state, self.cfg, self.log)
-        _wait_ready(self.proc, port, self.log)
+        self.proc, port = serve(self.kc, self.state, self.cfg, self.log)
+        wait_ready(self.proc, port, self.log)
 
     def step(self, i: int) -> None:
         """One tick: a Job now and then, and sometimes a fault."""
@@ -176,7 +176,7 @@ class Chaos:
 
     def _kill9(self) -> None:
         if self.proc is not None:
-            _kill(self.proc)
+            kill(self.proc)
         self.tally.fault("kill -9 of the leader")
         self.start_server()
 
@@ -205,7 +205,7 @@ class Chaos:
 
     def close(self) -> None:
         if self.proc is not None:
-            _kill(self.proc, signal.SIGTERM)
+            kill(self.proc, signal.SIGTERM)
         self.srv.stop()
 
 
@@ -259,7 +259,7 @@ def run_chaos(
     ch = Chaos(work, nodes, seed)
     t0 = time.monotonic()
     try:
-        _compile(work)
+        compile_bytecode(work)
         ch.start_server()
         say(f"chaos: server up; faults for {duration_s:g} s")
         i, next_sample = 0, 0.0

@@ -16,7 +16,7 @@ How it is measured (issue 12's benchmark, not a timed test):
 * restart: with the cluster full, the server is killed with SIGKILL, two empty nodes are added
   (so there is something to bind) and a new server is started: restart-to-first-bind is from
   spawning it to the first new pod bound, as observed on the fake server (the servers run with
-  gpupool's bytecode compiled, as an installed package has it: ``_server_env``);
+  gpupool's bytecode compiled, as an installed package has it: ``server_env``);
 * the same workloads through the virtual backend, in-process (engine, controller, store), so the
   difference is the adapter: seconds until the same number of workloads is admitted.
 """
@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,58 +35,8 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 
-API = "gpupool.io/v1alpha1"
-LABELS = {"gpupool.io/environment": "bench"}
-QUEUE = "bench"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def config_dir(root: Path, nodes: int, *, cluster: bool) -> Path:
-    """Pool ``bench`` (the bench nodes), queue ``bench`` owning all their GPUs; the Cluster
-    manifest only for the virtual backend (on Kubernetes the cluster says which nodes exist)."""
-    d = root / ("virtual-config" if cluster else "kube-config")
-    d.mkdir(parents=True, exist_ok=True)
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": API,
-            "kind": "ResourcePool",
-            "metadata": {"name": "bench"},
-            "spec": {"nodeSelector": LABELS},
-        },
-        {
-            "apiVersion": API,
-            "kind": "Queue",
-            "metadata": {"name": QUEUE},
-            "spec": {"quotas": [{"pool": "bench", "guarantee": {"nvidia.com/gpu": (nodes + 2) * 8}}]},
-        },
-    ]
-    if cluster:
-        group = {
-            "name": "h100",
-            "count": nodes,
-            "gpu": {"model": "H100-80GB", "count": 8, "memory": "80Gi"},
-            "cpu": 192,
-            "memory": "2Ti",
-            "labels": LABELS,
-        }
-        docs.insert(
-            0,
-            {
-                "apiVersion": API,
-                "kind": "Cluster",
-                "metadata": {"name": "bench"},
-                "spec": {"nodeGroups": [group]},
-            },
-        )
-    (d / "bench.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    return d
+from gpupool.bench.serving import API, LABELS, QUEUE, compile_bytecode, config_dir, kill, serve, wait_ready
 
 
 def job(i: int, pods: int) -> dict[str, Any]:
@@ -120,66 +69,6 @@ def job(i: int, pods: int) -> dict[str, Any]:
             },
         },
     }
-
-
-def _serve(kubeconfig: Path, state: Path, cfg: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """``gpupool serve --backend kubernetes`` in its own process group; (process, port)."""
-    port = _free_port()
-    cmd = [
-        sys.executable, "-m", "gpupool.cli.main", "serve", "--backend", "kubernetes",
-        "--kubeconfig", str(kubeconfig), "--config", str(cfg), "--state-dir", str(state),
-        "--port", str(port), "--tick", "0.2", "--log-level", "warning",
-    ]  # fmt: skip
-    env = _server_env(state.parent)
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return proc, port
-
-
-def _server_env(work: Path) -> dict[str, str]:
-    """The servers' environment: bytecode cached under ``work`` (as an installed package has it).
-    Why: the development environment sets ``PYTHONDONTWRITEBYTECODE``, so every start would
-    compile gpupool's modules from source, seconds a deployed server never spends, counted in
-    restart-to-first-bind."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONUNBUFFERED": "1", "PYTHONPYCACHEPREFIX": str(work / "pycache")}
-
-
-def _compile(work: Path) -> None:
-    """gpupool's bytecode, once, before the first server starts (see ``_server_env``)."""
-    import gpupool
-
-    pkg = str(Path(gpupool.__file__).parent)
-    cmd = [sys.executable, "-m", "compileall", "-q", pkg]
-    subprocess.run(cmd, env=_server_env(work), check=False, stdout=subprocess.DEVNULL)
-
-
-def _wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path, timeout_s: float = 300.0) -> None:
-    import httpx
-
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise RuntimeError(f"gpupool serve exited ({proc.returncode}): {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"gpupool serve not ready after {timeout_s:g}s: {log.read_text()[-2000:]}")
-
-
-def _kill(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(20)
 
 
 def _wait_binds(
@@ -240,11 +129,11 @@ def run_kube(nodes: int, jobs: int, pods: int, work: Path, say: Any = lambda msg
     kc = srv.write_kubeconfig(work / "kubeconfig")
     cfg, log, state = config_dir(work, nodes, cluster=False), work / "serve.log", work / "state"
     procs: list[subprocess.Popen[bytes]] = []
-    _compile(work)
+    compile_bytecode(work)
     try:
-        proc, port = _serve(kc, state, cfg, log)
+        proc, port = serve(kc, state, cfg, log)
         procs.append(proc)
-        _wait_ready(proc, port, log)
+        wait_ready(proc, port, log)
         say(f"kubernetes: server up; creating {jobs} Jobs x {pods} pods")
         prof = _profile(proc.pid, work / "bind-profile.txt")
         out = _bind_phase(srv, nodes, jobs, pods, proc.pid)
@@ -252,12 +141,12 @@ def run_kube(nodes: int, jobs: int, pods: int, work: Path, say: Any = lambda msg
             prof.send_signal(signal.SIGINT)
             prof.wait(60)
         say(f"kubernetes: {out['bound']} pods bound in {out['seconds']:.1f}s; kill -9 and restart")
-        _kill(proc)
+        kill(proc)
         out["restart"] = _restart_phase(srv, kc, state, cfg, log, procs)
         out["violations"] = len(srv.stats.violations)
     finally:
         for p in procs:
-            _kill(p, signal.SIGTERM)
+            kill(p, signal.SIGTERM)
         srv.stop()
     return out
 
@@ -316,7 +205,7 @@ def _restart_phase(
     b0 = srv.stats.binds
     offset = log.stat().st_size if log.exists() else 0
     t0 = time.monotonic()
-    proc, _ = _serve(kc, state, cfg, log)
+    proc, _ = serve(kc, state, cfg, log)
     procs.append(proc)
     dumps = _stack_dumps(proc, log.parent / "restart-stacks.txt")
     n, at = _wait_binds(srv, b0 + 1, stall_s=600.0, deadline_s=600.0)

@@ -248,6 +248,7 @@ def _side(
 ) -> dict[str, Any]:
     """One side on a fresh cluster: ``setup(cp, http, docs, work, cleanup)`` installs the scheduler and returns
     (the pods' schedulerName, {label: pid} of the processes whose CPU is the decision's)."""
+    from gpupool.kube import kueue_local
     from gpupool.kube.client import KubeApi, load_config
     from gpupool.kube.fake import nodes as builders
     from gpupool.kube.nodeagent import NodeAgent
@@ -255,7 +256,7 @@ def _side(
 
     docs = gpupool_manifests(nodes, case.teams)
     kueue = name == "kueue"
-    cp = RealControlPlane(kueue=kueue, kueue_config=case.kueue_config if kueue else None)
+    cp = RealControlPlane(addons=kueue_local.addons(False, kueue, case.kueue_config if kueue else None))
     cp.start()
     agent = None
     cleanup: list[Callable[[], None]] = []
@@ -315,16 +316,16 @@ def _kueue_setup(
 def _gpupool_setup(
     cp: Any, http: httpx.Client, docs: list[dict[str, Any]], work: Path, cleanup: list[Any]
 ) -> Any:
-    from gpupool.bench.kube import _compile, _kill, _serve, _wait_ready
+    from gpupool.bench.serving import compile_bytecode, kill, serve, wait_ready
 
     cfg = work / "config"
     cfg.mkdir(parents=True)
     (cfg / "bench.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
-    _compile(work)
+    compile_bytecode(work)
     log = work / "serve.log"
-    proc, port = _serve(cp.kubeconfig, work / "state", cfg, log)
-    cleanup.append(lambda: _kill(proc, 15))
-    _wait_ready(proc, port, log)
+    proc, port = serve(cp.kubeconfig, work / "state", cfg, log)
+    cleanup.append(lambda: kill(proc, 15))
+    wait_ready(proc, port, log)
     return "gpupool", {"gpupool": proc.pid}
 
 

@@ -52,6 +52,7 @@ def cluster_up(
     """Run etcd, kube-apiserver, kube-controller-manager and a node agent (the nodes' kubelets)
     until Ctrl-C. Without --with-scheduler/--with-kueue no kube-scheduler runs: pods wait until
     something binds them (gpupool)."""
+    from gpupool.kube import kueue_local
     from gpupool.kube.client import KubeApi, load_config
     from gpupool.kube.fake import nodes as builders
     from gpupool.kube.nodeagent import NodeAgent
@@ -67,7 +68,7 @@ def cluster_up(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--cluster") from None
     try:
-        cp = RealControlPlane(scheduler=with_scheduler, kueue=with_kueue)
+        cp = RealControlPlane(addons=kueue_local.addons(with_scheduler, with_kueue))
     except MissingBinaries as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -30,7 +30,8 @@ import ipaddress
 import os
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -261,7 +262,7 @@ def _kueue_config(
     return path
 
 
-def start_kueue(cp: RealControlPlane, deadline: float) -> None:
+def start_kueue(cp: RealControlPlane, deadline: float, overrides: Mapping[str, Any] | None = None) -> None:
     """Install Kueue's CRDs, RBAC and webhooks, then run its manager until ``/readyz`` answers
     (the webhook server is listening by then)."""
     _need(cp, "kueue")
@@ -280,7 +281,7 @@ def start_kueue(cp: RealControlPlane, deadline: float) -> None:
         create_all(http, webhook_configs(components, webhook_port, cp.ca_file.read_bytes()))
     kubeconfig = workdir / "kueue.kubeconfig"
     cp._write_kubeconfig(kubeconfig, KUEUE_USER, cp.tokens[KUEUE_USER])
-    config = _kueue_config(workdir, webhook_port, health_port, metrics_port, cp.kueue_config)
+    config = _kueue_config(workdir, webhook_port, health_port, metrics_port, dict(overrides or {}))
     mount = (
         f"mount -t overlay overlay -o lowerdir=/etc,upperdir={overlay / 'upper'},workdir={overlay / 'work'} /etc"
         f" && mkdir -p /etc/kueue/metrics && ln -s {workdir / 'webhook-certs'} /etc/kueue/metrics/certs"
@@ -299,3 +300,37 @@ def start_kueue(cp: RealControlPlane, deadline: float) -> None:
         prefix=("unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount),
     )
     cp._wait(proc, "/readyz", lambda: _get(f"http://127.0.0.1:{health_port}/readyz") == b"ok", deadline)
+
+
+@dataclass(frozen=True)
+class SchedulerAddon:
+    """kube-scheduler as a ``RealControlPlane`` addon."""
+
+    name: str = "kube-scheduler"
+
+    def start(self, cp: RealControlPlane, deadline: float) -> None:
+        start_scheduler(cp, deadline)
+
+
+@dataclass(frozen=True)
+class KueueAddon:
+    """Kueue's manager as a ``RealControlPlane`` addon; ``config`` is merged over its
+    Configuration (e.g. ``waitForPodsReady`` for a gang bench)."""
+
+    config: Mapping[str, Any] = field(default_factory=dict)
+    name: str = "kueue"
+
+    def start(self, cp: RealControlPlane, deadline: float) -> None:
+        start_kueue(cp, deadline, self.config)
+
+
+def addons(
+    scheduler: bool, kueue: bool, kueue_config: Mapping[str, Any] | None = None
+) -> tuple[SchedulerAddon | KueueAddon, ...]:
+    """What to start beside the control plane: Kueue needs kube-scheduler to bind what it admits."""
+    out: list[SchedulerAddon | KueueAddon] = []
+    if scheduler or kueue:
+        out.append(SchedulerAddon())
+    if kueue:
+        out.append(KueueAddon(dict(kueue_config or {})))
+    return tuple(out)

@@ -39,10 +39,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 import yaml
 from cryptography import x509
@@ -238,6 +238,15 @@ class _Component:
     log: Path
 
 
+class Addon(Protocol):
+    """A component started after the controller manager, once the API answers."""
+
+    @property
+    def name(self) -> str: ...
+
+    def start(self, cp: RealControlPlane, deadline: float) -> None: ...
+
+
 class RealControlPlane:
     """etcd + kube-apiserver + kube-controller-manager on loopback, for tests and local runs.
 
@@ -253,9 +262,7 @@ class RealControlPlane:
         controllers: str = "*",
         start_timeout: float = 240.0,
         stop_timeout: float = 20.0,
-        scheduler: bool = False,
-        kueue: bool = False,
-        kueue_config: Mapping[str, Any] | None = None,
+        addons: Sequence[Addon] = (),
     ) -> None:
         self.binaries = binaries or find_binaries()
         self.controllers = controllers
@@ -266,13 +273,21 @@ class RealControlPlane:
         self._kcm_token = secrets.token_hex(24)
         self.server = ""
         self._components: list[_Component] = []
-        # kube-scheduler and Kueue's manager (``gpupool.kube.kueue_local``), started after the
-        # controller manager when asked for; each gets a token of its own in the token file.
-        self.scheduler = scheduler or kueue
-        self.kueue = kueue
-        # merged over the manager's Configuration (e.g. ``waitForPodsReady`` for a gang bench)
-        self.kueue_config = dict(kueue_config or {})
+        # components started after the controller manager, in order (kube-scheduler and Kueue's
+        # manager: ``gpupool.kube.kueue_local.addons``); each gets a token of its own in the
+        # token file. Passed in, so this module needs none of them.
+        self.addons = tuple(addons)
         self.tokens = {user: secrets.token_hex(24) for user, _ in EXTRA_USERS}
+
+    @property
+    def scheduler(self) -> bool:
+        """Does a kube-scheduler run beside it?"""
+        return any(a.name == "kube-scheduler" for a in self.addons)
+
+    @property
+    def kueue(self) -> bool:
+        """Does Kueue's manager run beside it?"""
+        return any(a.name == "kueue" for a in self.addons)
 
     # -- paths --------------------------------------------------------------------------------
 
@@ -321,13 +336,8 @@ class RealControlPlane:
             etcd_url = self._start_etcd(deadline)
             self._start_apiserver(etcd_url, deadline)
             self._start_controller_manager(deadline)
-            if self.scheduler or self.kueue:
-                from gpupool.kube import kueue_local
-
-                if self.scheduler:
-                    kueue_local.start_scheduler(self, deadline)
-                if self.kueue:
-                    kueue_local.start_kueue(self, deadline)
+            for addon in self.addons:
+                addon.start(self, deadline)
         except BaseException:
             self.stop()
             raise
