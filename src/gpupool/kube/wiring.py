@@ -39,6 +39,8 @@ from gpupool.store.schema import PHASES
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from gpupool.kube.adapters.backend import KubernetesBackend
+    from gpupool.kube.adapters.config_source import ConfigSource
     from gpupool.service.config import ServiceConfig
     from gpupool.service.core import Service
 
@@ -207,10 +209,10 @@ class KubeRuntime:
         # the backend class itself rather than composition.make_backend("kubernetes"), which opens its own
         # connection and caches: here one connection and one set of caches serve the backend,
         # the source, the status writer and the Lease
-        backend: Any = KubernetesBackend(self.api, self.informers, pods_ready=opts.pods_ready)
+        backend = KubernetesBackend(self.api, self.informers, pods_ready=opts.pods_ready)
         # only the Lease holder binds or evicts; the store elector reads the same gate
         backend.leader_gate = self.lease.held
-        self.backend = backend
+        self.backend: KubernetesBackend = backend
         self.first_bind = FirstBind(leading=self.lease.held)
         self.informers.pods.add_listener(self.first_bind.on_pod)
         from gpupool.kube.adapters.source import KubeSource
@@ -221,6 +223,7 @@ class KubeRuntime:
         # a new leader adopts what the cluster runs once the source has read every object
         backend.claims_settled = lambda: bool(self.source.caught_up)
         self.writer: Any = None
+        self.config_source: ConfigSource | None = None  # started with the service
 
     def connect(self) -> None:
         """Start listing and watching now (idempotent): ``serve`` calls it before it opens the
@@ -239,9 +242,7 @@ class KubeRuntime:
         self.backend.run(self.opts.sync_timeout_s)  # adopt what the cluster runs; the bind loop
         # every node's inventory built (or the bind loop's build waited for) before the controller
         # recovers: a recovery that saw a half-built node view would evict the work on the rest
-        refresh = getattr(getattr(self.backend, "nodes", None), "refresh", None)
-        if callable(refresh):
-            refresh()
+        self.backend.nodes.refresh()
         log.warning(
             "kubernetes: caches %s in %.2f s, %.2f s after process start (%s); Lease %s/%s %s",
             "synced" if synced else "NOT synced",
@@ -260,8 +261,8 @@ class KubeRuntime:
 
         writes = KubeWrites(self.api)
         recorder = EventRecorder(writes, instance=self.lease.identity)
-        if getattr(self.backend, "on_nodes_changed", 0) is None:  # the cluster is the node source
-            self.backend.on_nodes_changed = getattr(svc.controller, "nodes_changed", None)
+        if self.backend.on_nodes_changed is None:  # the cluster is the node source
+            self.backend.on_nodes_changed = svc.controller.nodes_changed
         self.source.submitter = ServiceSubmitter(svc)
         self.source.events = recorder
         el = svc.leader
@@ -298,7 +299,7 @@ class KubeRuntime:
 
     def stop_service(self) -> None:
         """Stop what acts through the service (the source, the status writer)."""
-        for part in (getattr(self, "config_source", None), self.writer, self.source):
+        for part in (self.config_source, self.writer, self.source):
             if part is not None:
                 part.stop()
 
@@ -306,9 +307,7 @@ class KubeRuntime:
         self.stop_service()
         self.lease.stop()
         self.informers.stop()
-        close = getattr(self.backend, "close", None)
-        if callable(close):
-            close()
+        self.backend.close()
 
 
 class _Late:
