@@ -23,10 +23,12 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from gpupool.kube import inventory, workloads
 from gpupool.kube.adapters import elastic
+from gpupool.kube.adapters import shrink as kube_shrink
 from gpupool.kube.adapters.admission import OwnerAdmission
 from gpupool.kube.adapters.elastic_runs import ElasticRuns
 from gpupool.kube.adapters.moves import MOVABLE_KINDS, Mover, movable, refusal, stale
@@ -49,7 +51,7 @@ from gpupool.kube.outcomes import (
 from gpupool.kube.runtime.binder import Binder, BindJob, BindResult
 from gpupool.kube.runtime.evictor import SUSPEND_PATH, Evictor
 from gpupool.kube.runtime.informer import Informers, object_key
-from gpupool.kube.runtime.tracker import OWNER_KINDS, PodKey, Top, Tracker, node_of
+from gpupool.kube.runtime.tracker import OWNER_KINDS, Top, Tracker, node_of
 from gpupool.model import Node
 from gpupool.service.backends import BackendError, BackendHealth, Capability, RunSpec, RunState
 from gpupool.store import NotLeader
@@ -57,7 +59,7 @@ from gpupool.store import NotLeader
 log = logging.getLogger("gpupool.kube.backend")
 
 
-class KubernetesBackend(ElasticRuns):
+class KubernetesBackend:
     """The Backend protocol over the Kubernetes API (see the module docstring)."""
 
     name = "kubernetes"
@@ -107,9 +109,9 @@ class KubernetesBackend(ElasticRuns):
         self.pool = ThreadPoolExecutor(max(4, bind_concurrency // 2), thread_name_prefix="gpupool-kube")
         self._lock = threading.RLock()
         self._runs: dict[str, KubeRun] = {}
-        #: pods of elastic owners whose bind is in flight or not yet in the cache -> the run
-        #: binding them (a base and its extras bind pods of one ReplicaSet: ``_pods``)
-        self._claims: dict[PodKey, str] = {}
+        #: the runs of elastic owners: which pods a run counts, which stopping it disrupts, and
+        #: the claims of binds in flight (``elastic_runs.py``)
+        self.elastic = ElasticRuns(self.tracker, informers, self._lock)
         self._adopted = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -182,7 +184,7 @@ class KubernetesBackend(ElasticRuns):
                 old = self._runs.get(spec.name)
                 if old is not None and old.decision == decision:
                     continue  # idempotent: the same admission (maybe adopted after a restart)
-                top = self._top_of(spec.name)
+                top = self.elastic.top_of(spec.name)
                 obj = self.tracker.owner_object(top) if top is not None else None
                 if top is None or obj is None:
                     refused.append(f"{spec.name}: no Kubernetes object stands for this workload")
@@ -206,7 +208,7 @@ class KubernetesBackend(ElasticRuns):
             return None
 
     def _admit(self, run: KubeRun, obj: Mapping[str, Any]) -> str:
-        if self._is_extra(run):
+        if self.elastic.is_extra(run):
             return ""  # the owner's admission record is its base's; an extra is rebuilt from its pod
         try:
             self.admission.admit(run, obj)
@@ -233,12 +235,31 @@ class KubernetesBackend(ElasticRuns):
                 self.evictor.release(obj, suspend=True)  # its controller deletes the pods
                 self.admission.restore(run, obj)  # after the suspend: never more pods than placed
             else:
-                if not self._is_extra(run):  # an extra leaves its base (and the record) alone
+                if not self.elastic.is_extra(run):  # an extra leaves its base (and the record) alone
                     self.evictor.release(obj, suspend=False)
-                self.evictor.disrupt(self._victims(run), kind, msg)
+                self.evictor.disrupt(self.elastic.victims(run), kind, msg)
             self.evictor.event(obj, "Stopped", msg, "Warning")
         except Exception:
             log.exception("stopping %s failed; its pods may linger", run.name)
+
+    def shrink(self, name: str, placement: Mapping[str, Any], message: str = "") -> None:
+        """An elastic gang keeps only the pods of ``placement`` (the engine's ``Shrink``): a Job
+        runs with ``parallelism`` lowered, other kinds lose single pods
+        (``kube/adapters/shrink.py``). An unknown or ended run is left alone (idempotent, like ``stop``)."""
+        with self._lock:
+            run = self._runs.get(name)
+            if run is None or run.outcome is not None:
+                return
+            before = run.placement
+            run.placement = dict(placement)
+        obj = self.tracker.owner_object(run.top)
+        if obj is None:
+            return
+        try:
+            pods = self.elastic.pods(replace(run, placement=before))
+            kube_shrink.shrink_owner(self.evictor, run, obj, pods, placement, message)
+        except Exception:
+            log.exception("shrinking %s failed; its removed pods may linger", name)
 
     #: ``Capability.MOVABLE``: only a batch/v1 Job's run is moved (``moves.movable``)
     movable = staticmethod(movable)
@@ -264,7 +285,7 @@ class KubernetesBackend(ElasticRuns):
             fields = {"placement": run.placement, "decision": decision, "startedAt": run.started_at}
             record = self.mover.record(obj, run.name, fields | {"durationS": run.duration_s})
         try:
-            self.mover.move(obj, self._pods(run), record, message or "consolidation")
+            self.mover.move(obj, self.elastic.pods(run), record, message or "consolidation")
         except Exception as exc:
             raise BackendError(f"moving {spec.name} failed: {exc}") from exc
         finally:
@@ -284,7 +305,7 @@ class KubernetesBackend(ElasticRuns):
 
     def _outcome(self, run: KubeRun) -> Outcome | None:
         obj = self.tracker.owner_object(run.top)
-        pods = attempt_pods(self._pods(run), run.decision)
+        pods = attempt_pods(self.elastic.pods(run), run.decision)
         for p in pods:
             f = pod_failure(p)
             if f is not None:
@@ -304,7 +325,7 @@ class KubernetesBackend(ElasticRuns):
         """A finished run's owner forgets its admission (``OwnerAdmission.release``); an
         extra's owner keeps its base's."""
         obj = self.tracker.owner_object(run.top)
-        if obj is not None and not self._is_extra(run):
+        if obj is not None and not self.elastic.is_extra(run):
             self.admission.release(run, obj)
 
     def runs(self) -> dict[str, RunState]:
@@ -338,7 +359,7 @@ class KubernetesBackend(ElasticRuns):
 
     def refuses(self, name: str, submitter: str) -> str | None:
         """Why an API submission cannot run here (asked by the submit path)."""
-        return submit_refusal(name, submitter, self._top_of(name) is not None)
+        return submit_refusal(name, submitter, self.elastic.top_of(name) is not None)
 
     def next_finish(self) -> float | None:
         """Look again soon while anything is being bound (the controller sleeps until then)."""
@@ -369,10 +390,10 @@ class KubernetesBackend(ElasticRuns):
 
     def _bind_pass(self) -> int:
         now = self.clock()
-        self._prune_claims()
+        self.elastic.prune_claims()
         with self._lock:
             todo = [r for r in self._runs.values() if r.outcome is None and r.next_try <= now]
-        todo = [r for r in todo if not r.bound or self._heals(r)]
+        todo = [r for r in todo if not r.bound or self.elastic.heals(r)]
         jobs: list[BindJob] = []
         ready: list[KubeRun] = []
         tally = PassTally(lambda node, exclude: self.tracker.device_use(node, exclude=set(exclude)))
@@ -389,7 +410,7 @@ class KubernetesBackend(ElasticRuns):
                 run.first_try = now
             if run.top[0] in elastic.SERVING_KINDS:
                 with self._lock:
-                    self._claims.update({object_key(j.pod): run.name for j in js})
+                    self.elastic.claims.update({object_key(j.pod): run.name for j in js})
             jobs += js
             ready.append(run)
         if not jobs:
@@ -401,7 +422,7 @@ class KubernetesBackend(ElasticRuns):
     def _jobs_of(self, run: KubeRun, tally: PassTally) -> list[BindJob] | None:
         """The binds a gang needs now ([] when all are bound), or None while it must wait (its
         pods do not all exist yet, or a pod still holds a device: ``tally``'s proof)."""
-        pods = self._pods(run)
+        pods = self.elastic.pods(run)
         if run.top[0] in MOVABLE_KINDS and (left := stale(pods, run.decision)):
             self.mover.sweep(left)  # a move a restart cut short: its old pods never went
         if run.untranslated and any(not node_of(p) for p in live(pods)):
@@ -437,7 +458,7 @@ class KubernetesBackend(ElasticRuns):
             bad = [r for r in rs if not r.ok]
             with self._lock:
                 for r in bad:
-                    self._claims.pop(object_key(r.job.pod), None)
+                    self.elastic.claims.pop(object_key(r.job.pod), None)
             if not bad:
                 run.bound = True
                 continue
@@ -464,7 +485,7 @@ class KubernetesBackend(ElasticRuns):
         evicted = 0
         for run in todo:
             want = len(run.placement.get("pods") or ())
-            mine = self._pods(run)
+            mine = self.elastic.pods(run)
             pods = attempt_pods(mine, run.decision) if run.bound else live(mine)
             if run.bound and len(pods) >= want and all(pod_ready(p) for p in pods):
                 run.ready = True
@@ -484,7 +505,7 @@ class KubernetesBackend(ElasticRuns):
         """Give up a gang: delete the pods it bound (a suspendable owner is re-suspended by
         ``forget``) and report it failed with ``reason`` (``BindFailed``: a platform fault;
         ``PodsReadyTimeout``: counted under the workload's retry policy)."""
-        bound = {object_key(p): p for p in attempt_pods(self._pods(run), run.decision)}
+        bound = {object_key(p): p for p in attempt_pods(self.elastic.pods(run), run.decision)}
         bound.update({object_key(p): p for p in just_bound})
         try:
             self.evictor.delete_pods(list(bound.values()))
