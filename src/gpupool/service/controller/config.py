@@ -30,12 +30,12 @@ from gpupool.service.failures.nodes import (
     occupy_unhealthy,
     unhealthy_devices,
 )
-from gpupool.service.view import ConfigLookups, tree_of
+from gpupool.service.view import QueueTree
 
 log = logging.getLogger("gpupool.controller")
 
 
-class Configuration(ConfigLookups):
+class Configuration:
     """Configuration (re)loads and node changes, each rebuilding the engine around what runs.
 
     Owns the lookups derived from the configuration in force (the queue tree, pools and queues
@@ -45,12 +45,11 @@ class Configuration(ConfigLookups):
     def __init__(self, ctx: Context, pending: PendingSet) -> None:
         self.ctx = ctx
         self.pending = pending
-        self.parents: dict[str, str | None] = {}
-        self.children: dict[str, list[str]] = {}
+        #: the queue tree of the configuration in force and its lookups (rebuilt in ``install``)
+        self.tree = QueueTree((), lambda: self.ctx.engine)
         #: per-configuration lookups for the submit path (rebuilt in ``install``)
         self.pools_by_name: dict[str, ResourcePool] = {}
         self.queues_by_name: dict[str, Queue] = {}
-        self._limit_cache: dict[tuple[str, str], int] = {}
         #: decayed GPU-seconds per queue, when the Cluster sets a usage half-life (usage_decay.py)
         self.usage_decay: DecayedUsage | None = None
         #: the backend's observed nodes changed since the engine was built (``nodes_changed``)
@@ -59,7 +58,7 @@ class Configuration(ConfigLookups):
         self.consolidation_off: dict[str, str] = {}
 
     @property
-    def engine(self) -> Engine:  # the context's (ConfigLookups reads it)
+    def engine(self) -> Engine:  # the context's
         return self.ctx.engine
 
     @engine.setter
@@ -127,13 +126,12 @@ class Configuration(ConfigLookups):
     def install(self, bundle: Bundle, running: Sequence[Running]) -> None:
         ctx = self.ctx
         ctx.bundle = bundle
-        self.parents, self.children = tree_of(bundle.queues)
+        self.tree = QueueTree(bundle.queues, lambda: self.ctx.engine)
         self.usage_decay = usage_decay.decay_for(bundle, self.usage_decay)
         ctx.engine = MixEngine(self.snapshot(bundle, running))
         occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
         self.queues_by_name = {q.name: q for q in bundle.queues}
-        self._limit_cache = {}
         ctx.backend.set_nodes(bundle.nodes)
 
     def snapshot(

@@ -50,19 +50,17 @@ from gpupool.service.controller.pending import PendingSet
 from gpupool.service.controller.recovery import Recovery
 from gpupool.service.failures.nodes import evict, on_node
 from gpupool.service.failures.policy import BACKOFF_CODE, Fault, FaultState
-from gpupool.service.view import ConfigLookups
 from gpupool.service.windows import WindowStats
 from gpupool.store import NotLeader, Store, WorkloadRecord
 
 log = logging.getLogger("gpupool.controller")
 
 
-class Controller(ConfigLookups):
+class Controller:
     """Owns the engine, the pending set and every workload phase change, through its parts.
 
-    A ``ConfigLookups`` by its interface only (the routes judge a caller by the queue tree of a
-    ``ConfigLookups``): each lookup is answered by ``config``, and the data it declares are
-    properties over ``config`` and the context."""
+    A ``ConfigLookups`` (the routes judge a caller by the queue tree of one): each lookup is
+    answered by the configuration's ``QueueTree`` (``config.tree``)."""
 
     def __init__(
         self,
@@ -316,17 +314,17 @@ class Controller(ConfigLookups):
     # ------------------------------- the queue-tree lookups on the configuration in force
     def is_in_subtree(self, queue: str, root: str) -> bool:
         """Is ``queue`` ``root`` or below it? (for gpupool.auth.authorize)"""
-        return self.config.is_in_subtree(queue, root)
+        return self.config.tree.is_in_subtree(queue, root)
 
     def queue_path(self, queue: str) -> list[str]:
-        return self.config.queue_path(queue)
+        return self.config.tree.queue_path(queue)
 
     def is_leaf(self, queue: str) -> bool:
-        return self.config.is_leaf(queue)
+        return self.config.tree.is_leaf(queue)
 
     def queue_limit_gpu_milli(self, queue: str, pool: str) -> int:
         """The most GPU (milli) a workload in ``queue`` can ever get in ``pool`` under its quotas."""
-        return self.config.queue_limit_gpu_milli(queue, pool)
+        return self.config.tree.queue_limit_gpu_milli(queue, pool)
 
     # --------------------------- the names callers read, each over the part that owns it
     @property
@@ -392,19 +390,11 @@ class Controller(ConfigLookups):
 
     @property
     def parents(self) -> dict[str, str | None]:
-        return self.config.parents
-
-    @parents.setter
-    def parents(self, parents: dict[str, str | None]) -> None:
-        self.config.parents = parents
+        return self.config.tree.parents
 
     @property
     def children(self) -> dict[str, list[str]]:
-        return self.config.children
-
-    @children.setter
-    def children(self, children: dict[str, list[str]]) -> None:
-        self.config.children = children
+        return self.config.tree.children
 
     @property
     def pools_by_name(self) -> dict[str, ResourcePool]:

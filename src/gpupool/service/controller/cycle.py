@@ -205,7 +205,7 @@ class Cycle:
     def _exception_cycle(self, ws: list[Workload], now: float) -> Decisions:
         """Place approved exceptions with their queue's limits lifted, for them alone."""
         ctx = self.ctx
-        lifted = {n for w in ws for n in self.config.queue_path(w.queue)}
+        lifted = {n for w in ws for n in self.config.tree.queue_path(w.queue)}
         cap = ctx.engine.quota.capacity
         queues = []
         for q in ctx.bundle.queues:
