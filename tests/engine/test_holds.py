@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gpupool.engine import Decisions, Engine
-from gpupool.engine.holds import plan_hold
+from gpupool.engine.holds import Hold, Holds, plan_hold
 from gpupool.model import PodRequest, Snapshot, Workload
 from tests.engine.clusters import POOL, engine, job, nodes, queues, running
 
@@ -119,3 +119,25 @@ def test_a_later_hold_waits_for_the_planned_end_of_the_one_before_on_a_shared_no
 def test_reservations_zero_holds_nothing() -> None:
     eng, d = _cycle(0, LONG)
     assert not eng.placer.holds and d.admitted_names() == ["long"]
+
+
+def test_holds_as_a_part_room_backfill_bounds_and_per_node_limits() -> None:
+    """``Holds`` on its own: room per pool, which work may use which held node, and the key a
+    planner compares between cycles."""
+    holds = Holds({"p0": 2})
+    assert holds.room("p0") and not holds and holds.room("other")  # an unlisted pool: one
+    holds.add(Hold("a", "q", "p0", frozenset({0}), 10.0, 40.0, "", ""))
+    holds.add(Hold("b", "q", "p0", frozenset({0, 1}), 40.0, 90.0, "a", ""))
+    assert not holds.room("p0") and holds.until == {0: 10.0, 1: 40.0} and holds.busy == {0: 90.0, 1: 90.0}
+    short, mid, undeclared = (
+        job(n, "a", 1, expected_duration_s=d) for n, d in (("s", 5.0), ("m", 20.0), ("u", None))
+    )
+    assert holds.may_backfill(short, "p0", 0.0) and not holds.may_backfill(mid, "p0", 0.0)
+    assert [holds.usable(w, "p0", 0.0) for w in (short, mid, undeclared)] == [2, 1, 0]
+    blocked = holds.blocked_for(mid, 0.0)
+    assert blocked(0) and not blocked(1) and not blocked(7)  # ends at 20: after a's start only
+    assert holds.blocked_for(undeclared, 0.0)(1)
+    assert holds.holders_text("p0", "a") == "2 node(s) are held for b"
+    assert holds.key() == (("a", frozenset({0}), 10.0), ("b", frozenset({0, 1}), 40.0))
+    holds.clear()
+    assert not holds and holds.room("p0")

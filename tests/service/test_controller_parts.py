@@ -15,12 +15,22 @@ from typing import Any
 
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.engine.windowed import MixEngine
-from gpupool.model import PodGroup, PodRequest, Snapshot, Workload
+from gpupool.model import (
+    PodGroup,
+    PodRequest,
+    PoolQuota,
+    Queue,
+    ResourcePool,
+    Snapshot,
+    Workload,
+    devices_only,
+)
 from gpupool.service.adoption import Adoption
 from gpupool.service.backends import Capability
 from gpupool.service.controller.context import Context, CycleStats, _Queued
 from gpupool.service.controller.cycle import Cycle
 from gpupool.service.controller.pending import PendingSet
+from gpupool.service.view import QueueTree
 
 
 class Clock:
@@ -218,3 +228,26 @@ def test_the_context_marks_a_workload_its_backend_cannot_move() -> None:
     assert ctx.model_of(manifest, 1).movable is True
     plain = Context(FakeStore(), SimpleNamespace(capabilities=frozenset()), Clock(0.0))  # type: ignore[arg-type]
     assert plain.model_of(manifest, 1).movable is True
+
+
+def test_the_queue_tree_answers_its_lookups_and_caches_limits_per_configuration() -> None:
+    qs = [
+        Queue("org", quotas=(PoolQuota("p", devices_only(8000)),)),
+        Queue(
+            "team",
+            parent="org",
+            quotas=(PoolQuota("p", devices_only(2000), borrowing_limit=devices_only(1000)),),
+        ),
+    ]
+    calls: list[int] = []
+    eng = Engine(Snapshot((), (ResourcePool("p"),), tuple(qs)))
+
+    def engine() -> Engine:
+        calls.append(1)
+        return eng
+
+    tree = QueueTree(qs, engine)
+    assert tree.is_in_subtree("team", "org") and not tree.is_in_subtree("org", "team")
+    assert tree.queue_path("team") == ["team", "org"] and tree.is_leaf("team") and not tree.is_leaf("org")
+    limit = tree.queue_limit_gpu_milli("team", "p")
+    assert limit == tree.queue_limit_gpu_milli("team", "p") and len(calls) == 1  # cached
