@@ -206,3 +206,16 @@ spec: {queue: q, podGroups: [{resources: {nvidia.com/gpumem: 8000}}]}
     assert (b.pod_groups[0].request.gpu_milli, b.pod_groups[0].request.gpu_memory_mib) == (300, 8000)
     # GPU memory alone is a memory-only share (KAI's gpu-memory): the engine makes it a fraction
     assert (c.pod_groups[0].request.gpu_milli, c.pod_groups[0].request.gpu_memory_mib) == (0, 8000)
+
+
+@pytest.mark.parametrize(("value", "want"), [(16, 16), (0, 0)])
+def test_a_pools_reservations_reach_the_model(value: int, want: int) -> None:
+    doc = f"apiVersion: gpupool.io/v1alpha1\nkind: ResourcePool\nmetadata: {{name: p}}\nspec: {{reservations: {value}}}\n"
+    assert build(parse_documents(doc, "p.yaml")).pools[0].reservations == want
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", "many"])
+def test_bad_reservations_are_refused_naming_the_field(value: str) -> None:
+    doc = f"apiVersion: gpupool.io/v1alpha1\nkind: ResourcePool\nmetadata: {{name: p}}\nspec: {{reservations: {value}}}\n"
+    with pytest.raises(ManifestError, match=r"ResourcePool/p\): spec\.reservations"):
+        build(parse_documents(doc, "p.yaml"))
