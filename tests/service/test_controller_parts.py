@@ -14,7 +14,6 @@ from types import SimpleNamespace
 from typing import Any
 
 from gpupool.engine import Decisions, Engine, Pending, PendingCode
-from gpupool.engine.windowed import MixEngine
 from gpupool.model import (
     PodGroup,
     PodRequest,
@@ -157,7 +156,7 @@ def test_a_workload_the_engine_fails_on_is_isolated_and_the_rest_is_committed() 
     part = Recorder([], {"good": _queued("good", 1), "bad": _queued("bad", 2)})
 
     def engine() -> Engine:
-        eng = MixEngine(Snapshot((), (), ()))
+        eng = Engine(Snapshot((), (), ()))
         real = eng.cycle
 
         def cycle(pending: Sequence[Workload], *a: Any, **k: Any) -> Decisions:

@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupool.engine import Engine, apply_decisions
-from gpupool.engine.windowed import MixEngine
 from gpupool.model import (
     Node,
     PodGroup,
@@ -43,7 +42,7 @@ def _copies(ws: list[Workload], counts: list[int], start: int) -> list[Workload]
 def _same(snap: Snapshot, pending: list[Workload]) -> WindowStats:
     full = Engine(snap).cycle(pending, 10.0)
     stats = WindowStats()
-    win, hidden = windowed_cycle(MixEngine(snap), pending, 10.0, stats)
+    win, hidden = windowed_cycle(Engine(snap), pending, 10.0, stats)
     assert [(a.workload, a.pool, a.pods, a.after_evicting) for a in win.admitted] == [
         (a.workload, a.pool, a.pods, a.after_evicting) for a in full.admitted
     ]

@@ -205,9 +205,12 @@ class Engine:
         # The cycle creates no reference cycles; pausing the cyclic GC saves ~20% on big cycles.
         gc_was_on = gc.isenabled()
         gc.disable()
+        counted = self.mix.count_hidden(1)  # a windowed caller's left-out shapes (ShapeMix.hidden)
         try:
             return self._cycle(list(pending))
         finally:
+            if counted:
+                self.mix.count_hidden(-1)
             if gc_was_on:
                 gc.enable()
             if restore:

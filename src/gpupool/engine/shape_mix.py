@@ -2,7 +2,9 @@
 waits), kept only where a pool's scorer uses it.
 
 Why a part of its own: the counts of running shapes change with every admission and release,
-and a windowed caller (``windowed.MixEngine``) adds the shapes it leaves out of a cycle; where
+and a windowed caller sets ``hidden``, the shapes of the pending workloads it leaves out of a
+cycle, counted in for that cycle so the scorer sees exactly the mix it would see with every
+pending workload (gpupool.sim.windows, gpupool.service.windows); where
 only ``auto`` scores, the mix is weighed only where fragmentation can arise (see
 ``fragscore.AutoScore``), and identical nodes with whole GPUs are plain binpacking.
 """
@@ -21,7 +23,7 @@ from gpupool.model import Snapshot, Workload
 class ShapeMix:
     """The running pod shapes (``running``) and whether and how placement weighs the mix."""
 
-    __slots__ = ("auto_only", "on", "running", "varied")
+    __slots__ = ("auto_only", "hidden", "on", "running", "varied")
 
     def __init__(self, snapshot: Snapshot, placer: Placer) -> None:
         scores = {placer.scorer_for(p.name).name for p in snapshot.pools}
@@ -32,7 +34,20 @@ class ShapeMix:
         if self.on and self.auto_only:
             self.varied = varied_nodes(snapshot.nodes)
         self.running: Counter[object] = Counter()
+        #: pod shapes of pending workloads a windowed caller left out of the next cycles
+        self.hidden: Counter[object] | None = None
         self.add(r.workload for r in snapshot.running)
+
+    def count_hidden(self, sign: int) -> bool:
+        """Count ``hidden`` into the running shapes (``sign`` 1, at a cycle's start) or out
+        again (-1, at its end); whether there was anything to count."""
+        if not self.hidden or not self.on:
+            return False
+        if sign > 0:
+            self.running.update(self.hidden)
+        else:
+            self.running.subtract(self.hidden)
+        return True
 
     def add(self, workloads: Iterable[Workload], sign: int = 1) -> None:
         """Count the pod shapes of ``workloads`` in (``sign`` -1: out), where the mix is kept."""

@@ -25,7 +25,6 @@ from typing import Any
 from gpupool.audit import AuditEntry, canonical_json
 from gpupool.auth import Principal
 from gpupool.engine import Decisions, Engine
-from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.manifests.convert import workload_model
 from gpupool.model import UNLIMITED, ZERO, Running, Snapshot, Workload
@@ -109,7 +108,7 @@ def _engine(svc: Service, bundle: Bundle, running: Sequence[Running], now: float
         running=tuple(running),
         now=now,
     )
-    eng = MixEngine(snap)
+    eng = Engine(snap)
     if faults is not None:
         occupy_unhealthy(eng, faults.unhealthy)
     return eng

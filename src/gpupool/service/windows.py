@@ -37,7 +37,6 @@ from gpupool.engine import Decisions, Engine, Pending, PendingCode
 from gpupool.engine.holds import Holds
 from gpupool.engine.ordering import workload_order_key
 from gpupool.engine.signature import Signature, scheduling_signature
-from gpupool.engine.windowed import MixEngine
 from gpupool.model import QueueingStrategy, Workload
 
 try:  # the fragmentation scorer's shape counting
@@ -144,14 +143,14 @@ def _plan(whole: list[Workload], classes: dict[Shape, list[Workload]], k: Mappin
 def _hide(
     engine: Engine, classes: dict[Shape, list[Workload]], plan: _Plan, hopeless: Sequence[Workload] = ()
 ) -> None:
-    if not isinstance(engine, MixEngine) or add_shapes is None:
+    if add_shapes is None:
         return
     hidden: Counter[object] = Counter()
     for c, names in plan.windows.items():
         add_shapes(hidden, classes[c][len(names) :])  # type: ignore[arg-type]
     if hopeless:
         add_shapes(hidden, hopeless)  # type: ignore[arg-type]
-    engine.hidden = hidden or None
+    engine.mix.hidden = hidden or None
 
 
 def _witnessed(d: Decisions, plan: _Plan, classes: dict[Shape, list[Workload]], holds: Holds) -> list[Shape]:
@@ -203,8 +202,7 @@ def windowed_cycle(
         try:
             d = engine.cycle(plan.passed, now, more=more if use_more and plan.windows else None)
         finally:
-            if isinstance(engine, MixEngine):
-                engine.hidden = None
+            engine.mix.hidden = None
         stats.cycles += 1
         if plan.pulled and d.preempted:
             # a preemption frees capacity: windows grown during the cycle may have missed work

@@ -17,10 +17,9 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from gpupool.engine import Decisions, apply_decisions
+from gpupool.engine import Decisions, Engine, apply_decisions
 from gpupool.engine.decay import DecayedUsage, gpus_by_queue
 from gpupool.engine.invariants import check_cycle
-from gpupool.engine.windowed import MixEngine
 from gpupool.model import (
     Node,
     PlacementPolicy,
@@ -57,8 +56,8 @@ from gpupool.sim.windows import WindowPlanner
 
 __all__ = ["Event", "JobRecord", "Policy", "RunResult", "Simulation", "simulate"]
 
-#: the engine, counting the shapes a window leaves out (gpupool.engine.windowed)
-_Engine = MixEngine
+#: the engine (a window's left-out shapes are counted by its ShapeMix.hidden)
+_Engine = Engine
 
 
 class Simulation:
@@ -101,7 +100,7 @@ class Simulation:
         #: GPUs where the cluster has any, else CPU (a CPU-only cluster's metrics mean something)
         self.res = metric_resource(self.nodes)
 
-    def _uses_shape_mix(self, eng: MixEngine) -> bool:
+    def _uses_shape_mix(self, eng: Engine) -> bool:
         """Only the fragmentation scorer weighs placements against the mix of waiting shapes;
         ``auto`` alone does where nodes differ or a job shares a GPU (as the engine decides)."""
         shared = any(j.gpu_milli and not j.gpus for j in self.sc.trace.jobs)
@@ -151,7 +150,7 @@ class Simulation:
             config=self.config,
         )
 
-    def _new_engine(self, now: float) -> MixEngine:
+    def _new_engine(self, now: float) -> Engine:
         return _Engine(self._snapshot((), now))
 
     # -- the run --------------------------------------------------------------------------------
@@ -495,7 +494,7 @@ class Simulation:
             out[q.name] = sum(pq.guarantee[r] for pq in q.quotas if pq.guarantee[r] < 1 << 60)
         return out
 
-    def _fragmentation(self, eng: MixEngine) -> float:
+    def _fragmentation(self, eng: Engine) -> float:
         """Share of free GPU capacity on nodes that are not wholly free (cannot host a whole-node job)."""
         st = eng.cluster
         free_all = frag = 0

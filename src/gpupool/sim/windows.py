@@ -41,11 +41,10 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from gpupool.engine import Decisions, PendingCode
+from gpupool.engine import Decisions, Engine, PendingCode
 from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.holds import Holds
 from gpupool.engine.ordering import workload_order_key
-from gpupool.engine.windowed import MixEngine
 from gpupool.model import Workload
 from gpupool.sim.pending import PendingSet, declared_duration
 
@@ -136,7 +135,7 @@ class WindowPlanner:
         self.last_starts: list[float] = []
 
     def decide(
-        self, eng: MixEngine, pend: PendingSet, now: float, dirty: bool
+        self, eng: Engine, pend: PendingSet, now: float, dirty: bool
     ) -> tuple[Decisions, list[Workload]]:
         """The cycle's decisions and the workloads it was given (``dirty``: the state changed)."""
         touched, touched_q, new = pend.touched, pend.touched_queues, pend.new
@@ -199,7 +198,7 @@ class WindowPlanner:
         return max(self.last_starts, default=-math.inf) - now
 
     def _windows(
-        self, eng: MixEngine, pend: PendingSet, at: _Attempts, touched: set[int], touched_q: set[str]
+        self, eng: Engine, pend: PendingSet, at: _Attempts, touched: set[int], touched_q: set[str]
     ) -> _Windows:
         win = _Windows(pend)
         for q, classes in pend.by_queue.items():
@@ -226,7 +225,7 @@ class WindowPlanner:
         win.give(names)
 
     def _class_windows(
-        self, eng: MixEngine, pend: PendingSet, win: _Windows, at: _Attempts, classes: Iterable[int]
+        self, eng: Engine, pend: PendingSet, win: _Windows, at: _Attempts, classes: Iterable[int]
     ) -> None:
         """The windows of one queue's classes (one call per queue: this loop is the hot one)."""
         by_class, ws, k_class, full = pend.by_class, pend.w, self.k_class, at.full_classes
@@ -251,11 +250,11 @@ class WindowPlanner:
             seen.update(names)
             passed.extend(ws[n] for n in names)
 
-    def _cycle(self, eng: MixEngine, pend: PendingSet, win: _Windows, at: _Attempts, now: float) -> Decisions:
+    def _cycle(self, eng: Engine, pend: PendingSet, win: _Windows, at: _Attempts, now: float) -> Decisions:
         if pend.shapes is not None:
             hidden = pend.shapes.copy()
             add_shapes(hidden, win.passed, sign=-1)  # type: ignore[arg-type]
-            eng.hidden = +hidden
+            eng.mix.hidden = +hidden
         kw: dict[str, Any] = {}
         if win.blocked:
             kw["blocked"] = win.blocked

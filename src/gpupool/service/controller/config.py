@@ -14,7 +14,6 @@ from typing import Any
 
 from gpupool.engine import Engine
 from gpupool.engine.decay import DecayedUsage
-from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.manifests.convert import bundle_from_manifests, object_manifest
 from gpupool.model import Queue, ResourcePool, Running, Snapshot
@@ -128,7 +127,7 @@ class Configuration:
         ctx.bundle = bundle
         self.tree = QueueTree(bundle.queues, lambda: self.ctx.engine)
         self.usage_decay = usage_decay.decay_for(bundle, self.usage_decay)
-        ctx.engine = MixEngine(self.snapshot(bundle, running))
+        ctx.engine = Engine(self.snapshot(bundle, running))
         occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)
         self.pools_by_name = {p.name: p for p in bundle.pools}
         self.queues_by_name = {q.name: q for q in bundle.queues}
@@ -155,5 +154,5 @@ class Configuration:
 
     def rebuild_engine(self) -> None:
         ctx = self.ctx
-        ctx.engine = MixEngine(self.snapshot(ctx.bundle, list(ctx.engine.running.values())))
+        ctx.engine = Engine(self.snapshot(ctx.bundle, list(ctx.engine.running.values())))
         occupy_unhealthy(ctx.engine, ctx.faults.unhealthy)  # unhealthy devices stay held

@@ -19,7 +19,6 @@ from typing import Any
 
 from gpupool.audit import AuditEntry
 from gpupool.engine import Engine, PendingCode
-from gpupool.engine.windowed import MixEngine
 from gpupool.manifests import Bundle
 from gpupool.manifests.convert import workload_model
 from gpupool.model import Snapshot, Workload
@@ -94,7 +93,7 @@ class Context:
         #: backoffs, unhealthy devices, failed nodes, run hints (gpupool.service.failures.policy)
         self.faults = FaultState()
         self.bundle = Bundle()
-        self.engine: Engine = MixEngine(Snapshot((), (), ()))
+        self.engine: Engine = Engine(Snapshot((), (), ()))
 
     def model_of(self, manifest: Mapping[str, Any], seq: int, bundle: Bundle | None = None) -> Workload:
         """A stored workload's model under ``bundle`` (default: the configuration in force)."""
