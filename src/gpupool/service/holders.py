@@ -238,25 +238,23 @@ class _ScaledEnds:
         self.scale = scale
 
     def busy_ends(self, node: str) -> list[float]:
-        by_name = self.runs.by_name
-        out = []
-        for ends in self.runs.dev_ends.get(node, {}).values():
-            last = 0.0
-            for name, end in ends.items():
-                at = by_name[name].admission.admitted_at
-                last = max(last, end if end == float("inf") else at + (end - at) / self.scale)
-            out.append(last)
-        return sorted(out)
+        ends = self.runs.dev_ends.get(node, {}).values()
+        return sorted(max([0.0, *(self._scaled(n, e) for n, e in dev.items())]) for dev in ends)
 
     def ending_at(self, node: str, t: float) -> str:
         """``RunningSet.ending_at`` on the scaled ends."""
-        by_name = self.runs.by_name
-        for ends in self.runs.dev_ends.get(node, {}).values():
-            for name, end in ends.items():
-                at = by_name[name].admission.admitted_at
-                if (end if end == float("inf") else at + (end - at) / self.scale) == t:
+        for dev in self.runs.dev_ends.get(node, {}).values():
+            for name, end in dev.items():
+                if self._scaled(name, end) == t:
                     return name
         return ""
+
+    def _scaled(self, name: str, end: float) -> float:
+        """``name``'s expected end with its run time divided by the scale (never: stays never)."""
+        if end == float("inf"):
+            return end
+        at = self.runs.by_name[name].admission.admitted_at
+        return at + (end - at) / self.scale
 
 
 def _inf(t: float | None) -> float:
