@@ -127,6 +127,28 @@ def test_waits_for_work_about_to_end_instead_of_evicting_it() -> None:
     assert _cycle([], [urgent], now=10.0) == (True, False)
 
 
+def test_a_class_that_waited_waits_again_without_a_second_search(monkeypatch: pytest.MonkeyPatch) -> None:
+    # two workloads of one class and horizon: the first searches, finds room, and waits for
+    # the work about to end; the second waits too, without repeating the search (issue 25: on
+    # the Philly replay these repeated searches were a third of the preemption cost)
+    from gpupool.engine.preemption.search import Preemptor
+
+    searches: list[str] = []
+    real = Preemptor._remove_until_fits
+
+    def counted(self: Preemptor, w: Workload, *a: object) -> object:
+        searches.append(w.name)
+        return real(self, w, *a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Preemptor, "_remove_until_fits", counted)
+    victim = _run(_wl("low", 10, 0, 10.0), at=0.0)  # ends at 10, within both horizons
+    first, second = _wl("u1", 10, 5, 100.0), _wl("u2", 10, 5, 100.0)
+    snap = replace(_base(), running=(victim,), pending=(first, second), now=5.0)
+    d = decide(snap)
+    assert not d.admitted and not d.preempted  # both wait
+    assert searches == ["u1"]
+
+
 def test_no_wait_for_work_ending_beyond_the_horizon_or_overdue() -> None:
     urgent = _wl("urgent", 10, 5, 100.0)
     long = _run(_wl("long", 10, 0, 1000.0), at=0.0)

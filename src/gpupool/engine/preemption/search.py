@@ -17,7 +17,7 @@ from gpupool.engine.decisions import Admit, Decisions, Preempt, PreemptRule, Shr
 from gpupool.engine.preemption import bounds, fair_sharing, floor, shrink
 from gpupool.engine.preemption.candidates import Candidate, CandidateFinder
 from gpupool.engine.preemption.slots import WholeSlots
-from gpupool.engine.preemption.victim_cost import choose_victims, should_wait
+from gpupool.engine.preemption.victim_cost import choose_victims, should_wait, waits_again
 from gpupool.engine.state.running import vec_of
 from gpupool.model import Admission, PodPlacement, Running, Vec, Workload
 
@@ -47,6 +47,8 @@ class Preemptor:
         failed = cs.preempt_failed
         memo = (w.queue, w.priority, pool, sid)
         if memo in failed:
+            return False
+        if waits_again(ssn, w, memo):
             return False
         cands = choose_victims(ssn.config, ssn.now, self.candidates.find(w, pool, vec))
         cands = fair_sharing.most_above_first(ssn.quota, cands)  # OverQuota trees only

@@ -157,6 +157,13 @@ def should_wait(
     return False
 
 
+def waits_again(ssn: Session, w: Workload, memo: tuple[object, ...]) -> bool:
+    """Has a workload of ``w``'s class (``memo``) already waited in this cycle at ``w``'s
+    horizon? Then ``w`` waits too, without a search."""
+    horizon = wait_horizon(ssn.config, w)
+    return horizon > 0 and (*memo, "wait", horizon) in ssn.cs.preempt_failed
+
+
 def _room_after_ending(
     ssn: Session, fits_now: FitsNow, w: Workload, pool: str, vec: Vec, horizon: float
 ) -> bool:
