@@ -158,8 +158,15 @@ def should_wait(
 
 
 def waits_again(ssn: Session, w: Workload, memo: tuple[object, ...]) -> bool:
-    """Has a workload of ``w``'s class (``memo``) already waited in this cycle at ``w``'s
-    horizon? Then ``w`` waits too, without a search."""
+    """Has a workload of ``w``'s class (``memo``: queue, priority, pool, shape) already waited
+    in this cycle at ``w``'s horizon? Then ``w`` waits too, without a search.
+
+    Why: the answer was already "wait" whatever the search found (a failed search waits as
+    well), and on the Philly replay these repeated searches were a third of the preemption
+    cost. The one thing skipped is the search's own mark when it would now fail: a later
+    member of the class at another horizon then searches instead of being refused at once,
+    at a state no looser (nothing is freed until a preemption, which clears every mark).
+    The Philly prefix and the Kueue baseline decide identically with and without it."""
     horizon = wait_horizon(ssn.config, w)
     return horizon > 0 and (*memo, "wait", horizon) in ssn.cs.preempt_failed
 
