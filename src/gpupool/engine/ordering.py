@@ -86,15 +86,17 @@ class FairShareOrder:
             heapq.heapify(heaps[par])
 
     def next_queue(self) -> str | None:
-        """Pop the path to the leaf queue whose head goes next (None: nothing left). The caller
-        takes one or more of its workloads, then calls ``put_back``."""
+        """The path to the leaf queue whose head goes next (None: nothing left). The caller
+        takes one or more of its workloads, then calls ``put_back``. The path stays at the top
+        of its heaps meanwhile (nothing else touches them): ``put_back`` replaces each entry
+        in one sift instead of a pop now and a push later."""
         heaps, by_queue = self._heaps, self.by_queue
         if not heaps.get(_TOP):
             return None
         path: list[tuple[str, str]] = []
         n = _TOP
         while n not in by_queue:
-            _, child = heapq.heappop(heaps[n])
+            child = heaps[n][0][1]
             path.append((n, child))
             n = child
         self._path = path
@@ -102,7 +104,7 @@ class FairShareOrder:
         # share: if its next head is still the smallest key, it may go on without the heaps
         solo = True
         for i in range(len(path) - 1):  # a plain loop: this runs for every pick
-            if heaps[path[i][0]]:
+            if len(heaps[path[i][0]]) > 1:
                 solo = False
                 break
         self._solo = solo
@@ -113,13 +115,18 @@ class FairShareOrder:
         other queue's (so the caller may take it without a round through the heaps)?"""
         if not self._solo:
             return False
-        sib = self._heaps[self._path[-1][0]]
-        return not (sib and self._key(q) > sib[0][0])
+        sib = self._heaps[self._path[-1][0]]  # q's entry at its top, its siblings below
+        if len(sib) == 1:
+            return True
+        best = sib[1] if len(sib) == 2 or sib[1] < sib[2] else sib[2]  # the next smallest
+        return not self._key(q) > best[0]
 
     def put_back(self) -> None:
-        """Push the popped path back with fresh keys (queues with nothing left drop out)."""
+        """Put the picked path back with fresh keys (queues with nothing left drop out)."""
         heaps, by_queue, pos, key = self._heaps, self.by_queue, self.pos, self._key
         for par, child in reversed(self._path):
             alive = pos[child] < len(by_queue[child]) if child in by_queue else bool(heaps.get(child))
             if alive:
-                heapq.heappush(heaps[par], (key(child), child))
+                heapq.heapreplace(heaps[par], (key(child), child))
+            else:
+                heapq.heappop(heaps[par])
