@@ -65,7 +65,8 @@ class Backlog:
         self.w[w.name] = w
         self.cls_of[w.name] = ck
         insort(self.by_class.setdefault(ck, []), key)
-        insort(self.by_dur.setdefault(ck, []), (declared_duration(w), *key))
+        if self.by_band:
+            insort(self.by_dur.setdefault(ck, []), (declared_duration(w), *key))
         if self.shapes is not None:
             add_shapes(self.shapes, [w])  # type: ignore[arg-type]
         self.by_queue.setdefault(w.queue, {})[ck] = None
@@ -73,23 +74,32 @@ class Backlog:
 
     def extend(self, workloads: Iterable[Workload]) -> None:
         """Add many at once: each class is sorted once instead of inserted into one by one."""
-        grown: set[int] = set()
-        added: list[Workload] = []
+        ids, band = self.class_ids, self.by_band
+        groups: dict[int, list[Workload]] = {}
         for w in workloads:
-            ck, key = self.place(w)
-            self.w[w.name] = w
-            self.cls_of[w.name] = ck
-            self.by_class.setdefault(ck, []).append(key)
-            self.by_dur.setdefault(ck, []).append((declared_duration(w), *key))
-            self.by_queue.setdefault(w.queue, {})[ck] = None
-            self.count[w.queue] = self.count.get(w.queue, 0) + 1
-            grown.add(ck)
-            added.append(w)
-        for ck in grown:
-            self.by_class[ck].sort()
-            self.by_dur[ck].sort()
-        if self.shapes is not None:
-            add_shapes(self.shapes, added)  # type: ignore[arg-type]
+            ck = ids.setdefault(scheduling_signature(w, by_band=band), len(ids))
+            g = groups.get(ck)
+            if g is None:
+                groups[ck] = [w]
+            else:
+                g.append(w)
+        for ck, ws in groups.items():
+            names = [w.name for w in ws]
+            keys = list(zip(map(workload_order_key, ws), names, strict=True))
+            lst = self.by_class.setdefault(ck, [])
+            lst.extend(keys)
+            lst.sort()
+            if band:
+                dl = self.by_dur.setdefault(ck, [])
+                dl.extend((declared_duration(w), *key) for w, key in zip(ws, keys, strict=True))
+                dl.sort()
+            self.w.update(zip(names, ws, strict=True))
+            self.cls_of.update(dict.fromkeys(names, ck))
+            q = ws[0].queue  # the queue is part of the signature
+            self.by_queue.setdefault(q, {})[ck] = None
+            self.count[q] = self.count.get(q, 0) + len(ws)
+            if self.shapes is not None:
+                add_shapes(self.shapes, ws)  # type: ignore[arg-type]
 
     def remove(self, name: str) -> Workload | None:
         w = self.w.pop(name, None)
@@ -101,17 +111,19 @@ class Backlog:
         key = (workload_order_key(w), name)
         lst = self.by_class[ck]
         del lst[bisect_left(lst, key)]
-        dl = self.by_dur[ck]
-        del dl[bisect_left(dl, (declared_duration(w), *key))]
+        if self.by_band:
+            dl = self.by_dur[ck]
+            del dl[bisect_left(dl, (declared_duration(w), *key))]
         if not lst:
             del self.by_class[ck]
-            del self.by_dur[ck]
+            self.by_dur.pop(ck, None)
             del self.by_queue[w.queue][ck]
         self.count[w.queue] -= 1
         return w
 
     def eligible(self, ck: int, max_dur: float, skip: set[str], k: int) -> list[str]:
-        """Up to ``k`` members in order, not in ``skip``, whose declared duration is <= max_dur."""
+        """Up to ``k`` members in order, not in ``skip``, whose declared duration is <= max_dur
+        (classes by band only: in a class of one exact duration every member is as short)."""
         dl = self.by_dur[ck]
         if not dl or dl[0][0] > max_dur:
             return []

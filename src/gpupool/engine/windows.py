@@ -250,9 +250,11 @@ class WindowPlanner:
             witness = next((p for p in cands if p.workload not in self.holders), cands[0] if cands else None)
             if witness is None:
                 continue
-            for _, n in pend.by_class[c]:
+            q, code, reason = pend.w[names[0]].queue, witness.code, witness.reason  # one queue a class
+            # every member before the window's end was given (in the window, or besides it)
+            for _, n in pend.by_class[c][len(names) :]:
                 if n not in seen:
-                    out[n] = Pending(n, pend.w[n].queue, witness.code, witness.reason)
+                    out[n] = Pending(n, q, code, reason)
         return out
 
     def _extra(self, pend: Backlog, changes: Changes) -> set[str]:
@@ -309,6 +311,7 @@ class WindowPlanner:
         """The windows of one queue's classes (one call per queue: this loop is the hot one)."""
         by_class, ws, k_class, full = pend.by_class, pend.w, self.k_class, at.full_classes
         passed, seen = win.passed, win.seen
+        bf = at.bf_horizon if pend.by_band else -math.inf  # backfill by exact durations: bands only
         for c in classes:
             lst = by_class[c]
             if at.use_blocked and c not in full:
@@ -324,8 +327,8 @@ class WindowPlanner:
                 win.c_trunc[c] = names
                 # under a hold, a short member may backfill where the window could not: give the
                 # first that could (by the last hold) up front, as the check after the cycle would
-                if pend.by_dur[c][0][0] <= at.bf_horizon:
-                    at.extra.update(pend.eligible(c, at.bf_horizon, set(names), 1))
+                if bf > -math.inf and pend.by_dur[c][0][0] <= bf:
+                    at.extra.update(pend.eligible(c, bf, set(names), 1))
             seen.update(names)
             passed.extend(ws[n] for n in names)
 
