@@ -252,9 +252,9 @@ class WindowPlanner:
                 continue
             q, code, reason = pend.w[names[0]].queue, witness.code, witness.reason  # one queue a class
             # every member before the window's end was given (in the window, or besides it)
-            for _, n in pend.by_class[c][len(names) :]:
-                if n not in seen:
-                    out[n] = Pending(n, q, code, reason)
+            out.update(
+                {n: Pending(n, q, code, reason) for _, n in pend.by_class[c][len(names) :] if n not in seen}
+            )
         return out
 
     def _extra(self, pend: Backlog, changes: Changes) -> set[str]:
