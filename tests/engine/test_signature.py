@@ -60,7 +60,7 @@ def test_the_simulator_keeps_workloads_apart_that_prefer_other_pools() -> None:
     pend.add(_w("x", preferred_pools=("p0",)))
     pend.add(_w("y", preferred_pools=("p1",)))
     pend.add(_w("z", preferred_pools=("p1",), arrival=1.0))
-    assert pend.cls_of["x"] != pend.cls_of["y"] == pend.cls_of["z"]
+    assert pend.backlog.cls_of["x"] != pend.backlog.cls_of["y"] == pend.backlog.cls_of["z"]
 
 
 def test_the_fail_cache_keys_a_shape_by_placement_only() -> None:

@@ -4,7 +4,7 @@ waits), kept only where a pool's scorer uses it.
 Why a part of its own: the counts of running shapes change with every admission and release,
 and a windowed caller sets ``hidden``, the shapes of the pending workloads it leaves out of a
 cycle, counted in for that cycle so the scorer sees exactly the mix it would see with every
-pending workload (gpupool.sim.windows, gpupool.service.windows); where
+pending workload (gpupool.engine.windows); where
 only ``auto`` scores, the mix is weighed only where fragmentation can arise (see
 ``fragscore.AutoScore``), and identical nodes with whole GPUs are plain binpacking.
 """

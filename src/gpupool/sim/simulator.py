@@ -6,7 +6,7 @@ first, each by the handler of its kind, then the engine runs one cycle (only whe
 changed). The engine is used incrementally: ``Engine.cycle`` decides without changing state,
 ``Engine.apply`` makes admissions permanent, ``Engine.remove_running`` releases. Which pending
 workloads a cycle is given, and why that is exact, is the window planner's business
-(``gpupool.sim.windows``, the *window rule* at its top).
+(``gpupool.engine.windows``, the *window rule* at its top).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import replace
 from gpupool.engine import Decisions, Engine, apply_decisions
 from gpupool.engine.decay import DecayedUsage, gpus_by_queue
 from gpupool.engine.invariants import check_cycle
+from gpupool.engine.windows import WindowPlanner
 from gpupool.model import (
     Node,
     PlacementPolicy,
@@ -52,7 +53,6 @@ from gpupool.sim.results import Event, JobRecord, RunResult, Series
 from gpupool.sim.scenario import Faults, Scenario, Variant, fifo_queues
 from gpupool.sim.shrinks import apply_shrinks
 from gpupool.sim.sources import JobSpec
-from gpupool.sim.windows import WindowPlanner
 
 __all__ = ["Event", "JobRecord", "Policy", "RunResult", "Simulation", "simulate"]
 
@@ -326,7 +326,8 @@ class Simulation:
             self.decay.advance(t, gpus_by_queue(self.running.values()))
             self.eng.set_decayed_usage(self.decay.usage)
         while len(pend):
-            d, passed = self.planner.decide(self.eng, pend, t, self.dirty)
+            changes = pend.take_changes()
+            d, passed = self.planner.decide(self.eng, pend.backlog, t, None if self.dirty else changes)
             self.dirty = bool(d.admitted or d.preempted)
             self.cycles += 1
             if self.check:

@@ -1,54 +1,72 @@
-"""The window planner: which pending workloads each engine cycle is given, proven exact.
+"""The one window planner: which pending workloads each engine cycle is given, proven exact.
+
+Both windowed callers use it: the simulator (``gpupool.sim.simulator``, over its incremental
+``gpupool.sim.pending.PendingSet``) and the controller (``gpupool.service.windows``, over a
+backlog built for each cycle). It is pure: the engine, the backlog and the time in, decisions
+out; ``Engine.cycle`` has no side effects, so a cycle can be run again with larger windows.
 
 The window rule
 ---------------
 The engine's cost grows with the pending list, and most of a long backlog cannot move. Pending
 workloads are grouped per queue into *classes* of identical scheduling shape
-(``gpupool.engine.signature.scheduling_signature``), each class ordered by the engine's own order key. A
-cycle is given:
+(``gpupool.engine.signature.scheduling_signature``: the exact declared duration, or only its
+band, ``Backlog.by_band``), each class ordered by the engine's own order key. A cycle is given:
 
-* for a StrictFIFO queue, or any queue when ``one_head_per_queue`` is on: the first ``K`` pending
-  workloads of the queue in order (a *queue window*);
-* for any other queue: the first ``k`` members of each class (a *class window*); a class whose
-  head can neither be placed nor preempt at the cycle's start is given its head only, as
-  ``blocked`` (capacity only shrinks until something is preempted, so every member would fail).
+* the workloads a caller passes ``whole`` (the controller's StrictFIFO queues and over-quota
+  trees);
+* for a queue in ``head_queues`` (StrictFIFO), or any queue when ``one_head`` is on: the first
+  ``K`` pending workloads of the queue in order (a *queue window*);
+* for any other queue: the first ``k`` members of each class (a *class window*); with
+  ``blocked_heads``, a class whose head can neither be placed nor preempt at the cycle's start
+  is given its head only, as ``blocked`` (capacity only shrinks until something is preempted,
+  so every member would fail).
 
 A class window whose last member is admitted grows by one during the cycle (the engine's
 ``more``) instead of the cycle being run again. After the cycle the planner checks that the
-windows could not have changed the outcome, and otherwise enlarges them and runs the cycle again
-(``cycle`` has no side effects):
+windows could not have changed the outcome, and otherwise enlarges them and runs the cycle again:
 
 * StrictFIFO queue window: some member was not admitted. Everything after it was BLOCKED (or
   SKIPPED) by the engine, so members outside the window would be too.
 * one-head queue window: some member was SKIPPED, i.e. the engine stopped inside the window.
 * class window: some member was tried and failed (QuotaExceeded, InsufficientCapacity,
-  TopologyUnsatisfiable, NoMatchingPool) after the cycle's last preemption. A later member of
-  the same class is tried later in the same cycle with the same quota vector, at a state that
-  only got tighter (nothing is freed after the last preemption), so it fails too, and a failure
-  changes no state.
-* backfill: while nodes are held, a member short enough to backfill around a hold needs a failed
-  witness that was short enough too; otherwise such members are given up front.
+  TopologyUnsatisfiable, NoMatchingPool, Unsatisfiable) after the cycle's last preemption. A
+  later member of the same class is tried later in the same cycle with the same quota vector,
+  at a state that only got tighter (nothing is freed after the last preemption), so it fails
+  too, and a failure changes no state. Where a pool plans more than one start, the witness must
+  also have taken no hold (a failure that took a hold changed the state). A window that grew to
+  its whole class needs no witness.
+* backfill, for classes by duration band only: while nodes are held, a member short enough to
+  backfill around a hold needs a failed witness that was short enough too; otherwise such
+  members are given up front. (A class of one exact duration has every member as short as its
+  witness.)
 
 If a cycle with ``blocked`` heads or grown windows preempted, it runs again without either (the
-preemption freed capacity the proofs assumed taken). ``tests/sim/test_sim.py`` checks on generated
-traces that all this gives the same results as passing every pending workload to every cycle.
+preemption freed capacity the proofs assumed taken). A caller that says what changed since the
+last cycle (``Changes``) is given only the classes and queues whose head changed, the newcomers
+and the last holders while the state is unchanged, and every window once the cycle admits,
+preempts or moves the held nodes. The members left out of a class window get their class
+witness's reason (``WindowPlanner.left_out``). ``tests/sim/test_sim.py`` and
+``tests/service/test_windows.py`` check on generated traces, clusters and backlogs that all this
+gives the same results as passing every pending workload to every cycle.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
-from gpupool.engine import Decisions, Engine, PendingCode
+from gpupool.engine.backlog import Backlog, Changes, declared_duration
+from gpupool.engine.core import Engine
+from gpupool.engine.decisions import Decisions, Pending, PendingCode
 from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.holds import Holds
 from gpupool.engine.ordering import workload_order_key
 from gpupool.model import Workload
-from gpupool.sim.pending import PendingSet, declared_duration
 
-FAILED_CODES = frozenset(
+#: the codes of a member that was tried and failed: a witness for the rest of its class
+FAILED = frozenset(
     {
         PendingCode.QUOTA,
         PendingCode.CAPACITY,
@@ -62,15 +80,19 @@ FAILED_CODES = frozenset(
 class _Windows:
     """One attempt's windows: what the cycle is given, and which windows were cut short."""
 
-    __slots__ = ("blocked", "c_trunc", "passed", "pend", "pulled", "q_trunc", "seen")
+    __slots__ = ("blocked", "c_trunc", "done", "n_whole", "passed", "pend", "pulled", "q_trunc", "seen")
 
-    def __init__(self, pend: PendingSet) -> None:
+    def __init__(self, pend: Backlog, whole: Sequence[Workload]) -> None:
         self.pend = pend
-        self.passed: list[Workload] = []
+        #: the caller's ``whole`` workloads come first, outside the backlog
+        self.passed: list[Workload] = list(whole)
+        self.n_whole = len(whole)
         self.blocked: set[str] = set()
         self.seen: set[str] = set()
         self.q_trunc: dict[str, list[str]] = {}
         self.c_trunc: dict[int, list[str]] = {}
+        #: cut class windows that grew to their whole class during the cycle
+        self.done: set[int] = set()
         self.pulled = 0
 
     def give(self, names: list[str]) -> None:
@@ -85,14 +107,21 @@ class _Windows:
         if names is None or names[-1] != w.name:
             return None
         lst = pend.by_class[c]  # type: ignore[index]
+        seen = self.seen
         i = len(names)
-        while i < len(lst) and lst[i][1] in self.seen:
+        while i < len(lst) and lst[i][1] in seen:
             i += 1
         if i >= len(lst):
+            self.done.add(c)  # type: ignore[arg-type]
             return None
         n = lst[i][1]
         names.append(n)
-        self.seen.add(n)
+        seen.add(n)
+        j = i + 1
+        while j < len(lst) and lst[j][1] in seen:
+            j += 1
+        if j >= len(lst):
+            self.done.add(c)  # type: ignore[arg-type]
         nxt = pend.w[n]
         self.passed.append(nxt)
         self.pulled += 1
@@ -104,28 +133,41 @@ class _Attempts:
 
     __slots__ = ("bf_horizon", "dirty", "extra", "full_classes", "memo", "use_blocked", "use_more")
 
-    def __init__(self, dirty: bool, extra: set[str], bf_horizon: float, use_more: bool) -> None:
+    def __init__(
+        self, dirty: bool, extra: set[str], bf_horizon: float, use_blocked: bool, use_more: bool
+    ) -> None:
         self.dirty = dirty
         #: workloads given besides the windows (newcomers, holders, backfill witnesses)
         self.extra = extra
         self.full_classes: set[int] = set()
         self.bf_horizon = bf_horizon
         self.memo: dict[object, Any] = {}  # the engine's blocked_at_start memo
-        self.use_blocked = True
+        self.use_blocked = use_blocked
         self.use_more = use_more
 
 
 class WindowPlanner:
-    """Runs one engine cycle over windows of the pending set, enlarged until provably exact."""
+    """Runs one engine cycle over windows of a backlog, enlarged until provably exact.
+
+    The options are the callers' differences: ``head_queues`` and ``one_head`` (queue windows),
+    ``blocked_heads`` (give a blocked class its head only), ``full_pending`` (no windows: every
+    workload, a reference run), ``pull_windows`` (grow class windows inside the cycle). A planner
+    kept across cycles remembers the window sizes that were enough (a hint only: every cycle is
+    verified) and the last cycle's holds."""
 
     def __init__(
-        self, head_queues: set[str], one_head: bool, full_pending: bool, pull_windows: bool = True
+        self,
+        head_queues: Collection[str] = frozenset(),
+        one_head: bool = False,
+        full_pending: bool = False,
+        pull_windows: bool = True,
+        blocked_heads: bool = True,
     ) -> None:
         self.head_queues = head_queues
         self.one_head = one_head
         self.full_pending = full_pending
         self.pull_windows = pull_windows
-        # window sizes that were enough last time (a hint only: every cycle is verified)
+        self.blocked_heads = blocked_heads
         self.k_class: dict[int, int] = {}
         self.k_queue: dict[str, int] = {}
         self.engine_calls = 0
@@ -133,21 +175,31 @@ class WindowPlanner:
         #: the last cycle's holds (``Holds.key``) and their planned starts
         self.last_held: frozenset[tuple[str, frozenset[int], float]] = frozenset()
         self.last_starts: list[float] = []
+        self._last: _Windows | None = None
 
     def decide(
-        self, eng: Engine, pend: PendingSet, now: float, dirty: bool
+        self,
+        eng: Engine,
+        pend: Backlog,
+        now: float,
+        changes: Changes | None = None,
+        whole: Sequence[Workload] = (),
     ) -> tuple[Decisions, list[Workload]]:
-        """The cycle's decisions and the workloads it was given (``dirty``: the state changed)."""
-        touched, touched_q, new = pend.touched, pend.touched_queues, pend.new
-        pend.touched, pend.touched_queues, pend.new = set(), set(), set()
+        """The cycle's decisions and the workloads it was given. ``changes``: what changed
+        since the last cycle, when the state is otherwise the same (None: anything may have);
+        ``whole``: workloads given besides the backlog's windows."""
         if self.full_pending:
-            everything = list(pend.w.values())
+            everything = [*whole, *pend.w.values()]
             self.engine_calls += 1
             return eng.cycle(everything, now), everything
-        at = _Attempts(dirty, self._extra(pend, new, dirty), self._bf_horizon(now), self.pull_windows)
+        dirty = changes is None
+        extra = self._extra(pend, changes) if changes is not None else set()
+        at = _Attempts(dirty, extra, self._bf_horizon(now), self.blocked_heads, self.pull_windows)
+        touched, touched_q = (changes.classes, changes.queues) if changes is not None else (set(), set())
         while True:
-            win = self._windows(eng, pend, at, touched, touched_q)
-            if not win.passed:
+            win = self._windows(eng, pend, at, touched, touched_q, whole)
+            if not win.passed and not at.dirty:  # nothing changed that could move anything
+                self._last = win
                 return Decisions(), win.passed
             d = self._cycle(eng, pend, win, at, now)
             if (win.blocked or win.pulled) and d.preempted:
@@ -164,7 +216,7 @@ class WindowPlanner:
                 # workload, a preemption frees capacity): give every class its window
                 at.dirty = True
                 continue
-            if self._holds_open(pend, win, at, d, holds):
+            if self._holds_open(win, at, d, holds):
                 continue
             if not win.q_trunc and not win.c_trunc:
                 break
@@ -180,15 +232,38 @@ class WindowPlanner:
         self.holders = set(holds.by_workload)
         self.last_held = held
         self.last_starts = [h.start for h in holds.all()]
+        self._last = win
         return d, win.passed
 
-    def _extra(self, pend: PendingSet, new: set[str], dirty: bool) -> set[str]:
+    def left_out(self, d: Decisions) -> dict[str, Pending]:
+        """The reasons of the members the last cycle (``d``) left out of its class windows:
+        their class witness's, under their own name; a witness that holds no nodes if there is
+        one (a holder's reason names its own hold, which the others do not have)."""
+        win = self._last
+        if win is None:
+            return {}
+        pend, seen = win.pend, win.seen
+        by_name = {p.workload: p for p in d.pending}
+        out: dict[str, Pending] = {}
+        for c, names in win.c_trunc.items():
+            cands = [by_name[n] for n in reversed(names) if n in by_name and by_name[n].code in FAILED]
+            witness = next((p for p in cands if p.workload not in self.holders), cands[0] if cands else None)
+            if witness is None:
+                continue
+            q, code, reason = pend.w[names[0]].queue, witness.code, witness.reason  # one queue a class
+            # every member before the window's end was given (in the window, or besides it)
+            out.update(
+                {n: Pending(n, q, code, reason) for _, n in pend.by_class[c][len(names) :] if n not in seen}
+            )
+        return out
+
+    def _extra(self, pend: Backlog, changes: Changes) -> set[str]:
         """Unchanged state: newcomers (they may backfill) and the last holders, besides windows
         (a StrictFIFO or one-head queue is given as a window or not at all)."""
-        if dirty:
-            return set()
         extra = {
-            n for n in new if n in pend.w and not self.one_head and pend.w[n].queue not in self.head_queues
+            n
+            for n in changes.new
+            if n in pend.w and not self.one_head and pend.w[n].queue not in self.head_queues
         }
         extra.update(n for n in self.holders if n in pend.w)
         return extra
@@ -198,9 +273,15 @@ class WindowPlanner:
         return max(self.last_starts, default=-math.inf) - now
 
     def _windows(
-        self, eng: Engine, pend: PendingSet, at: _Attempts, touched: set[int], touched_q: set[str]
+        self,
+        eng: Engine,
+        pend: Backlog,
+        at: _Attempts,
+        touched: set[int],
+        touched_q: set[str],
+        whole: Sequence[Workload],
     ) -> _Windows:
-        win = _Windows(pend)
+        win = _Windows(pend, whole)
         for q, classes in pend.by_queue.items():
             if not classes:
                 continue
@@ -215,7 +296,7 @@ class WindowPlanner:
         win.seen.update(at.extra)
         return win
 
-    def _queue_window(self, pend: PendingSet, win: _Windows, q: str, classes: dict[int, None]) -> None:
+    def _queue_window(self, pend: Backlog, win: _Windows, q: str, classes: dict[int, None]) -> None:
         k = self.k_queue.get(q, 8)
         lists = [pend.by_class[c][:k] for c in classes]
         got = heapq.nsmallest(k, (x for lst in lists for x in lst))
@@ -225,11 +306,12 @@ class WindowPlanner:
         win.give(names)
 
     def _class_windows(
-        self, eng: Engine, pend: PendingSet, win: _Windows, at: _Attempts, classes: Iterable[int]
+        self, eng: Engine, pend: Backlog, win: _Windows, at: _Attempts, classes: Iterable[int]
     ) -> None:
         """The windows of one queue's classes (one call per queue: this loop is the hot one)."""
         by_class, ws, k_class, full = pend.by_class, pend.w, self.k_class, at.full_classes
         passed, seen = win.passed, win.seen
+        bf = at.bf_horizon if pend.by_band else -math.inf  # backfill by exact durations: bands only
         for c in classes:
             lst = by_class[c]
             if at.use_blocked and c not in full:
@@ -245,26 +327,30 @@ class WindowPlanner:
                 win.c_trunc[c] = names
                 # under a hold, a short member may backfill where the window could not: give the
                 # first that could (by the last hold) up front, as the check after the cycle would
-                if pend.by_dur[c][0][0] <= at.bf_horizon:
-                    at.extra.update(pend.eligible(c, at.bf_horizon, set(names), 1))
+                if bf > -math.inf and pend.by_dur[c][0][0] <= bf:
+                    at.extra.update(pend.eligible(c, bf, set(names), 1))
             seen.update(names)
             passed.extend(ws[n] for n in names)
 
-    def _cycle(self, eng: Engine, pend: PendingSet, win: _Windows, at: _Attempts, now: float) -> Decisions:
+    def _cycle(self, eng: Engine, pend: Backlog, win: _Windows, at: _Attempts, now: float) -> Decisions:
         if pend.shapes is not None:
+            # the shapes left out count in the fragmentation mix, as if they had been given
             hidden = pend.shapes.copy()
-            add_shapes(hidden, win.passed, sign=-1)  # type: ignore[arg-type]
+            add_shapes(hidden, win.passed[win.n_whole :], sign=-1)  # type: ignore[arg-type]
             eng.mix.hidden = +hidden
         kw: dict[str, Any] = {}
         if win.blocked:
             kw["blocked"] = win.blocked
         if at.use_more and win.c_trunc:
             kw["more"] = win.pull
-        d = eng.cycle(list(win.passed), now, **kw)
+        try:
+            d = eng.cycle(list(win.passed), now, **kw)
+        finally:
+            eng.mix.hidden = None
         self.engine_calls += 1
         return d
 
-    def _holds_open(self, pend: PendingSet, win: _Windows, at: _Attempts, d: Decisions, holds: Holds) -> bool:
+    def _holds_open(self, win: _Windows, at: _Attempts, d: Decisions, holds: Holds) -> bool:
         """Where a pool plans more than one start (``reservations`` > 1), a failed member may
         have taken a hold, and then its failure changed state: a member left out, failing as
         it did, would have taken the next hold. A cut window is exact only when one of its
@@ -279,11 +365,13 @@ class WindowPlanner:
             at.use_blocked = False
             return True
         late = d.pending[d.pending_after_preemption :] if d.preempted else d.pending
-        failed = {p.workload for p in late if p.code in FAILED_CODES}  # as the witness must be
+        failed = {p.workload for p in late if p.code in FAILED}  # as the witness must be
         # a class can take at most the holds still free, and then its next member fails
         room = sum(max(0, n - len(holds.of_pool(p))) for p, n in holds.limits.items())
         grew = False
         for c, names in win.c_trunc.items():
+            if c in win.done:
+                continue
             if any(n in holders for n in names) and not any(n in failed and n not in holders for n in names):
                 self.k_class[c] = len(names) + room + 1
                 grew = True
@@ -304,7 +392,7 @@ class WindowPlanner:
 
     def _class_windows_exact(
         self,
-        pend: PendingSet,
+        pend: Backlog,
         win: _Windows,
         at: _Attempts,
         d: Decisions,
@@ -318,14 +406,16 @@ class WindowPlanner:
         # from then on); without preemptions every failure qualifies
         failed = {p.workload for p in d.pending[d.pending_after_preemption :]} if d.preempted else None
         # backfill: a member that may use held nodes needs a failed witness that could too
-        held = bool(starts)
+        held = bool(starts) and pend.by_band
         bf_any = max(starts, default=-math.inf) - now
         bf_all = min(starts, default=math.inf) - now
         extra = at.extra
         for c, names in win.c_trunc.items():
-            if not any(outcome.get(n) in FAILED_CODES and (failed is None or n in failed) for n in names):
+            if c in win.done:
+                continue
+            if not any(outcome.get(n) in FAILED and (failed is None or n in failed) for n in names):
                 ok = False
-                self.k_class[c] = self.k_class.get(c, 1) * 2
+                self.k_class[c] = max(2 * len(names), 2 * self.k_class.get(c, 1))
                 continue
             first = pend.eligible(c, bf_any, set(names) | extra, 1) if held else []
             if not first:
@@ -334,7 +424,7 @@ class WindowPlanner:
             # nodes (every window member is; a backfill witness given up front may not be)
             before = (workload_order_key(pend.w[first[0]]), first[0])
             if any(
-                outcome.get(n) in FAILED_CODES
+                outcome.get(n) in FAILED
                 and (failed is None or n in failed)
                 and declared_duration(pend.w[n]) <= bf_all
                 and (n in names or (workload_order_key(pend.w[n]), n) < before)
@@ -349,13 +439,14 @@ class WindowPlanner:
         return ok
 
     def _learn(
-        self, pend: PendingSet, win: _Windows, d: Decisions, outcome: dict[str, object], use_more: bool
+        self, pend: Backlog, win: _Windows, d: Decisions, outcome: dict[str, object], use_more: bool
     ) -> None:
         """Window sizes for the next cycle, from what this one admitted."""
         adm: dict[int, int] = {}
         for a in d.admitted:
-            c = pend.cls_of[a.workload]
-            adm[c] = adm.get(c, 0) + 1
+            c = pend.cls_of.get(a.workload)
+            if c is not None:
+                adm[c] = adm.get(c, 0) + 1
         for c in win.c_trunc:
             # windows grow during the cycle: start each at one member
             self.k_class[c] = 1 if use_more else min(64, adm.get(c, 0) + 1)
