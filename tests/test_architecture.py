@@ -7,6 +7,10 @@ PartialAdmission, BorrowRounds, UsageDecayOrder)``). A part is a class with its 
 a narrow interface, passed what it needs. Bases that declare an interface or a kind rather
 than bring behaviour do not count: ``Protocol``, ``Generic``, ``ABC`` and exceptions (with
 every exception class of the tree).
+
+Declare, don't probe (issue 26): no ``getattr(x, "name", default)`` or ``hasattr(x, "name")``
+in ``src/`` but the allowed ones (``PROBES_ALLOWED``, each with its reason): a probe hides an
+optional capability from the type checker and from the reader of the collaborator's class.
 """
 
 from __future__ import annotations
@@ -111,3 +115,83 @@ class Two(A, B): ...
             "UsageDecayOrder",
         ]
     }
+
+
+# -- optional capabilities are declared, not probed (issue 26) ---------------------------------
+#: the literal ``getattr(x, "name", default)`` / ``hasattr(x, "name")`` calls that stay, as
+#: "module:attribute" -> why it is no probe of one of gpupool's own collaborators
+PROBES_ALLOWED: dict[str, str] = {
+    "gpupool.discovery.nvml:NVML_NVLINK_MAX_LINKS": "a library constant older pynvml releases lack",
+    "gpupool.sim.scenario:problem_mark": "PyYAML's error: only a MarkedYAMLError carries a mark",
+    "gpupool.sim.scenario:problem": "PyYAML's error: only a MarkedYAMLError carries a problem",
+    "gpupool.service.notify.config:problem_mark": "PyYAML's error: only a MarkedYAMLError carries a mark",
+    "gpupool.service.notify.config:problem": "PyYAML's error: only a MarkedYAMLError carries a problem",
+    "gpupool.manifests.documents:problem_mark": "PyYAML's error: only a MarkedYAMLError carries a mark",
+    "gpupool.manifests.documents:problem": "PyYAML's error: only a MarkedYAMLError carries a problem",
+    "gpupool.kube.adapters.config_source:errors": "whatever a refused apply raised: located "
+    "errors where its type carries them (the API's ApiError, ManifestError, ...)",
+    "gpupool.kube.adapters.config_source:message": "whatever a refused apply raised: the API's "
+    "ApiError carries its message apart, any other exception is its str()",
+    "gpupool.store.utilisation:rowcount": "SQLAlchemy's Result: rowcount is on CursorResult only",
+    "gpupool.bench.kube:getloadavg": "the standard library: os.getloadavg is Unix-only",
+    "gpupool.service.leader:state": "the ASGI scope's app: a Starlette app has state, another may not",
+    "gpupool.service.leader:svc": "Starlette's app.state: svc is set once the app is built",
+    "gpupool.service.audit_witness:audit_witness": "Starlette's app.state: the typed accessor "
+    "witness_of, set only where a witness runs",
+    "gpupool.service.alerts:alerts": "Starlette's app.state: the typed accessor loop_of, set only "
+    "where the alert loop runs",
+    "gpupool.service.routes.utilisation:utilisation": "Starlette's app.state: set only where the "
+    "utilisation loop runs",
+    "gpupool.service.routes.webhooks:namespace_queues": "Starlette's app.state: set only where the "
+    "namespace webhook is served",
+    "gpupool.service.routes.alerts:notifier": "Starlette's app.state: set only where notifications "
+    "are configured",
+}
+
+
+def probes(trees: dict[str, ast.Module]) -> dict[str, list[int]]:
+    """Every ``getattr(x, "<literal>", default)`` and ``hasattr(x, "<literal>")``, as
+    "module:attribute" -> the lines it is on."""
+    out: dict[str, list[int]] = {}
+    for module, tree in trees.items():
+        for n in ast.walk(tree):
+            if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Name)):
+                continue
+            arity = {"getattr": 3, "hasattr": 2}.get(n.func.id)
+            if arity is None or len(n.args) != arity:
+                continue
+            name = n.args[1]
+            if isinstance(name, ast.Constant) and isinstance(name.value, str):
+                out.setdefault(f"{module}:{name.value}", []).append(n.lineno)
+    return out
+
+
+def test_optional_capabilities_are_declared_not_probed() -> None:
+    """No ``getattr`` with a literal name and a default, no ``hasattr`` with a literal name, in
+    ``src/`` but the allowed ones: an optional capability of a collaborator is declared (a
+    Protocol method with its default, an attribute every implementation sets, an Optional
+    field) and called directly, so a type checker and a reader see it."""
+    found = probes(_tree())
+    new = {k: v for k, v in found.items() if k not in PROBES_ALLOWED}
+    assert not new, f"declare the capability (a Protocol member, an Optional field) and use it: {new}"
+
+
+def test_allowed_probes_are_still_there() -> None:
+    """An entry of ``PROBES_ALLOWED`` goes once its probe does (the list only shrinks)."""
+    found = probes(_tree())
+    assert set(PROBES_ALLOWED) <= set(found), sorted(set(PROBES_ALLOWED) - set(found))
+    assert all(reason.strip() for reason in PROBES_ALLOWED.values())
+
+
+def test_the_probe_check_sees_literal_getattr_defaults_and_hasattr_only() -> None:
+    """A literal name with a default, and ``hasattr``, count; a plain ``getattr(x, "a")``, a
+    computed name and a method of another object named getattr do not."""
+    src = """
+a = getattr(x, "pick_cpu", None)
+b = hasattr(m, "max_wait_s")
+c = getattr(x, "a")
+d = getattr(self, f, None)
+e = obj.getattr(x, "b", None)
+f = getattr(x, 'pos', 0) + getattr(y, "pos", 1)
+"""
+    assert probes({"m": ast.parse(src)}) == {"m:pick_cpu": [2], "m:max_wait_s": [3], "m:pos": [7, 7]}

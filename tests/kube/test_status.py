@@ -5,6 +5,7 @@ does, Admitted and Preempted Events from the audit."""
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,7 @@ class Source:
         self.names = names
 
     @staticmethod
-    def group_of(pod: dict[str, Any]) -> str:
+    def group_of(pod: Mapping[str, Any]) -> str:
         return str(pod["metadata"]["name"])
 
     def members(self, namespace: str, group: str) -> list[str]:

@@ -1,7 +1,7 @@
 """Alerts evaluated by gpupool itself in the background (gpupool.service.alerts.AlertLoop):
 incidents open and resolve on a replayed scenario with nobody calling the API, one failing rule
-never stops the others, a standby never evaluates, and the wait-limit rule reads the stored
-workload's ``max_wait_s``."""
+never stops the others, a standby never evaluates, and the wait-limit rule reads the pending
+workload's model's ``max_wait_s``."""
 
 from __future__ import annotations
 
@@ -120,33 +120,16 @@ def test_a_standby_does_not_evaluate(world: tuple[Store, Controller, Clock]) -> 
     assert loop.evaluate_now()[0] == 3
 
 
-class _LimitedStore:
-    """The store, with the task-type wait limit on each pending workload (``max_wait_s``)."""
-
-    def __init__(self, inner: Store, limits: dict[str, float | None]) -> None:
-        self.inner, self.limits = inner, limits
-
-    def list_workloads(self, **kw: Any) -> list[Any]:
-        return [
-            SimpleNamespace(name=r.name, max_wait_s=self.limits.get(r.name))
-            for r in self.inner.list_workloads(**kw)
-        ]
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self.inner, attr)
-
-
 def _limit(ctl: Controller, name: str, limit: float | None) -> None:
-    """Give a pending workload's model its task type's wait limit (when the model has the field)."""
+    """Give a pending workload's model its task type's wait limit."""
     q = ctl.pending[name]
-    if hasattr(q.model, "max_wait_s"):
-        q.model = dataclasses.replace(q.model, max_wait_s=limit)
+    q.model = dataclasses.replace(q.model, max_wait_s=limit)
 
 
 def test_a_workload_waiting_past_its_task_types_limit_fires(world: tuple[Store, Controller, Clock]) -> None:
     store, ctl, clock = world
     _limit(ctl, "waits", 600.0)
-    svc = _svc(ctl, _LimitedStore(store, {"waits": 600.0}))  # the stored limit, for a model without one
+    svc = _svc(ctl, store)
     only = {"WorkloadWaitedPastLimit": alerts.RULES["WorkloadWaitedPastLimit"]}
     clock.t += 300
     assert alerts.evaluate_rules(svc, rules=only, now=clock.t).firing == []  # 5 of 10 minutes
@@ -156,7 +139,7 @@ def test_a_workload_waiting_past_its_task_types_limit_fires(world: tuple[Store, 
     assert "waits (15 of 10 min)" in f.message
     # no limit (a workload of a type without one): nothing fires
     _limit(ctl, "waits", None)
-    assert alerts.evaluate_rules(_svc(ctl, _LimitedStore(store, {})), rules=only, now=clock.t).firing == []
+    assert alerts.evaluate_rules(_svc(ctl, store), rules=only, now=clock.t).firing == []
 
 
 def test_the_wait_limit_is_the_task_types_default(world: tuple[Store, Controller, Clock]) -> None:

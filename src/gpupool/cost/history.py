@@ -18,7 +18,7 @@ from typing import Any
 from gpupool.audit import AuditRecord
 from gpupool.manifests import Bundle
 from gpupool.model import Node
-from gpupool.store import EventRecord, WorkloadRecord
+from gpupool.store import EventRecord, Store, WorkloadRecord
 
 #: phases that end a run (a Running -> Pending change is a requeue after a failed attempt)
 RUN_ENDS = frozenset({"Pending", "Preempted", "Succeeded", "Failed", "Cancelled"})
@@ -278,11 +278,10 @@ def build_history(
     return h
 
 
-def load_history(store: Any, bundle: Bundle) -> History:
+def load_history(store: Store, bundle: Bundle) -> History:
     """The history of every stored workload and node, through the store's public reads only."""
     h = build_history(store.list_workloads(), store.list_events(), store.audit_records(), bundle)
-    revisions = getattr(store, "kind_revisions", None)  # a store without configuration history
-    h.nodes = None if revisions is None else node_spans(revisions("Cluster"))
+    h.nodes = node_spans(store.kind_revisions("Cluster"))
     return h
 
 

@@ -21,7 +21,6 @@ from gpupool.engine.scoring import (
     fits_node,
     free_devices,
     mem_for,
-    pick_cpu_only,
 )
 from gpupool.engine.state.cluster import N_FRAC_BUCKETS, ClusterState, PoolIndex
 from gpupool.model import (
@@ -149,8 +148,7 @@ class Placer:
             return self._bind(p, i, (d,), r.gpu_milli, mem_for(st, i, r))
         # CPU-only pod: on the node with the fewest free GPUs that fits, so that its CPU and
         # memory are not taken from nodes whose GPUs are still free (that strands GPUs)
-        pick_cpu = getattr(scorer, "pick_cpu", None)
-        i = pick_cpu(st, idxs, r, ok) if pick_cpu is not None else pick_cpu_only(st, idxs, r, ok)
+        i = scorer.pick_cpu(st, idxs, r, ok)
         if i is None:
             return None
         return self._bind(p, i, (), 0, 0)

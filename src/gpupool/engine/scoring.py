@@ -22,8 +22,8 @@ NodeFilter = Callable[[int], bool]
 class Scorer(Protocol):
     """Score extension point: choose a node (and devices) for one pod among feasible ones.
 
-    A scorer may also have ``pick_cpu`` (same arguments as ``pick_fraction``, returns a node) for
-    pods without GPUs; without it they go where ``pick_cpu_only`` says."""
+    ``pick_cpu`` places a pod without GPUs; a scorer with no view of its own on those returns
+    what ``pick_cpu_only`` says (as ``BinPack`` and ``Spread`` do)."""
 
     name: str
 
@@ -34,6 +34,10 @@ class Scorer(Protocol):
     def pick_fraction(
         self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
     ) -> tuple[int, int] | None: ...
+
+    def pick_cpu(
+        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
+    ) -> int | None: ...
 
 
 def mem_for(st: ClusterState, i: int, req: PodRequest) -> int:
@@ -115,6 +119,11 @@ class BinPack:
             return None
         return node, free_devices(st, node, 1)[0]
 
+    def pick_cpu(
+        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
+    ) -> int | None:
+        return pick_cpu_only(st, idxs, req, ok)
+
 
 class Spread:
     """Worst fit: the node with the most free GPUs, to keep per-node headroom (inference pools)."""
@@ -135,6 +144,11 @@ class Spread:
         return first_shared(
             st, idxs, range(N_FRAC_BUCKETS - 1, req.gpu_milli // FRAC_BUCKET - 1, -1), req, ok
         )
+
+    def pick_cpu(
+        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
+    ) -> int | None:
+        return pick_cpu_only(st, idxs, req, ok)
 
 
 def pick_cpu_only(st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter) -> int | None:

@@ -115,8 +115,7 @@ def _failures(svc: Service, policy: AlertPolicy, now: float) -> list[Firing]:
 
 
 def _unhealthy(svc: Service) -> list[Firing]:
-    faults = getattr(svc.controller, "faults", None)
-    marked = dict(faults.unhealthy) if faults is not None else {}
+    marked = dict(svc.controller.faults.unhealthy)
     return [
         Firing("GPUUnhealthy", f"node/{node}/gpu/{i}", "critical", f"GPU {i} of node {node}: {why}")
         for node, devices in sorted(marked.items())
@@ -124,29 +123,17 @@ def _unhealthy(svc: Service) -> list[Firing]:
     ]
 
 
-def _stored_limits(svc: Service) -> dict[str, float]:
-    """The wait limit each pending workload's task type resolved to, by name, as stored on the
-    workload (``max_wait_s``, set at submit from the task-type defaults)."""
-    out: dict[str, float] = {}
-    for rec in svc.store.list_workloads(phases=["Pending"]):
-        limit = getattr(rec, "max_wait_s", None)
-        if isinstance(limit, int | float) and limit > 0:
-            out[rec.name] = float(limit)
-    return out
-
-
 def _past_limit(svc: Service, policy: AlertPolicy, now: float) -> list[Firing]:
-    """Pending work over its task type's wait limit. The limit is the controller's model's
-    ``max_wait_s`` (built from the stored manifest with the same resolution the store keeps);
-    a model without that field (an older engine model) falls back to the stored workload's."""
+    """Pending work over its task type's wait limit: the controller's model's ``max_wait_s``
+    (``Workload.max_wait_s``, resolved from the stored manifest and the task-type defaults;
+    None: its type sets no limit)."""
     ctl = svc.controller
     with ctl.lock:
         pending = [(q.name, q.queue, q.submitted_at, q.model) for q in ctl.pending.values()]
-    stored = _stored_limits(svc) if any(not hasattr(m, "max_wait_s") for *_, m in pending) else {}
     over: dict[str, list[tuple[float, str, float]]] = {}
     for name, queue, since, model in pending:
-        limit = getattr(model, "max_wait_s", None) if hasattr(model, "max_wait_s") else stored.get(name)
-        if isinstance(limit, int | float) and limit > 0 and now - since > limit:
+        limit = model.max_wait_s
+        if limit is not None and limit > 0 and now - since > limit:
             over.setdefault(queue, []).append((now - since, name, float(limit)))
     out = []
     for queue, items in sorted(over.items()):

@@ -25,6 +25,7 @@ from dataclasses import replace
 
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from gpupool.service import openapi as oa
 from gpupool.service.alerts import RULES, AlertLoop
@@ -216,7 +217,9 @@ def _submit_first(app: FastAPI) -> None:
     """Route matching is a linear scan: put the hot path (submit) first."""
     routes = app.router.routes
     hot = [
-        r for r in routes if getattr(r, "path", "") == "/v1/workloads" and "POST" in getattr(r, "methods", ())
+        r
+        for r in routes
+        if isinstance(r, Route) and r.path == "/v1/workloads" and "POST" in (r.methods or ())
     ]
     app.router.routes[:] = hot + [r for r in routes if r not in hot]
 

@@ -441,8 +441,9 @@ class StandbyGuard:
             and scope["path"].startswith("/v1/")
             and scope["path"] not in READ_ONLY_POSTS
         ):
-            svc = getattr(getattr(scope.get("app"), "state", None), "svc", None)
-            el: LeaderElector | None = getattr(svc, "leader", None)
+            # app.state.svc is set once the app is built (gpupool.service.api); absent before
+            svc: Service | None = getattr(getattr(scope.get("app"), "state", None), "svc", None)
+            el = svc.leader if svc is not None else None
             if el is not None and not el.is_leader:
                 await refusal(el)(scope, receive, send)
                 return

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpupool.model import PendingLimits, Workload
+from gpupool.model import PendingLimits, Queue, Workload
 
 #: the limits' manifest names, in the order they are checked
 FIELDS = (
@@ -62,7 +62,7 @@ class QueueTree(Protocol):
     """What the counter reads of the configuration: the queues and each queue's path up."""
 
     @property
-    def queues_by_name(self) -> Mapping[str, object]: ...
+    def queues_by_name(self) -> Mapping[str, Queue]: ...
 
     def queue_path(self, queue: str) -> list[str]: ...
 
@@ -85,9 +85,9 @@ class Over:
         return self.adds > self.limit
 
 
-def limits_of(queue: object) -> PendingLimits:
-    got = getattr(queue, "pending_limits", None)
-    return got if isinstance(got, PendingLimits) else PendingLimits()
+def limits_of(queue: Queue | None) -> PendingLimits:
+    """A queue's ``spec.limits`` (none for a queue the tree does not know)."""
+    return queue.pending_limits if queue is not None else PendingLimits()
 
 
 class PendingCounter:

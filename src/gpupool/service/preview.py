@@ -75,8 +75,7 @@ def _copy_state(svc: Service, new: Bundle, extra: Iterable[Workload]) -> _State:
     with ctl.lock:
         now = ctl.clock()
         running = list(ctl.running_view().values())
-        faults = getattr(ctl, "faults", None)
-        holds = faults.holds if faults is not None else {}
+        holds = ctl.faults.holds
         queued = [
             q for q in ctl.pending.values() if not q.exception and holds.get(q.name, float("-inf")) <= now
         ]
@@ -98,10 +97,9 @@ def _remodel(svc: Service, name: str, seq: int, bundle: Bundle) -> Workload:
 def _engine(svc: Service, bundle: Bundle, running: Sequence[Running], now: float) -> Engine:
     """A fresh engine as the controller's ``_install`` builds it (failed nodes unschedulable,
     unhealthy devices held), on a snapshot of our own."""
-    faults = getattr(svc.controller, "faults", None)
-    down = faults.down if faults is not None else {}
+    faults = svc.controller.faults
     snap = Snapshot(
-        effective_nodes(bundle.nodes, down),
+        effective_nodes(bundle.nodes, faults.down),
         tuple(bundle.pools),
         tuple(bundle.queues),
         tuple(bundle.priority_classes),
@@ -109,8 +107,7 @@ def _engine(svc: Service, bundle: Bundle, running: Sequence[Running], now: float
         now=now,
     )
     eng = Engine(snap)
-    if faults is not None:
-        occupy_unhealthy(eng, faults.unhealthy)
+    occupy_unhealthy(eng, faults.unhealthy)
     return eng
 
 

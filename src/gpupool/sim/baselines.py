@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpupool.engine.placement import SCORERS, NodeFilter, register_scorer
-from gpupool.engine.scoring import fits_node
+from gpupool.engine.scoring import fits_node, pick_cpu_only
 from gpupool.engine.state.cluster import ClusterState, PoolIndex
 from gpupool.model import EngineConfig, PodRequest
 
@@ -52,6 +52,11 @@ class FirstFit:
                 if best is not None and best[0] == i:
                     break
         return best
+
+    def pick_cpu(
+        self, st: ClusterState, idxs: list[PoolIndex], req: PodRequest, ok: NodeFilter
+    ) -> int | None:
+        return pick_cpu_only(st, idxs, req, ok)
 
 
 if "first-fit" not in SCORERS:  # registered once, even if this module is imported again

@@ -20,6 +20,7 @@ from gpupool.manifests import (
     Document,
     ManifestError,
     Metadata,
+    QueueSpec,
     QuotaSpec,
     build,
     default_priority_classes,
@@ -242,7 +243,7 @@ def _trace(spec: ScenarioSpec, base: Path, src: str, docs: list[Document], error
         )
     if w.sets is not None:
         queues = [d for d in docs if d.kind == "Queue"]
-        parents = {getattr(d.spec, "parent", None) for d in queues}
+        parents = {d.spec.parent for d in queues if isinstance(d.spec, QueueSpec)}
         leaves = [d.name for d in queues if d.name not in parents]
         return expand_sets(resolve_sets(w.sets, leaves, f"{where}.sets"))
     assert w.generator is not None

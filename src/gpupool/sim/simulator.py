@@ -99,6 +99,9 @@ class Simulation:
         #: the resource the run's allocation, loss and usage figures count (quota vector index):
         #: GPUs where the cluster has any, else CPU (a CPU-only cluster's metrics mean something)
         self.res = metric_resource(self.nodes)
+        #: the decayed GPU-seconds per queue (engine/decay.py), made at the first cycle of a
+        #: run with ``usage_half_life_s``; None while usage decay is off
+        self.decay: DecayedUsage | None = None
 
     def _uses_shape_mix(self, eng: Engine) -> bool:
         """Only the fragmentation scorer weighs placements against the mix of waiting shapes;
@@ -322,7 +325,8 @@ class Simulation:
         pend = self.pend
         hl = self.config.usage_half_life_s
         if hl:  # usage decay (engine/decay.py): the decayed GPU-seconds per queue, up to now
-            self.decay = getattr(self, "decay", None) or DecayedUsage(hl)
+            if self.decay is None:
+                self.decay = DecayedUsage(hl)
             self.decay.advance(t, gpus_by_queue(self.running.values()))
             self.eng.set_decayed_usage(self.decay.usage)
         while len(pend):

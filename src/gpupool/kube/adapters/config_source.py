@@ -129,9 +129,8 @@ class ConfigSource(LoopThread):
         """Apply through ``svc`` from now on (the informers start here if they are our own)."""
         self.svc = svc
         for inf in self.informers.values():
-            start = getattr(inf, "start", None)
-            if callable(start) and isinstance(inf, Informer):
-                start()
+            if isinstance(inf, Informer):
+                inf.start()
         self._start_loop("gpupool-kube-config")
 
     def stop(self) -> None:

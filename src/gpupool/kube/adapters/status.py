@@ -261,6 +261,24 @@ def waiting_reasons(ctl: Any, names: Iterable[str]) -> dict[str, Waiting]:
     return out
 
 
+class WorkloadSource(Protocol):
+    """What the writer reads of the workload source (gpupool.kube.adapters.source.KubeSource):
+    the workloads it submitted, and how bare pods form groups."""
+
+    @property
+    def names(self) -> Mapping[Key, str]:
+        """The gpupool workload of each source key."""
+        ...
+
+    def group_of(self, pod: Mapping[str, Any]) -> str:
+        """A bare pod's group (its gang marker, else the pod alone: its own name)."""
+        ...
+
+    def members(self, namespace: str, group: str) -> list[str]:
+        """Names of the bare pods of one group."""
+        ...
+
+
 class StatusWriter(LoopThread):
     """Writes why each waiting Kubernetes workload waits (pod conditions, owner Events), and
     Admitted / Preempted Events from the audit, in its own thread."""
@@ -269,7 +287,7 @@ class StatusWriter(LoopThread):
         self,
         ctl: Any,
         store: Any,
-        source: Any,
+        source: WorkloadSource,
         informers: Mapping[str, Any],
         writes: Writes,
         recorder: EventRecorder,
@@ -425,7 +443,7 @@ class StatusWriter(LoopThread):
         if pods is None:
             return out
         jobs = self.informers.get("jobs")
-        group_of = getattr(self.source, "group_of", lambda p: str(_meta(p).get("name") or ""))
+        group_of = self.source.group_of
         for pod in pods.items():
             spec = pod.get("spec") or {}
             if spec.get("nodeName") or _meta(pod).get("deletionTimestamp"):
@@ -443,7 +461,7 @@ class StatusWriter(LoopThread):
         if inf is None:
             return None
         if kind == "pods":
-            members = sorted(getattr(self.source, "members", lambda ns, g: [g])(ns, name))
+            members = sorted(self.source.members(ns, name))
             obj = next((p for p in (inf.get(ns, n) for n in members) if p is not None), None)
         else:
             obj = inf.get(ns, name)

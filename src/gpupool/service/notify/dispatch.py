@@ -83,8 +83,7 @@ class SinkWorker:
         self.q: queue.Queue[Job] = queue.Queue(maxsize=queue_size)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        am = getattr(sink, "am", None)
-        self.resend_s: float | None = am.resendInterval if am is not None else None
+        self.resend_s: float | None = sink.resend_interval_s
 
     def offer(self, job: Job) -> bool:
         """Enqueue without waiting; False when the queue is full."""
@@ -110,11 +109,10 @@ class SinkWorker:
 
     def remember(self, open_incidents: Iterable[dict[str, Any]]) -> None:
         """The incidents open now, for a sink that keeps posting open alerts (Alertmanager)."""
-        keep = getattr(self.sink, "keep", None)
-        if keep is None:
-            return
+        if self.resend_s is None:
+            return  # a sink that never resends keeps nothing
         for inc in open_incidents:
-            keep(Notice(inc, CHANGES[inc["state"]]))
+            self.sink.keep(Notice(inc, CHANGES[inc["state"]]))
 
     def _run(self) -> None:
         last_resend = time.monotonic()
@@ -133,7 +131,7 @@ class SinkWorker:
 
     def _resend(self) -> None:
         try:
-            self.sink.resend()  # type: ignore[attr-defined]
+            self.sink.resend()
         except Exception as exc:  # the next interval tries again; the deliveries stand as recorded
             log.warning("notification sink %s: resending open alerts failed: %s", self.sink.name, exc)
 

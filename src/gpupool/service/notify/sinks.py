@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import httpx
 
@@ -30,9 +30,18 @@ def _now() -> datetime:
 
 class Sink(Protocol):
     name: str
+    #: seconds between posts of the kept open incidents (``resend``); None: the sink never
+    #: resends (only Alertmanager forgets an alert that is not posted again)
+    resend_interval_s: float | None
 
     def send(self, notice: Notice) -> None:
         """Deliver or raise (the message says why)."""
+
+    def keep(self, notice: Notice) -> None:
+        """Remember an open incident for ``resend`` (a sink that never resends ignores it)."""
+
+    def resend(self) -> int:
+        """Post every kept open incident again: how many (0 for a sink that never resends)."""
 
     def close(self) -> None: ...
 
@@ -69,6 +78,8 @@ class _HttpSink:
 class WebhookSink(_HttpSink):
     """POST the webhook's JSON to ``url``."""
 
+    resend_interval_s: float | None = None
+
     def __init__(
         self, name: str, spec: WebhookSpec, timeout_s: float, external: str | None, clock: Clock
     ) -> None:
@@ -80,6 +91,12 @@ class WebhookSink(_HttpSink):
         headers = {**self.webhook.headers, **self._headers()}
         _check(self.client.post(self.webhook.url, json=body, headers=headers))
 
+    def keep(self, notice: Notice) -> None:
+        pass
+
+    def resend(self) -> int:
+        return 0
+
 
 class AlertmanagerSink(_HttpSink):
     """POST ``[alert]`` to ``url/api/v2/alerts``; keeps the open incidents it sent, which
@@ -90,6 +107,7 @@ class AlertmanagerSink(_HttpSink):
     ) -> None:
         super().__init__(name, spec, timeout_s)
         self.am, self.external, self.clock = spec, external, clock
+        self.resend_interval_s: float | None = spec.resendInterval
         self.open: dict[int, Notice] = {}
         self._mu = threading.Lock()
 
@@ -123,6 +141,8 @@ class EmailSink:
     """One message per notice through ``host:port``, STARTTLS when asked (the certificate and
     host name verified), logged in when a username is given."""
 
+    resend_interval_s: float | None = None
+
     def __init__(self, name: str, spec: EmailSpec, timeout_s: float, external: str | None) -> None:
         self.name, self.spec, self.timeout_s, self.external = name, spec, timeout_s, external
 
@@ -137,11 +157,17 @@ class EmailSink:
                 smtp.login(s.username, secret(s.passwordEnv, s.passwordFile) or "")
             smtp.send_message(msg)
 
+    def keep(self, notice: Notice) -> None:
+        pass
+
+    def resend(self) -> int:
+        return 0
+
     def close(self) -> None:
         pass
 
 
-def build_sink(s: SinkSpec, spec: NotificationSpec, clock: Clock = _now) -> Any:
+def build_sink(s: SinkSpec, spec: NotificationSpec, clock: Clock = _now) -> Sink:
     """The sink a SinkSpec declares."""
     t, ext = spec.retry.timeout, spec.externalURL
     if s.webhook is not None:

@@ -101,7 +101,8 @@ def json_object(raw: bytes, content_type: str | None = None) -> dict[str, Any]:
     except ValueError as exc:
         if content_type and "json" not in content_type.lower():  # as FastAPI's routes say it
             raise body_error(_not_object(raw)) from None
-        raise body_error(f"invalid JSON at character {getattr(exc, 'pos', 0)}") from None
+        pos = exc.pos if isinstance(exc, json.JSONDecodeError) else 0
+        raise body_error(f"invalid JSON at character {pos}") from None
     if not isinstance(value, dict):
         raise body_error(BODY_MISSING if value is None and not raw else _not_object(value))
     return value
