@@ -184,3 +184,25 @@ def test_a_pod_deleted_with_grace_stays_until_the_grace_is_over(
     assert api.get(PODS, ns, "long")["metadata"]["deletionTimestamp"]
     names = lambda: {p["metadata"]["name"] for p in api.list(PODS, ns)[0]}  # noqa: E731
     wait(lambda: "long" not in names(), "removal after the grace period")
+
+
+def test_a_node_set_not_ready_parks_its_pods_until_ready_again(agent: Agent) -> None:
+    """``set_ready(name, False)``: the node reads NotReady (and stays so through the heartbeats),
+    a pod bound to it is not started; Ready again, the pod runs (the fake kubelet's parking)."""
+    api, ns, na, n0 = agent.api, agent.ns, agent.na, agent.nodes[0]
+
+    def ready(name: str) -> str:
+        conds = api.get(NODES, None, name)["status"]["conditions"]
+        return next(c["status"] for c in conds if c["type"] == "Ready")
+
+    na.set_ready(n0, False)
+    assert ready(n0) == "False"
+    api.create(PODS, ns, _pod("parked", {ks.RUN_SECONDS: "1000"}))
+    _bind(agent, "parked", n0)
+    renewed = api.get(LEASES, LEASE_NAMESPACE, n0)["spec"]["renewTime"]
+    wait(lambda: api.get(LEASES, LEASE_NAMESPACE, n0)["spec"]["renewTime"] != renewed, "a heartbeat")
+    wait(lambda: len(na._parked.get(n0, [])) == 1, "the pod's admission parked")
+    assert ready(n0) == "False" and _phase(agent, "parked", "Pending")
+    na.set_ready(n0, True)
+    wait(lambda: _phase(agent, "parked", "Running"), "parked Running after Ready")
+    assert ready(n0) == "True"
