@@ -186,6 +186,28 @@ def test_a_pod_deleted_with_grace_stays_until_the_grace_is_over(
     wait(lambda: "long" not in names(), "removal after the grace period")
 
 
+def test_a_started_pod_keeps_the_conditions_others_wrote(agent: Agent) -> None:
+    """A DisruptionTarget written before the kubelet starts the pod stays on it: the kubelet
+    owns Initialized/Ready/ContainersReady only (the agent once replaced the whole list, so a
+    preempted pod lost its mark; issue 24)."""
+    api, ns, n0 = agent.api, agent.ns, agent.nodes[0]
+    api.create(PODS, ns, _pod("marked", {ks.RUN_SECONDS: "1000"}))
+    # (with its transition time: the real disruption controller resets a DisruptionTarget of a
+    # pod that is not deleting once it is 2 minutes old, and at once when it has no time)
+    mark = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "lastTransitionTime": ks.now_rfc3339(),
+    }
+    api.patch(PODS, ns, "marked", {"status": {"conditions": [mark]}}, sub="status")
+    _bind(agent, "marked", n0)
+    running = wait(lambda: _phase(agent, "marked", "Running"), "marked Running")
+    conds = {c["type"]: c for c in running["status"]["conditions"]}
+    assert conds["DisruptionTarget"]["reason"] == "PreemptionByScheduler"
+    assert {"PodScheduled", "Ready", "Initialized", "ContainersReady"} <= set(conds)
+
+
 def test_a_node_set_not_ready_parks_its_pods_until_ready_again(agent: Agent) -> None:
     """``set_ready(name, False)``: the node reads NotReady (and stays so through the heartbeats),
     a pod bound to it is not started; Ready again, the pod runs (the fake kubelet's parking)."""

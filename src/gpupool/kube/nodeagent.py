@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpupool.kube import kubelet_status as ks
-from gpupool.kube.client import RESOURCES, ApiError, KubeApi
+from gpupool.kube.client import RESOURCES, STRATEGIC_PATCH, ApiError, KubeApi
 from gpupool.kube.fake import hami
 
 log = logging.getLogger(__name__)
@@ -417,7 +417,9 @@ class NodeAgent:
 
     def _status(self, pod: Obj, status: Obj) -> Obj | None:
         """Write the pod's status (the uid as precondition); None when the pod changed
-        identity or went away meanwhile."""
+        identity or went away meanwhile. A strategic merge patch, as the kubelet's status
+        manager sends: conditions merge by type, so one another writer added since ``pod`` was
+        read (a DisruptionTarget) is kept, not replaced with the list read."""
         md = pod["metadata"]
         try:
             return self.api.patch(
@@ -426,6 +428,7 @@ class NodeAgent:
                 md["name"],
                 {"metadata": {"uid": md["uid"]}, "status": status},
                 sub="status",
+                content_type=STRATEGIC_PATCH,
             )
         except ApiError as exc:
             if exc.code in (404, 409):
