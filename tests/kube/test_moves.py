@@ -118,8 +118,8 @@ def _manifest_of(obj: dict[str, object]) -> dict[str, object]:
 def test_only_a_batch_v1_jobs_workload_is_movable() -> None:
     """The engine is told before it plans: a bare pod's or a Deployment's run is not moved
     (the backend would refuse and the controller stop it whole)."""
-    assert KubernetesBackend.movable(_manifest_of(job("j", 1)))
-    pod = workload_from_pods([bare_pod("solo", run_s=10)])
+    assert KubernetesBackend.movable(_manifest_of(job("j", 1, ns="default")))
+    pod = workload_from_pods([bare_pod("solo", ns="default", run_s=10)])
     assert pod is not None and not KubernetesBackend.movable(pod.manifest)
     assert not KubernetesBackend.movable({"metadata": {"name": "api-made"}})
 
