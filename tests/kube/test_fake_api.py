@@ -7,6 +7,7 @@ namespace of its own, so what they assert is what the real server does; those ta
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -375,6 +376,30 @@ def test_a_pod_spec_changes_only_where_the_real_server_allows(api: KubeTarget) -
     assert r.status_code == 422 and "pod updates may not add or remove containers" in r.json()["message"]
     regate = {"spec": {"schedulingGates": [{"name": "again"}]}}
     assert api.http.patch(api.path("pods", "g"), json=regate, headers=merge).status_code == 422
+
+
+def test_listed_items_carry_no_kind_but_watched_objects_do(api: KubeTarget) -> None:
+    """The real server writes ``kind``/``apiVersion`` once on a list of built-in objects, not on
+    its items (a watch event's object and a GET carry them). The fake put them on every item, so
+    a backend that read an owner's kind from its cache worked on the fake only: a Job listed at
+    start-up could not be suspended on the real server (issue 24)."""
+    assert api.http.post(api.path("pods"), json=pod("p")).status_code == 201
+    listed = api.http.get(api.path("pods")).json()
+    assert (listed["kind"], listed["apiVersion"]) == ("PodList", "v1")
+    (item,) = listed["items"]
+    assert "kind" not in item and "apiVersion" not in item
+    got = api.http.get(api.path("pods", "p")).json()
+    assert (got["kind"], got["apiVersion"]) == ("Pod", "v1")
+    rv = listed["metadata"]["resourceVersion"]
+    with api.http.stream("GET", api.path("pods"), params={"watch": "true", "resourceVersion": rv}) as w:
+        api.http.patch(
+            api.path("pods", "p"),
+            json={"metadata": {"labels": {"seen": "yes"}}},
+            headers={"content-type": "application/merge-patch+json"},
+        )
+        event = json.loads(next(w.iter_lines()))
+    assert event["type"] == "MODIFIED"
+    assert (event["object"]["kind"], event["object"]["apiVersion"]) == ("Pod", "v1")
 
 
 def test_events_core_and_events_k8s_io(api: KubeTarget) -> None:
