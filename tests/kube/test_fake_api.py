@@ -378,6 +378,32 @@ def test_a_pod_spec_changes_only_where_the_real_server_allows(api: KubeTarget) -
     assert api.http.patch(api.path("pods", "g"), json=regate, headers=merge).status_code == 422
 
 
+def test_a_pods_grace_period_is_fixed_and_its_deadline_only_shortens(api: KubeTarget) -> None:
+    """``terminationGracePeriodSeconds`` cannot change once the pod exists (the real server lets
+    only a negative one become 1), and ``activeDeadlineSeconds`` may be set or shortened but not
+    lengthened or removed: the fake let both change freely, which a backend test relied on and
+    the real server refused (issue 24)."""
+    assert api.http.post(api.path("pods"), json=pod("p", terminationGracePeriodSeconds=30)).status_code == 201
+    merge = {"content-type": "application/merge-patch+json"}
+
+    def patch(spec: dict[str, Any]) -> httpx.Response:
+        return api.http.patch(api.path("pods", "p"), json={"spec": spec}, headers=merge)
+
+    r = patch({"terminationGracePeriodSeconds": 100})
+    assert r.status_code == 422 and "pod updates may not change fields other than" in r.json()["message"]
+    assert patch({"activeDeadlineSeconds": 100}).status_code == 200
+    assert patch({"activeDeadlineSeconds": 50}).status_code == 200
+    r = patch({"activeDeadlineSeconds": 80})
+    assert r.status_code == 422, r.text
+    assert "spec.activeDeadlineSeconds" in r.json()["message"]
+    assert "must be less than or equal to previous value" in r.json()["message"]
+    r = patch({"activeDeadlineSeconds": None})
+    assert r.status_code == 422, r.text
+    assert "must not update from a positive integer to nil value" in r.json()["message"]
+    got = api.http.get(api.path("pods", "p")).json()["spec"]
+    assert (got["terminationGracePeriodSeconds"], got["activeDeadlineSeconds"]) == (30, 50)
+
+
 def test_listed_items_carry_no_kind_but_watched_objects_do(api: KubeTarget) -> None:
     """The real server writes ``kind``/``apiVersion`` once on a list of built-in objects, not on
     its items (a watch event's object and a GET carry them). The fake put them on every item, so
