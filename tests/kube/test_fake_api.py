@@ -404,6 +404,34 @@ def test_a_pods_grace_period_is_fixed_and_its_deadline_only_shortens(api: KubeTa
     assert (got["terminationGracePeriodSeconds"], got["activeDeadlineSeconds"]) == (30, 50)
 
 
+def test_a_deployments_pods_restart_always(api: KubeTarget) -> None:
+    """A Deployment's pod template may only restart ``Always`` (the default): the real server
+    refuses ``Never``, which the fake took, and a backend test sent (issue 24)."""
+
+    def deployment(name: str, **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": pod(name, **spec)["spec"]},
+            },
+        }
+
+    path = f"/apis/apps/v1/namespaces/{api.namespace}/deployments"
+    r = api.http.post(path, json=deployment("never", restartPolicy="Never"))
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == (
+        'Deployment.apps "never" is invalid: spec.template.spec.restartPolicy: '
+        'Unsupported value: "Never": supported values: "Always"'
+    )
+    r = api.http.post(path, json=deployment("plain"))
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["template"]["spec"]["restartPolicy"] == "Always"
+
+
 def test_listed_items_carry_no_kind_but_watched_objects_do(api: KubeTarget) -> None:
     """The real server writes ``kind``/``apiVersion`` once on a list of built-in objects, not on
     its items (a watch event's object and a GET carry them). The fake put them on every item, so
