@@ -228,3 +228,22 @@ def test_a_node_set_not_ready_parks_its_pods_until_ready_again(agent: Agent) -> 
     na.set_ready(n0, True)
     wait(lambda: _phase(agent, "parked", "Running"), "parked Running after Ready")
     assert ready(n0) == "True"
+
+
+def test_a_deleted_pod_ends_in_a_terminal_phase_before_it_goes(agent: Agent) -> None:
+    """Its grace period over, the pod is Failed (its containers stopped by SIGTERM, 143) before
+    the agent deletes it, as the kubelet does: a Job's pod keeps the Job controller's finalizer
+    until that controller has judged it, which it does only once the pod is terminal (the agent
+    once deleted it Running, and a Job with a podFailurePolicy made no replacement; issue 24)."""
+    api, ns, n0 = agent.api, agent.ns, agent.nodes[0]
+    held = _pod("held", {})
+    held["metadata"]["finalizers"] = ["gpupool.io/test-hold"]
+    api.create(PODS, ns, held)
+    _bind(agent, "held", n0)
+    wait(lambda: _phase(agent, "held", "Running"), "held Running")
+    api.delete(PODS, ns, "held", {"gracePeriodSeconds": 1})
+    done = wait(lambda: _phase(agent, "held", "Failed"), "held Failed after its grace period")
+    term = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 143 and done["metadata"]["deletionTimestamp"]
+    api.patch(PODS, ns, "held", {"metadata": {"finalizers": None}})
+    wait(lambda: not _exists(api, PODS, ns, "held"), "held gone once its finalizer is")

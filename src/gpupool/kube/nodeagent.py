@@ -401,6 +401,23 @@ class NodeAgent:
         self.ledger.release(uid)
 
     def _remove(self, ns: str, name: str, uid: str) -> None:
+        """The grace period over: the containers stopped (exit 143, SIGTERM) and the pod in a
+        terminal phase, then deleted. Why the phase first, as the kubelet writes it: a Job's pods
+        carry the Job controller's finalizer, and with a ``podFailurePolicy`` that controller
+        judges a deleted pod only once it is terminal; without it the pod stayed Running with its
+        deletionTimestamp and the Job made no replacement (issue 24)."""
+        try:
+            pod = self.api.get(PODS, ns, name)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            pod = None
+        if (
+            pod is not None
+            and pod["metadata"].get("uid") == uid
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ):
+            self._status(pod, ks.terminated_status(pod, 143))
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
             self.api.delete(PODS, ns, name, body)
