@@ -502,17 +502,24 @@ class KubernetesBackend:
         just_bound: Sequence[Mapping[str, Any]] = (),
         reason: str = "BindFailed",
     ) -> None:
-        """Give up a gang: delete the pods it bound (a suspendable owner is re-suspended by
-        ``forget``) and report it failed with ``reason`` (``BindFailed``: a platform fault;
-        ``PodsReadyTimeout``: counted under the workload's retry policy)."""
+        """Give up a gang and report it failed with ``reason`` (``BindFailed``: a platform fault;
+        ``PodsReadyTimeout``: counted under the workload's retry policy). A suspendable owner is
+        suspended, and its controller removes the pods; other owners' bound pods are deleted.
+        Why not delete a Job's pods: on a real cluster the Job controller counts a deleted pod
+        against ``backoffLimit`` (0: the Job fails, and is never requeued), while the pods of a
+        suspended Job are not counted (issue 24; the fake's Job controller replaced them)."""
         bound = {object_key(p): p for p in attempt_pods(self.elastic.pods(run), run.decision)}
         bound.update({object_key(p): p for p in just_bound})
-        try:
-            self.evictor.delete_pods(list(bound.values()))
-        except Exception:
-            log.exception("deleting the bound pods of %s failed", run.name)
-        run.outcome = Outcome("Failed", why, None, reason)
         obj = self.tracker.owner_object(run.top)
+        try:
+            if obj is not None and run.top[0] in SUSPEND_PATH and not self.elastic.is_extra(run):
+                self.evictor.release(obj, suspend=True)
+                self.admission.restore(run, obj)  # after the suspend: never more pods than placed
+            else:
+                self.evictor.delete_pods(list(bound.values()))
+        except Exception:
+            log.exception("removing the bound pods of %s failed", run.name)
+        run.outcome = Outcome("Failed", why, None, reason)
         if obj is not None:
             self.evictor.event(obj, reason, why, "Warning")
         log.warning("%s: %s", run.name, why)
