@@ -38,7 +38,9 @@ def names(c: Cluster) -> tuple[str, str, str]:
 def slow_to_leave(obj: dict[str, Any]) -> dict[str, Any]:
     """A Job whose pods take a while to go once deleted (grace 300 x the fake's 0.01 s), and that
     ignores a disrupted pod: a movable Job, as in KAI (without the rule the real Job controller
-    counts the moved pod against ``backoffLimit``, 0 here, and fails the Job)."""
+    counts the moved pod against ``backoffLimit``, 0 here, and fails the Job). The real
+    controller makes the replacement once the moved pod is terminal, after its pod backoff
+    (about 10 s): the waits for it allow 60 s."""
     obj["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 300
     obj["spec"]["podFailurePolicy"] = {
         "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
@@ -141,7 +143,7 @@ def test_a_moved_job_is_rebound_where_reserved_and_the_beneficiary_gets_the_free
     assert old[0]["metadata"].get("deletionTimestamp")
     time.sleep(0.3)  # a few bind passes
     assert not bound(pods_of(srv, "job-name=big"))  # the freed devices wait for it to go
-    moved = wait_for(lambda: running_small(srv), what="small running again")
+    moved = wait_for(lambda: running_small(srv), timeout=60, what="small running again")
     assert moved["metadata"]["uid"] != first["metadata"]["uid"]  # the Job controller's replacement
     assert devices_of(moved) == (NODE1, [4, 5, 6, 7])
     big = wait_for(lambda: [p for p in pods_of(srv, "job-name=big") if p["status"].get("phase") == "Running"])
@@ -166,7 +168,7 @@ def test_a_moved_job_is_resumed_on_its_reserved_placement_after_a_restart(cluste
     assert be.move(RunSpec(MOVED, to), WHY) is True  # the same move again: nothing more
     again = cluster.fresh()  # the record on the Job is the truth after a restart
     assert again.runs()[MOVED].placement["pods"] == to["pods"]
-    moved = wait_for(lambda: running_small(srv), what="small running again")
+    moved = wait_for(lambda: running_small(srv), timeout=60, what="small running again")
     assert devices_of(moved) == (NODE1, [2, 3, 4, 5])
     assert len([e for e in srv.list("events", srv.ns) if e["reason"] == "Consolidated"]) == 1
 
@@ -218,6 +220,6 @@ def test_a_move_cut_short_by_a_restart_is_finished_by_the_next_backend(cluster: 
         p = running_small(srv)
         return p if p and p["metadata"]["uid"] != first["metadata"]["uid"] else {}
 
-    moved = wait_for(replaced, what="small's replacement running")
+    moved = wait_for(replaced, timeout=60, what="small's replacement running")
     assert devices_of(moved) == (NODE1, [1, 2, 3, 4])
     assert srv.violations() == []
