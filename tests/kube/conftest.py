@@ -2,6 +2,13 @@
 
 ``fake_server``: gpupool's fake API server, what most Kubernetes tests use.
 
+``cluster``: a Kubernetes backend over two 8-GPU HAMi nodes with a kubelet
+(tests/kube/cluster.py's ``Cluster``, a server-neutral object API). On the fake server by
+default; a module or test marked ``both_servers`` runs on both (params ``fake`` and ``real``),
+and one marked ``fake_only("reason")`` among them is skipped on the real server with that reason.
+``cluster_nodes(count=, gpus=, hami=, labels=)`` changes the nodes (two HAMi nodes of 8 GPUs,
+no extra labels).
+
 ``kube_api``: the same test against both servers, parametrized ``fake`` and ``real`` (issue 24).
 The real one is etcd + kube-apiserver + kube-controller-manager built by ``make kube-bin``
 (``gpupool.kube.realcluster``), started once per test session (per xdist worker: it costs about
@@ -19,6 +26,7 @@ import secrets
 import ssl
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,17 +55,45 @@ def fake_server(tmp_path: Path) -> Iterator[FakeApiServer]:
         srv.stop()
 
 
-@pytest.fixture
-def cluster(fake_server: FakeApiServer) -> Iterator[Any]:
-    """Two 8-GPU HAMi nodes on ``fake_server`` and a Kubernetes backend over them
-    (tests/kube/test_backend.py's ``Cluster``), closed after: the backend, shrink, move,
-    partial-job and pods-ready tests all start from it."""
-    from tests.kube.test_backend import Cluster  # a test module: imported only when asked for
+BOTH = ["fake", pytest.param("real", marks=pytest.mark.realkube)]
 
-    fake_server.add_gpu_nodes(2, gpus=8, hami=True)
-    c = Cluster(fake_server)
-    yield c
-    c.close()
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``cluster`` on both servers for the tests marked ``both_servers`` (issue 24)."""
+    if "cluster" in metafunc.fixturenames and metafunc.definition.get_closest_marker("both_servers"):
+        metafunc.parametrize("cluster", BOTH, indirect=True)
+
+
+@pytest.fixture
+def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """Two 8-GPU HAMi nodes with a kubelet and a Kubernetes backend over them
+    (tests/kube/cluster.py's ``Cluster``), closed after: the backend, shrink, move,
+    partial-job and pods-ready tests all start from it. On the fake it is ``fake_server``'s
+    (namespace ``default``, nodes ``gpu-node-0000`` and ``-0001``); on the real server the
+    test's own namespace and generated node names run by a node agent."""
+    from tests.kube.cluster import Cluster
+
+    kind = getattr(request, "param", "fake")
+    shape = request.node.get_closest_marker("cluster_nodes")
+    nodes: dict[str, Any] = {"count": 2, "gpus": 8, "hami": True, "labels": None}
+    nodes.update(shape.kwargs if shape else {})
+    if kind == "real":
+        mark = request.node.get_closest_marker("fake_only")
+        if mark is not None:
+            pytest.skip(f"fake server only: {mark.args[0]}")
+        with _target("real", request, tmp_path) as target:
+            c = Cluster(target, target.add_kubelet_nodes(**nodes))
+            try:
+                yield c
+            finally:
+                c.close()
+        return
+    srv: FakeApiServer = request.getfixturevalue("fake_server")
+    c = Cluster(srv, srv.add_gpu_nodes(nodes.pop("count"), **nodes))
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +121,7 @@ class KubeTarget:
     http: httpx.Client
     namespace: str
     fake: FakeApiServer | None = None
+    own_namespace: bool = True  # made for the test, and deleted after it
     _nodes: list[str] = field(default_factory=list)
     _agents: list[NodeAgent] = field(default_factory=list)
 
@@ -135,12 +172,31 @@ class KubeTarget:
         return dict(r.json())
 
     def cleanup(self) -> None:
-        for agent in self._agents:  # first: an agent re-registers a node deleted under it
+        if self._agents and self.own_namespace:
+            # the namespace first, while the agents run: they remove its pods (after their grace
+            # period, scaled), so no pod of this test outlives it to be seen (and adopted) by the
+            # next test's backend, which watches every namespace (issue 24)
+            # (the controllers and then their pods at once: the namespace controller alone takes
+            # seconds to get to them)
+            for group, plural in (("batch", "jobs"), ("apps", "deployments"), ("apps", "replicasets")):
+                self.http.request(
+                    "DELETE", self.path(plural, group=group), json={"propagationPolicy": "Background"}
+                )
+            self.http.request("DELETE", self.path("pods"), json={"gracePeriodSeconds": 0})
+            self.http.delete(f"/api/v1/namespaces/{self.namespace}")
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                r = self.http.get(self.path("pods"))
+                if r.status_code != 200 or not r.json().get("items"):
+                    break
+                time.sleep(0.2)
+        for agent in self._agents:  # then: an agent re-registers a node deleted under it
             agent.stop()
             agent.api.close()
         for name in self._nodes:
             self.http.delete(f"/api/v1/nodes/{name}")
-        self.http.delete(f"/api/v1/namespaces/{self.namespace}")
+        if self.own_namespace:
+            self.http.delete(f"/api/v1/namespaces/{self.namespace}")
         self.http.close()
 
 
@@ -168,11 +224,19 @@ def _real_target(cp: RealControlPlane) -> KubeTarget:
     return KubeTarget("real", cp.kubeconfig, http, f"t-{secrets.token_hex(4)}")
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.realkube)])
+@pytest.fixture(params=BOTH)
 def kube_api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeTarget]:
     """The test's server, fake or real (see the module docstring)."""
+    with _target(request.param, request, tmp_path) as target:
+        yield target
+
+
+@contextmanager
+def _target(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeTarget]:
+    """A ``KubeTarget`` with a namespace of its own on a fresh fake server or the session's
+    real one, cleaned up (and the fake stopped) after."""
     srv: FakeApiServer | None = None
-    if request.param == "real":
+    if kind == "real":
         target = _real_target(request.getfixturevalue("real_control_plane"))
     else:
         srv = FakeApiServer(time_scale=0.01, bookmark_interval_s=0.2, preload_crds=True)

@@ -1,5 +1,6 @@
 """A new leader on a store that lacks the running work (issue 23): the cluster's admission
-records are adopted, so no running pod is stopped, re-placed or restarted."""
+records are adopted, so no running pod is stopped, re-placed or restarted. On both the fake and
+the real API server (issue 24)."""
 
 from __future__ import annotations
 
@@ -7,20 +8,23 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpupool.kube import workloads
-from gpupool.kube.fake import FakeApiServer
 from gpupool.manifests.convert import workload_model
 from gpupool.service.adoption import ADOPTED
 from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
 from gpupool.store import Store
-from tests.kube.test_backend import job, pods_of
-from tests.kube.test_backend_controller import Setup, setup
+from tests.kube.cluster import Cluster, job, pods_of
+from tests.kube.test_backend_controller import ONE_TRAINING_NODE, Setup, setup
 
 __all__ = ["setup"]  # the old leader (one 8-GPU HAMi node), imported for pytest
 
+pytestmark = [pytest.mark.both_servers, ONE_TRAINING_NODE]
 
-def _uids(srv: FakeApiServer, name: str) -> dict[str, str]:
+
+def _uids(srv: Cluster, name: str) -> dict[str, str]:
     return {p["metadata"]["name"]: p["metadata"]["uid"] for p in pods_of(srv, f"job-name={name}")}
 
 
@@ -39,7 +43,7 @@ class NewLeader:
 
     def resubmit(self, name: str) -> None:
         """What the Kubernetes source does for every object it watches."""
-        got = self.srv.get("jobs.batch", "default", name)
+        got = self.srv.get("jobs.batch", self.srv.ns, name)
         kw = workloads.workload_from_object(got)
         assert kw is not None
         rec, _ = self.store.submit_workload(kw.manifest, owner="system:kubernetes")
@@ -51,43 +55,41 @@ class NewLeader:
             time.sleep(0.03)
 
 
-def _stopped_events(srv: FakeApiServer) -> list[Any]:
-    return [e for e in srv.list("events", "default") if e["reason"] == "Stopped"]
+def _stopped_events(srv: Cluster) -> list[Any]:
+    return [e for e in srv.list("events", srv.ns) if e["reason"] == "Stopped"]
 
 
 def test_a_new_leader_with_an_empty_store_adopts_running_work(setup: Setup, tmp_path: Path) -> None:
-    old, fake_server = setup, setup.srv
+    old, srv = setup, setup.srv
     name = old.submit(job("keep", pods=2, run_s=10_000, gpus=2))
     old.cycle_until(lambda: old.phase(name) == "Running", what="running on the old leader")
     old.cycle_until(
-        lambda: (
-            sum(p["status"].get("phase") == "Running" for p in pods_of(fake_server, "job-name=keep")) == 2
-        ),
+        lambda: sum(p["status"].get("phase") == "Running" for p in pods_of(srv, "job-name=keep")) == 2,
         what="both pods running",
     )
     placement = old.store.get_workload(name).placement
-    before = _uids(fake_server, "keep")
+    before = _uids(srv, "keep")
     old.ctl.stop()
     old.be.close()  # the old leader is gone
 
     settled = [False]
     new = NewLeader(old, tmp_path, settled)
     new.cycles(5)  # the source has not submitted the Job yet: nothing is stopped
-    assert _uids(fake_server, "keep") == before
-    assert fake_server.get("jobs.batch", "default", "keep")["spec"]["suspend"] is False
+    assert _uids(srv, "keep") == before
+    assert srv.get("jobs.batch", srv.ns, "keep")["spec"]["suspend"] is False
     new.resubmit("keep")
     new.cycles(3)
     rec = new.store.get_workload(name)
     assert rec.phase == "Running" and rec.placement == placement
     settled[0] = True
     new.cycles(5)
-    assert _uids(fake_server, "keep") == before, "a running pod was restarted"
-    assert not [p for p in pods_of(fake_server, "job-name=keep") if p["metadata"].get("deletionTimestamp")]
-    assert _stopped_events(fake_server) == []
+    assert _uids(srv, "keep") == before, "a running pod was restarted"
+    assert not [p for p in pods_of(srv, "job-name=keep") if p["metadata"].get("deletionTimestamp")]
+    assert _stopped_events(srv) == []
     acts = [(a.action, a.name) for a in new.store.audit_records()]
     assert ("workload.adopt", name) in acts
     assert any(ADOPTED in e.message for e in new.store.list_events(name))
-    assert fake_server.stats.violations == []
+    assert srv.violations() == []
     new.ctl.stop()
     new.store.close()
 
@@ -95,7 +97,7 @@ def test_a_new_leader_with_an_empty_store_adopts_running_work(setup: Setup, tmp_
 def test_a_held_run_no_workload_claims_is_stopped_once_the_source_has_read_everything(
     setup: Setup, tmp_path: Path
 ) -> None:
-    old, fake_server = setup, setup.srv
+    old, srv = setup, setup.srv
     name = old.submit(job("orphan", pods=1, run_s=10_000, gpus=1))
     old.cycle_until(lambda: old.phase(name) == "Running", what="running")
     old.ctl.stop()
@@ -103,9 +105,9 @@ def test_a_held_run_no_workload_claims_is_stopped_once_the_source_has_read_every
     settled = [False]
     new = NewLeader(old, tmp_path, settled)
     new.cycles(3)
-    assert fake_server.get("jobs.batch", "default", "orphan")["spec"]["suspend"] is False
+    assert srv.get("jobs.batch", srv.ns, "orphan")["spec"]["suspend"] is False
     settled[0] = True  # read everything; no workload stands for it (say the policy refused it)
     new.cycles(3)
-    assert fake_server.get("jobs.batch", "default", "orphan")["spec"]["suspend"] is True
+    assert srv.get("jobs.batch", srv.ns, "orphan")["spec"]["suspend"] is True
     new.ctl.stop()
     new.store.close()

@@ -1,32 +1,35 @@
 """HAMi's per-device health on Kubernetes (issue 23): a device its register reports unhealthy is
-not given out, the work on it is requeued, and it is given back once healthy again."""
+not given out, the work on it is requeued, and it is given back once healthy again. On both the
+fake and the real API server (issue 24)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import pytest
+
 from gpupool.kube import annotations as kube_ann
-from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.inventory import HAMI_REGISTER
-from tests.kube.test_backend import bound, job, pods_of
-from tests.kube.test_backend_controller import Setup, setup
+from tests.kube.cluster import Cluster, bound, job, pods_of
+from tests.kube.test_backend_controller import ONE_TRAINING_NODE, Setup, setup
 
 __all__ = ["setup"]  # the fixture (one 8-GPU HAMi node), imported for pytest
 
-NODE = "gpu-node-0000"
+pytestmark = [pytest.mark.both_servers, ONE_TRAINING_NODE]
 
 
-def _set_health(srv: FakeApiServer, indices: set[int], healthy: bool) -> None:
-    node = srv.get("nodes", "", NODE)
+def _set_health(srv: Cluster, indices: set[int], healthy: bool) -> None:
+    (name,) = srv.nodes
+    node = srv.get("nodes", "", name)
     devs = json.loads(node["metadata"]["annotations"][HAMI_REGISTER])
     for d in devs:
         if d["index"] in indices:
             d["health"] = healthy
-    srv.patch("nodes", "", NODE, {"metadata": {"annotations": {HAMI_REGISTER: json.dumps(devs)}}})
+    srv.patch("nodes", "", name, {"metadata": {"annotations": {HAMI_REGISTER: json.dumps(devs)}}})
 
 
-def _devices_of(srv: FakeApiServer, selector: str) -> set[int]:
+def _devices_of(srv: Cluster, selector: str) -> set[int]:
     out: set[int] = set()
     for p in pods_of(srv, selector):
         if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp"):
@@ -35,7 +38,7 @@ def _devices_of(srv: FakeApiServer, selector: str) -> set[int]:
 
 
 def test_an_unhealthy_device_is_not_given_out_and_its_work_is_requeued(setup: Setup) -> None:
-    srv = setup.srv
+    srv, (node,) = setup.srv, setup.cluster.nodes
     name = setup.submit(job("sick", pods=1, run_s=100_000, gpus=1))
     setup.cycle_until(lambda: len(bound(pods_of(srv, "job-name=sick"))) == 1, what="bound")
     (dev,) = _devices_of(srv, "job-name=sick")
@@ -46,7 +49,7 @@ def test_an_unhealthy_device_is_not_given_out_and_its_work_is_requeued(setup: Se
 
     setup.cycle_until(evicted, what="evicted off the unhealthy device")
     assert evicted()[0].detail["code"] == "DeviceUnhealthy"
-    assert dev in setup.ctl.faults.unhealthy.get(NODE, {})
+    assert dev in setup.ctl.faults.unhealthy.get(node, {})
     setup.cycle_until(
         lambda: setup.phase(name) == "Running" and _devices_of(srv, "job-name=sick"),
         timeout=60,
@@ -54,5 +57,5 @@ def test_an_unhealthy_device_is_not_given_out_and_its_work_is_requeued(setup: Se
     )
     assert dev not in _devices_of(srv, "job-name=sick")
     _set_health(srv, {dev}, True)
-    setup.cycle_until(lambda: dev not in setup.ctl.faults.unhealthy.get(NODE, {}), what="given back")
-    assert srv.stats.violations == []
+    setup.cycle_until(lambda: dev not in setup.ctl.faults.unhealthy.get(node, {}), what="given back")
+    assert srv.violations() == []

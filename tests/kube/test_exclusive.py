@@ -1,15 +1,20 @@
 """Device exclusivity (issue 23): a device is never held by more pods than it can take, checked
-before every bind and by a checker that reads every pod's device annotations."""
+before every bind and by a checker that reads every pod's device annotations. The backend's part
+runs on both the fake and the real API server (issue 24)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import pytest
+
 from gpupool.kube import annotations as kube_ann
 from gpupool.kube.exclusive import PassTally, overbooked
 from gpupool.service.backends import RunSpec
-from tests.kube.test_backend import NODE0, Cluster, job, known, placement, pods_of, wait_for
+from tests.kube.cluster import Cluster, job, known, placement, pods_of, wait_for
+
+pytestmark = pytest.mark.both_servers  # the tests with a cluster
 
 
 def _slow_to_stop(obj: dict[str, Any], grace: int = 300) -> dict[str, Any]:
@@ -20,30 +25,30 @@ def _slow_to_stop(obj: dict[str, Any], grace: int = 300) -> dict[str, Any]:
 def test_a_readmitted_workload_waits_for_its_own_terminating_pods(cluster: Cluster) -> None:
     """A Job stopped and admitted again onto the same devices (a node flap's requeue) must not
     bind its new pod while its old pod still terminates on them: they are the same devices."""
-    srv = cluster.srv
+    srv, ns, node0 = cluster, cluster.ns, cluster.nodes[0]
     be = cluster.fresh()
     srv.create(_slow_to_stop(job("train", pods=1, run_s=10_000)))
-    name = "default.job.train"
+    name = cluster.workload("job", "train")
     wait_for(lambda: known(be, name), what="the Job in the cache")
-    be.start([RunSpec(name, placement(("main", 0, NODE0, [3])))])
+    be.start([RunSpec(name, placement(("main", 0, node0, [3])))])
     wait_for(lambda: [p for p in pods_of(srv, "job-name=train") if p["status"].get("phase") == "Running"])
     old = pods_of(srv, "job-name=train")[0]["metadata"]["name"]
     be.stop([name])
-    wait_for(lambda: srv.get("pods", "default", old)["metadata"].get("deletionTimestamp"), what="terminating")
+    wait_for(lambda: srv.get("pods", ns, old)["metadata"].get("deletionTimestamp"), what="terminating")
     time.sleep(0.05)
-    be.start([RunSpec(name, placement(("main", 0, NODE0, [3])))])  # a new admission, same devices
+    be.start([RunSpec(name, placement(("main", 0, node0, [3])))])  # a new admission, same devices
     deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and srv.list("pods", "default", field_selector=f"metadata.name={old}"):
-        shared = overbooked(srv.list("pods", "default"))
+    while time.monotonic() < deadline and srv.list("pods", ns, field_selector=f"metadata.name={old}"):
+        shared = overbooked(srv.list("pods", ns))
         assert not shared, [o.message() for o in shared]
         time.sleep(0.02)
-    assert srv.stats.violations == []
+    assert srv.violations() == []
     wait_for(
-        lambda: [p for p in pods_of(srv, "job-name=train") if p["spec"].get("nodeName") == NODE0],
+        lambda: [p for p in pods_of(srv, "job-name=train") if p["spec"].get("nodeName") == node0],
         timeout=60,
         what="the new pod bound once the old one is gone",
     )
-    assert srv.stats.violations == []
+    assert srv.violations() == []
 
 
 def _bound(

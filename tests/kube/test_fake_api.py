@@ -7,6 +7,7 @@ namespace of its own, so what they assert is what the real server does; those ta
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -375,6 +376,84 @@ def test_a_pod_spec_changes_only_where_the_real_server_allows(api: KubeTarget) -
     assert r.status_code == 422 and "pod updates may not add or remove containers" in r.json()["message"]
     regate = {"spec": {"schedulingGates": [{"name": "again"}]}}
     assert api.http.patch(api.path("pods", "g"), json=regate, headers=merge).status_code == 422
+
+
+def test_a_pods_grace_period_is_fixed_and_its_deadline_only_shortens(api: KubeTarget) -> None:
+    """``terminationGracePeriodSeconds`` cannot change once the pod exists (the real server lets
+    only a negative one become 1), and ``activeDeadlineSeconds`` may be set or shortened but not
+    lengthened or removed: the fake let both change freely, which a backend test relied on and
+    the real server refused (issue 24)."""
+    assert api.http.post(api.path("pods"), json=pod("p", terminationGracePeriodSeconds=30)).status_code == 201
+    merge = {"content-type": "application/merge-patch+json"}
+
+    def patch(spec: dict[str, Any]) -> httpx.Response:
+        return api.http.patch(api.path("pods", "p"), json={"spec": spec}, headers=merge)
+
+    r = patch({"terminationGracePeriodSeconds": 100})
+    assert r.status_code == 422 and "pod updates may not change fields other than" in r.json()["message"]
+    assert patch({"activeDeadlineSeconds": 100}).status_code == 200
+    assert patch({"activeDeadlineSeconds": 50}).status_code == 200
+    r = patch({"activeDeadlineSeconds": 80})
+    assert r.status_code == 422, r.text
+    assert "spec.activeDeadlineSeconds" in r.json()["message"]
+    assert "must be less than or equal to previous value" in r.json()["message"]
+    r = patch({"activeDeadlineSeconds": None})
+    assert r.status_code == 422, r.text
+    assert "must not update from a positive integer to nil value" in r.json()["message"]
+    got = api.http.get(api.path("pods", "p")).json()["spec"]
+    assert (got["terminationGracePeriodSeconds"], got["activeDeadlineSeconds"]) == (30, 50)
+
+
+def test_a_deployments_pods_restart_always(api: KubeTarget) -> None:
+    """A Deployment's pod template may only restart ``Always`` (the default): the real server
+    refuses ``Never``, which the fake took, and a backend test sent (issue 24)."""
+
+    def deployment(name: str, **spec: Any) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": pod(name, **spec)["spec"]},
+            },
+        }
+
+    path = f"/apis/apps/v1/namespaces/{api.namespace}/deployments"
+    r = api.http.post(path, json=deployment("never", restartPolicy="Never"))
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == (
+        'Deployment.apps "never" is invalid: spec.template.spec.restartPolicy: '
+        'Unsupported value: "Never": supported values: "Always"'
+    )
+    r = api.http.post(path, json=deployment("plain"))
+    assert r.status_code == 201, r.text
+    assert r.json()["spec"]["template"]["spec"]["restartPolicy"] == "Always"
+
+
+def test_listed_items_carry_no_kind_but_watched_objects_do(api: KubeTarget) -> None:
+    """The real server writes ``kind``/``apiVersion`` once on a list of built-in objects, not on
+    its items (a watch event's object and a GET carry them). The fake put them on every item, so
+    a backend that read an owner's kind from its cache worked on the fake only: a Job listed at
+    start-up could not be suspended on the real server (issue 24)."""
+    assert api.http.post(api.path("pods"), json=pod("p")).status_code == 201
+    listed = api.http.get(api.path("pods")).json()
+    assert (listed["kind"], listed["apiVersion"]) == ("PodList", "v1")
+    (item,) = listed["items"]
+    assert "kind" not in item and "apiVersion" not in item
+    got = api.http.get(api.path("pods", "p")).json()
+    assert (got["kind"], got["apiVersion"]) == ("Pod", "v1")
+    rv = listed["metadata"]["resourceVersion"]
+    with api.http.stream("GET", api.path("pods"), params={"watch": "true", "resourceVersion": rv}) as w:
+        api.http.patch(
+            api.path("pods", "p"),
+            json={"metadata": {"labels": {"seen": "yes"}}},
+            headers={"content-type": "application/merge-patch+json"},
+        )
+        event = json.loads(next(w.iter_lines()))
+    assert event["type"] == "MODIFIED"
+    assert (event["object"]["kind"], event["object"]["apiVersion"]) == ("Pod", "v1")
 
 
 def test_events_core_and_events_k8s_io(api: KubeTarget) -> None:

@@ -181,6 +181,76 @@ def test_job_fails_after_backoff_limit(kube_api: KubeTarget) -> None:
     assert failed[0]["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
 
 
+def test_a_deleted_running_pod_counts_as_a_failure_unless_ignored(kube_api: KubeTarget) -> None:
+    """A running pod of a Job deleted (not by a suspension) counts against ``backoffLimit``: with
+    0 the Job fails and makes no replacement; a ``podFailurePolicy`` ignoring the pod's
+    DisruptionTarget gets it replaced, uncounted; a suspension's deletions count for nothing.
+    The fake replaced every deleted pod uncounted, which hid a backend failing Jobs on a real
+    cluster by deleting their pods (issue 24)."""
+    k = kube_api
+    node = k.add_kubelet_nodes(1, gpus=0, hami=False)[0]
+    long = {RUN: "100000"}
+    ignore = {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+    }
+    kept = job("kept", parallelism=1, completions=1, backoff=0, annotations=long)
+    kept["spec"]["podFailurePolicy"] = ignore
+    for obj in (job("lost", parallelism=1, completions=1, backoff=0, annotations=long), kept):
+        create(k, "jobs", obj, **JOBS)
+    for j in ("lost", "kept", "paused"):
+        if j == "paused":
+            create(k, "jobs", job(j, parallelism=1, completions=1, backoff=0, annotations=long), **JOBS)
+        sel = f"batch.kubernetes.io/job-name={j}"
+        until(f"{j}'s pod", lambda sel=sel: live_pods(k, sel))
+        bind_all(k, live_pods(k, sel), node)
+        until(
+            f"{j} running",
+            lambda sel=sel: [p for p in live_pods(k, sel) if p["status"].get("phase") == "Running"],
+        )
+    first = live_pods(k, "batch.kubernetes.io/job-name=kept")[0]["metadata"]
+    mark = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    r = k.http.patch(
+        k.path("pods", f"{first['name']}/status"),
+        json={"status": {"conditions": [mark]}},
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+    )
+    assert r.status_code == 200, r.text
+    for j in ("lost", "kept"):
+        (pod,) = live_pods(k, f"batch.kubernetes.io/job-name={j}")
+        assert k.http.delete(k.path("pods", pod["metadata"]["name"])).status_code == 200
+    merge(k, "jobs", "paused", {"spec": {"suspend": True}}, **JOBS)
+
+    def failed_job() -> dict[str, Any] | None:
+        got = get(k, "jobs", "lost", **JOBS)
+        return got if condition(got, "Failed") == "True" else None
+
+    lost = until("lost Failed", failed_job)
+    assert lost["status"]["failed"] == 1
+    assert [c["reason"] for c in lost["status"]["conditions"] if c["type"] == "Failed"] == [
+        "BackoffLimitExceeded"
+    ]
+    again = until(
+        "kept's replacement",
+        lambda: [
+            p
+            for p in live_pods(k, "batch.kubernetes.io/job-name=kept")
+            if p["metadata"]["uid"] != first["uid"]
+        ],
+    )
+    assert again and condition(get(k, "jobs", "kept", **JOBS), "Failed") != "True"
+    until("paused's pod gone", lambda: not live_pods(k, "batch.kubernetes.io/job-name=paused"))
+    until("paused Suspended", lambda: condition(get(k, "jobs", "paused", **JOBS), "Suspended") == "True")
+    for j in ("kept", "paused"):
+        got = get(k, "jobs", j, **JOBS)
+        assert not got["status"].get("failed") and condition(got, "Failed") != "True", (j, got["status"])
+    assert live_pods(k, "batch.kubernetes.io/job-name=lost") == []
+
+
 def test_deployment_makes_one_replicaset_and_its_pods(kube_api: KubeTarget) -> None:
     k = kube_api
     tpl = {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c", "image": "v1"}]}}

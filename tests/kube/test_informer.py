@@ -111,6 +111,22 @@ def test_initial_list_then_watch_events(kube_api: KubeTarget, k8s: KubeApi) -> N
         inf.stop()
 
 
+def test_listed_objects_are_typed_as_watched_ones_are(kube_api: KubeTarget, k8s: KubeApi) -> None:
+    """An object cached from the initial list reads its ``kind``/``apiVersion`` as one from a
+    watch event does (the real server omits them on list items): the backend's evictor patches
+    an owner by its kind, and once failed to suspend a Job its cache had only listed (issue 24)."""
+    ns = kube_api.namespace
+    assert kube_api.http.post(kube_api.path("pods"), json=pod("listed", ns)).status_code == 201
+    items, _ = k8s.list(RESOURCES["pods"], ns)
+    assert [(o["kind"], o["apiVersion"]) for o in items] == [("Pod", "v1")]
+    inf, _rec = started(k8s, namespace=ns)
+    try:
+        got = inf.get(ns, "listed") or {}
+        assert (got.get("kind"), got.get("apiVersion")) == ("Pod", "v1")
+    finally:
+        inf.stop()
+
+
 def test_bookmarks_advance_the_version_without_objects(fake_server: FakeApiServer, api: KubeApi) -> None:
     """Fake only: its fixture sends a bookmark every 0.2 s, the real server about once a minute."""
     inf, rec = started(api)

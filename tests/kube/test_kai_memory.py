@@ -40,7 +40,7 @@ H100_MIB = 81559
 
 def kai_job(name: str, memory: str) -> dict[str, Any]:
     """A one-pod Job whose container names no GPU resource: the share is KAI's annotation."""
-    obj = job(name, pods=1, run_s=100_000)
+    obj = job(name, pods=1, ns="default", run_s=100_000)
     obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     obj["spec"]["template"]["metadata"]["annotations"]["gpu-memory"] = memory
     return obj
@@ -76,7 +76,7 @@ def test_two_memory_only_pods_share_one_80gib_device(mixed: Setup) -> None:
         (str(milli), "20000")
     ] * 2
     assert {mixed.phase(first), mixed.phase(second)} == {"Running"}
-    assert not overbooked(srv.list("pods", "default")) and srv.stats.violations == []
+    assert not overbooked(srv.list("pods", "default")) and mixed.cluster.violations() == []
 
 
 def test_a_bad_gpu_memory_value_names_the_annotation() -> None:

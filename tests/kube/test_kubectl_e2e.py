@@ -50,7 +50,9 @@ def wait(fn: Callable[[], Any], timeout: float, what: str) -> Any:
 
 @contextlib.contextmanager
 def serving(srv: Any, state: Path, **lease: Any) -> Iterator[Any]:
-    """``gpupool serve --backend kubernetes`` in-process (its lifespan runs in the TestClient)."""
+    """``gpupool serve --backend kubernetes`` in-process (its lifespan runs in the TestClient),
+    on ``srv``'s kubeconfig; its namespace (a ``Cluster``'s ``ns``, else ``default``) is the one
+    mapped to the queue and holding the leader Lease."""
     from gpupool.kube.wiring import kube_app, kube_options
 
     cfg = ServiceConfig(
@@ -61,7 +63,8 @@ def serving(srv: Any, state: Path, **lease: Any) -> Iterator[Any]:
         min_interval_s=0.0,
         **lease,
     )
-    opts = kube_options(Path(srv.kubeconfig), None, ["default=llm-research"], False, "default")
+    ns = getattr(srv, "ns", "default")
+    opts = kube_options(Path(srv.kubeconfig), None, [f"{ns}=llm-research"], False, ns)
     app = kube_app(cfg, opts)
     with TestClient(app, raise_server_exceptions=False):
         yield app

@@ -184,3 +184,66 @@ def test_a_pod_deleted_with_grace_stays_until_the_grace_is_over(
     assert api.get(PODS, ns, "long")["metadata"]["deletionTimestamp"]
     names = lambda: {p["metadata"]["name"] for p in api.list(PODS, ns)[0]}  # noqa: E731
     wait(lambda: "long" not in names(), "removal after the grace period")
+
+
+def test_a_started_pod_keeps_the_conditions_others_wrote(agent: Agent) -> None:
+    """A DisruptionTarget written before the kubelet starts the pod stays on it: the kubelet
+    owns Initialized/Ready/ContainersReady only (the agent once replaced the whole list, so a
+    preempted pod lost its mark; issue 24)."""
+    api, ns, n0 = agent.api, agent.ns, agent.nodes[0]
+    api.create(PODS, ns, _pod("marked", {ks.RUN_SECONDS: "1000"}))
+    # (with its transition time: the real disruption controller resets a DisruptionTarget of a
+    # pod that is not deleting once it is 2 minutes old, and at once when it has no time)
+    mark = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByScheduler",
+        "lastTransitionTime": ks.now_rfc3339(),
+    }
+    api.patch(PODS, ns, "marked", {"status": {"conditions": [mark]}}, sub="status")
+    _bind(agent, "marked", n0)
+    running = wait(lambda: _phase(agent, "marked", "Running"), "marked Running")
+    conds = {c["type"]: c for c in running["status"]["conditions"]}
+    assert conds["DisruptionTarget"]["reason"] == "PreemptionByScheduler"
+    assert {"PodScheduled", "Ready", "Initialized", "ContainersReady"} <= set(conds)
+
+
+def test_a_node_set_not_ready_parks_its_pods_until_ready_again(agent: Agent) -> None:
+    """``set_ready(name, False)``: the node reads NotReady (and stays so through the heartbeats),
+    a pod bound to it is not started; Ready again, the pod runs (the fake kubelet's parking)."""
+    api, ns, na, n0 = agent.api, agent.ns, agent.na, agent.nodes[0]
+
+    def ready(name: str) -> str:
+        conds = api.get(NODES, None, name)["status"]["conditions"]
+        return next(c["status"] for c in conds if c["type"] == "Ready")
+
+    na.set_ready(n0, False)
+    assert ready(n0) == "False"
+    api.create(PODS, ns, _pod("parked", {ks.RUN_SECONDS: "1000"}))
+    _bind(agent, "parked", n0)
+    renewed = api.get(LEASES, LEASE_NAMESPACE, n0)["spec"]["renewTime"]
+    wait(lambda: api.get(LEASES, LEASE_NAMESPACE, n0)["spec"]["renewTime"] != renewed, "a heartbeat")
+    wait(lambda: len(na._parked.get(n0, [])) == 1, "the pod's admission parked")
+    assert ready(n0) == "False" and _phase(agent, "parked", "Pending")
+    na.set_ready(n0, True)
+    wait(lambda: _phase(agent, "parked", "Running"), "parked Running after Ready")
+    assert ready(n0) == "True"
+
+
+def test_a_deleted_pod_ends_in_a_terminal_phase_before_it_goes(agent: Agent) -> None:
+    """Its grace period over, the pod is Failed (its containers stopped by SIGTERM, 143) before
+    the agent deletes it, as the kubelet does: a Job's pod keeps the Job controller's finalizer
+    until that controller has judged it, which it does only once the pod is terminal (the agent
+    once deleted it Running, and a Job with a podFailurePolicy made no replacement; issue 24)."""
+    api, ns, n0 = agent.api, agent.ns, agent.nodes[0]
+    held = _pod("held", {})
+    held["metadata"]["finalizers"] = ["gpupool.io/test-hold"]
+    api.create(PODS, ns, held)
+    _bind(agent, "held", n0)
+    wait(lambda: _phase(agent, "held", "Running"), "held Running")
+    api.delete(PODS, ns, "held", {"gracePeriodSeconds": 1})
+    done = wait(lambda: _phase(agent, "held", "Failed"), "held Failed after its grace period")
+    term = done["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert term["exitCode"] == 143 and done["metadata"]["deletionTimestamp"]
+    api.patch(PODS, ns, "held", {"metadata": {"finalizers": None}})
+    wait(lambda: not _exists(api, PODS, ns, "held"), "held gone once its finalizer is")

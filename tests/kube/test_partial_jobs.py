@@ -21,12 +21,12 @@ from gpupool.kube.runtime.evictor import ADMISSION
 from gpupool.kube.translate import partial as tp
 from gpupool.kube.workloads import KubeWorkloadError, workload_from_object
 from gpupool.service.backends import RunSpec
-from tests.kube.test_backend import NODE0, NODE1, QUEUE, Cluster, bound, known, placement, pods_of, wait_for
-from tests.kube.test_backend import template as pod_template
+from tests.kube.cluster import QUEUE, Cluster, bound, known, placement, pods_of, wait_for
+from tests.kube.cluster import template as pod_template
 from tests.kube.test_source import make
 
 KUEUE_MIN = f"metadata.annotations.{tp.MIN_PARALLELISM}"
-NAME = "default.job.train"
+NAME = "default.job.train"  # on the fake; ``wl(cluster)`` on either server
 
 
 def partial_job(
@@ -34,10 +34,12 @@ def partial_job(
     pods: int = 3,
     minimum: object = "2",
     key: str = tp.MIN_PARALLELISM,
+    *,
+    ns: str = "default",
     **spec: Any,
 ) -> dict[str, Any]:
-    """A Kueue-style Job (queue label, suspended, Indexed, completions == parallelism) that may
-    run with ``minimum`` pods; ``spec`` overrides its spec fields (None removes one)."""
+    """A Kueue-style Job (queue label, suspended, Indexed, completions == parallelism) in ``ns``
+    that may run with ``minimum`` pods; ``spec`` overrides its spec fields (None removes one)."""
     body: dict[str, Any] = {
         "suspend": True,
         "parallelism": pods,
@@ -52,7 +54,7 @@ def partial_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": "default", "labels": dict(QUEUE), "annotations": ann},
+        "metadata": {"name": name, "namespace": ns, "labels": dict(QUEUE), "annotations": ann},
         "spec": body,
     }
 
@@ -174,22 +176,33 @@ def test_a_bad_minimum_is_a_warning_event_and_the_job_is_held_back() -> None:
 
 
 # ------------------------------------------------------------------------- the backend
-TWO = placement(("main", 0, NODE0, [0]), ("main", 1, NODE1, [0]))
+both = pytest.mark.both_servers
+
+
+def wl(cluster: Cluster) -> str:
+    """The workload name of the Job ``train`` in the cluster's namespace."""
+    return cluster.workload("job", "train")
+
+
+def two(cluster: Cluster) -> dict[str, Any]:
+    """Two pods, one on each node."""
+    return placement(("main", 0, cluster.nodes[0], [0]), ("main", 1, cluster.nodes[1], [0]))
 
 
 def admitted_reduced(cluster: Cluster, **job: Any) -> KubernetesBackend:
     """A backend that has admitted the 3-pod Job ``train`` (minimum 2) with 2 pods."""
     be = cluster.fresh()
-    cluster.srv.create(partial_job(**job))
-    wait_for(lambda: known(be, NAME), what="the Job in the cache")
-    be.start([RunSpec(NAME, dict(TWO, admittedAt=time.time()))])
+    cluster.create(partial_job(ns=cluster.ns, **job))
+    wait_for(lambda: known(be, wl(cluster)), what="the Job in the cache")
+    be.start([RunSpec(wl(cluster), dict(two(cluster), admittedAt=time.time()))])
     return be
 
 
+@both
 def test_a_partially_admitted_job_runs_only_the_admitted_pods(cluster: Cluster) -> None:
-    srv = cluster.srv
+    srv = cluster
     admitted_reduced(cluster)
-    got = srv.get("jobs.batch", "default", "train")
+    got = srv.get("jobs.batch", srv.ns, "train")
     assert got["spec"]["suspend"] is False
     assert (got["spec"]["parallelism"], got["spec"]["completions"]) == (2, 2)
     ann = got["metadata"]["annotations"]
@@ -199,59 +212,67 @@ def test_a_partially_admitted_job_runs_only_the_admitted_pods(cluster: Cluster) 
     wait_for(lambda: len(bound(pods_of(srv, "job-name=train"))) == 2, what="the 2 admitted pods bound")
     time.sleep(0.3)  # a few controller and bind passes: no third pod is made
     pods = pods_of(srv, "job-name=train")
-    assert sorted(bound(pods).values()) == [NODE0, NODE1] and len(pods) == 2
-    events = {e["reason"]: e["message"] for e in srv.list("events", "default")}
+    assert sorted(bound(pods).values()) == [srv.nodes[0], srv.nodes[1]] and len(pods) == 2
+    events = {e["reason"]: e["message"] for e in srv.list("events", srv.ns)}
     assert "admitted with 2 of 3 pods" in events["PartiallyAdmitted"]
 
 
+@both
 def test_eviction_gives_the_job_back_its_parallelism(cluster: Cluster) -> None:
-    srv = cluster.srv
+    srv = cluster
     be = admitted_reduced(cluster)
     wait_for(lambda: len(bound(pods_of(srv, "job-name=train"))) == 2, what="both bound")
-    be.stop([NAME])
-    got = srv.get("jobs.batch", "default", "train")
+    be.stop([wl(cluster)])
+    got = srv.get("jobs.batch", srv.ns, "train")
     assert got["spec"]["suspend"] is True
     assert (got["spec"]["parallelism"], got["spec"]["completions"]) == (3, 3)
     assert not set(got["metadata"]["annotations"]) & {tp.ORIGINAL_PARALLELISM, tp.ORIGINAL_COMPLETIONS}
     wait_for(lambda: not pods_of(srv, "job-name=train"), what="the Job controller to remove its pods")
     # admitted again with every pod: nothing is reduced, all three bound
-    three = placement(("main", 0, NODE0, [1]), ("main", 1, NODE1, [1]), ("main", 2, NODE0, [2]))
-    be.start([RunSpec(NAME, three)])
-    assert srv.get("jobs.batch", "default", "train")["spec"]["parallelism"] == 3
+    three = placement(
+        ("main", 0, srv.nodes[0], [1]), ("main", 1, srv.nodes[1], [1]), ("main", 2, srv.nodes[0], [2])
+    )
+    be.start([RunSpec(wl(cluster), three)])
+    assert srv.get("jobs.batch", srv.ns, "train")["spec"]["parallelism"] == 3
     wait_for(lambda: len(bound(pods_of(srv, "job-name=train"))) == 3, what="all three bound")
 
 
+@both
 def test_a_restarted_backend_restores_from_the_annotations(cluster: Cluster) -> None:
-    srv = cluster.srv
+    srv = cluster
     be = admitted_reduced(cluster)
     wait_for(lambda: len(bound(pods_of(srv, "job-name=train"))) == 2, what="both bound")
     be.close()
     again = cluster.fresh()  # it knows of the reduction only from the Job
-    assert NAME in again.runs()
-    again.stop([NAME])
-    got = srv.get("jobs.batch", "default", "train")
+    assert wl(cluster) in again.runs()
+    again.stop([wl(cluster)])
+    got = srv.get("jobs.batch", srv.ns, "train")
     assert (got["spec"]["suspend"], got["spec"]["parallelism"], got["spec"]["completions"]) == (True, 3, 3)
 
 
+@both
 def test_a_run_that_failed_to_bind_is_resuspended_with_its_counts_back(cluster: Cluster) -> None:
-    srv = cluster.srv
+    srv = cluster
     be = cluster.fresh(bind_deadline_s=0.5)
-    srv.create(partial_job())
-    wait_for(lambda: known(be, NAME), what="the Job in the cache")
-    be.start([RunSpec(NAME, placement(("main", 0, NODE0, [0]), ("main", 1, "gpu-node-9999", [0])))])
+    srv.create(partial_job(ns=srv.ns))
+    wait_for(lambda: known(be, wl(cluster)), what="the Job in the cache")
+    be.start(
+        [RunSpec(wl(cluster), placement(("main", 0, srv.nodes[0], [0]), ("main", 1, "gpu-node-9999", [0])))]
+    )
     done = wait_for(lambda: be.poll(time.time()), what="the bind deadline")
     assert [(r.outcome, r.reason) for r in done] == [("Failed", "BindFailed")]
-    be.forget([NAME])
-    got = srv.get("jobs.batch", "default", "train")
+    be.forget([wl(cluster)])
+    got = srv.get("jobs.batch", srv.ns, "train")
     assert (got["spec"]["suspend"], got["spec"]["parallelism"], got["spec"]["completions"]) == (True, 3, 3)
 
 
+@both
 def test_a_job_without_the_annotation_is_never_resized(cluster: Cluster) -> None:
     """A Job that did not ask for partial admission keeps its spec whatever the placement."""
-    srv = cluster.srv
+    srv = cluster
     be = cluster.fresh()
-    srv.create(partial_job(minimum=None, pods=2))
-    wait_for(lambda: known(be, NAME), what="the Job in the cache")
-    be.start([RunSpec(NAME, TWO)])
-    got = srv.get("jobs.batch", "default", "train")
+    srv.create(partial_job(minimum=None, pods=2, ns=srv.ns))
+    wait_for(lambda: known(be, wl(cluster)), what="the Job in the cache")
+    be.start([RunSpec(wl(cluster), two(cluster))])
+    got = srv.get("jobs.batch", srv.ns, "train")
     assert got["spec"]["parallelism"] == 2 and tp.ORIGINAL_PARALLELISM not in got["metadata"]["annotations"]

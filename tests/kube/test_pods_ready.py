@@ -1,7 +1,8 @@
 """Kueue's ``waitForPodsReady`` on the Kubernetes backend: the setting (checked, errors naming the
 field), a gang held Pending past the timeout evicted with ``PodsReadyTimeout`` (pods gone, Job
 re-suspended, an Event, a requeue with backoff through the controller), and a gang that starts
-in time left alone. The fake kubelet holds pods Pending with ``fake.gpupool.io/start-seconds``."""
+in time left alone. The kubelet (the fake's, or the node agent on the real server: the backend
+tests run on both, issue 24) holds pods Pending with ``fake.gpupool.io/start-seconds``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from typing import Any
 import pytest
 
 from gpupool.kube import workloads
-from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.kubelet import START_SECONDS
 from gpupool.kube.outcomes import PODS_READY_TIMEOUT, PodsReadyPolicy, pods_ready_policy
 from gpupool.kube.wiring import PODS_READY_ENV, kube_options
@@ -23,7 +23,7 @@ from gpupool.service.config import EXAMPLES, seed_config
 from gpupool.service.controller import Controller
 from gpupool.service.failures.policy import PLATFORM_FAULTS
 from gpupool.store import Store
-from tests.kube.test_backend import NODE0, Cluster, bound, job, known, placement, pods_of, wait_for
+from tests.kube.cluster import Cluster, bound, job, known, placement, pods_of, wait_for
 
 TRAINING = {"gpupool.io/environment": "training"}
 
@@ -78,14 +78,15 @@ def test_a_timeout_is_not_a_platform_fault() -> None:
     assert PODS_READY_TIMEOUT not in PLATFORM_FAULTS
 
 
-# -- the backend on the fake server ---------------------------------------------------------
+# -- the backend, on both servers ---------------------------------------------------------
+@pytest.mark.both_servers
 def test_a_gang_held_pending_past_the_timeout_is_evicted(cluster: Cluster) -> None:
-    srv = cluster.srv
+    srv = cluster
     be = cluster.fresh(pods_ready=PodsReadyPolicy(1.0))
     srv.create(held_job("slow", hold_s=100_000, run_s=100_000))  # 1,000 s after time scaling
-    name = "default.job.slow"
+    name = srv.workload("job", "slow")
     wait_for(lambda: known(be, name), what="the Job in the cache")
-    be.start([RunSpec(name, placement(("main", 0, NODE0, [0]), ("main", 1, NODE0, [1])))])
+    be.start([RunSpec(name, placement(("main", 0, srv.nodes[0], [0]), ("main", 1, srv.nodes[0], [1])))])
     wait_for(lambda: len(bound(pods_of(srv, "job-name=slow"))) == 2, what="both bound")
     pods = pods_of(srv, "job-name=slow")
     assert {p["status"]["phase"] for p in pods} == {"Pending"}  # held by the kubelet
@@ -96,19 +97,20 @@ def test_a_gang_held_pending_past_the_timeout_is_evicted(cluster: Cluster) -> No
     assert "Pending (ContainerCreating)" in done[0].message
     wait_for(lambda: not bound(pods_of(srv, "job-name=slow")), what="the held pods removed")
     be.forget([name])
-    assert srv.get("jobs.batch", "default", "slow")["spec"]["suspend"] is True
-    reasons = {e.get("reason") for e in srv.list("events", "default")}
+    assert srv.get("jobs.batch", srv.ns, "slow")["spec"]["suspend"] is True
+    reasons = {e.get("reason") for e in srv.list("events", srv.ns)}
     assert PODS_READY_TIMEOUT in reasons
-    assert srv.stats.violations == []
+    assert srv.violations() == []
 
 
+@pytest.mark.both_servers
 def test_a_gang_ready_in_time_is_never_evicted(cluster: Cluster) -> None:
-    srv = cluster.srv
+    srv = cluster
     be = cluster.fresh(pods_ready=PodsReadyPolicy(1.0))
     srv.create(held_job("quick", hold_s=10, run_s=100_000))  # Pending for 0.1 s, then Running
-    name = "default.job.quick"
+    name = srv.workload("job", "quick")
     wait_for(lambda: known(be, name), what="the Job in the cache")
-    be.start([RunSpec(name, placement(("main", 0, NODE0, [0]), ("main", 1, NODE0, [1])))])
+    be.start([RunSpec(name, placement(("main", 0, srv.nodes[0], [0]), ("main", 1, srv.nodes[0], [1])))])
     wait_for(
         lambda: [p["status"]["phase"] for p in pods_of(srv, "job-name=quick")] == ["Running"] * 2,
         what="both running",
@@ -119,13 +121,14 @@ def test_a_gang_ready_in_time_is_never_evicted(cluster: Cluster) -> None:
     assert len(bound(pods_of(srv, "job-name=quick"))) == 2
 
 
+@pytest.mark.both_servers
 def test_without_the_setting_a_held_gang_waits(cluster: Cluster) -> None:
-    srv = cluster.srv
+    srv = cluster
     be = cluster.fresh()
     srv.create(held_job("wait", hold_s=100_000, run_s=100_000))
-    name = "default.job.wait"
+    name = srv.workload("job", "wait")
     wait_for(lambda: known(be, name), what="the Job in the cache")
-    be.start([RunSpec(name, placement(("main", 0, NODE0, [0]), ("main", 1, NODE0, [1])))])
+    be.start([RunSpec(name, placement(("main", 0, srv.nodes[0], [0]), ("main", 1, srv.nodes[0], [1])))])
     wait_for(lambda: len(bound(pods_of(srv, "job-name=wait"))) == 2, what="both bound")
     assert be.ready_pass(time.time() + 3600) == 0
     assert be.poll(time.time()) == []
@@ -133,9 +136,8 @@ def test_without_the_setting_a_held_gang_waits(cluster: Cluster) -> None:
 
 # -- through the controller: evicted, requeued with the reason and a backoff ----------------
 class Setup:
-    def __init__(self, srv: FakeApiServer, tmp_path: Path) -> None:
-        self.srv = srv
-        self.cluster = Cluster(srv)
+    def __init__(self, cluster: Cluster, tmp_path: Path) -> None:
+        self.srv = self.cluster = cluster
         self.store = Store.open(f"sqlite:///{tmp_path}/gpupool.db")
         seed_config(self.store, EXAMPLES / "cluster")
         self.be = self.cluster.fresh(pods_ready=PodsReadyPolicy(1.0))
@@ -145,7 +147,7 @@ class Setup:
 
     def submit(self, obj: dict[str, Any]) -> str:
         self.srv.create(obj)
-        kw = workloads.workload_from_object(self.srv.get("jobs.batch", "default", obj["metadata"]["name"]))
+        kw = workloads.workload_from_object(self.srv.get("jobs.batch", self.srv.ns, obj["metadata"]["name"]))
         assert kw is not None
         rec, _ = self.store.submit_workload(kw.manifest, owner="system:kubernetes")
         self.ctl.submitted(rec, workload_model(kw.manifest, self.ctl.bundle.priority_classes, 0.0))
@@ -153,7 +155,7 @@ class Setup:
         wait_for(lambda: self.be.tracker.top_by_name(name), what="the Job in the backend's cache")
         return name
 
-    def cycle_until(self, cond: Any, timeout: float = 20.0, what: str = "condition") -> None:
+    def cycle_until(self, cond: Any, timeout: float = 30.0, what: str = "condition") -> None:
         end = time.monotonic() + timeout
         while not cond():
             if time.monotonic() > end:
@@ -163,14 +165,15 @@ class Setup:
 
 
 @pytest.fixture
-def setup(fake_server: FakeApiServer, tmp_path: Path) -> Iterator[Setup]:
-    fake_server.add_gpu_nodes(1, gpus=8, hami=True, labels=TRAINING)
-    s = Setup(fake_server, tmp_path)
+def setup(cluster: Cluster, tmp_path: Path) -> Iterator[Setup]:
+    """The controller over ``cluster`` (its test marks one 8-GPU training node)."""
+    s = Setup(cluster, tmp_path)
     yield s
-    s.cluster.close()
-    s.store.close()
+    s.store.close()  # (the cluster fixture closes the backend)
 
 
+@pytest.mark.both_servers
+@pytest.mark.cluster_nodes(count=1, gpus=8, labels=TRAINING)
 def test_the_controller_requeues_a_timed_out_gang_with_its_reason_and_a_backoff(setup: Setup) -> None:
     srv = setup.srv
     name = setup.submit(held_job("stuck", hold_s=100_000, pods=2, run_s=100_000, gpus=4))
@@ -181,10 +184,10 @@ def test_the_controller_requeues_a_timed_out_gang_with_its_reason_and_a_backoff(
     failures = [e for e in setup.store.list_events(name) if e.reason == "RunFailed"]
     assert failures and PODS_READY_TIMEOUT in failures[-1].message
     setup.cycle_until(
-        lambda: srv.get("jobs.batch", "default", "stuck")["spec"]["suspend"] is True, what="re-suspended"
+        lambda: srv.get("jobs.batch", srv.ns, "stuck")["spec"]["suspend"] is True, what="re-suspended"
     )
     setup.cycle_until(lambda: not bound(pods_of(srv, "job-name=stuck")), what="its pods gone")
     for _ in range(5):  # in backoff: not admitted again at once
         setup.ctl.cycle()
     assert setup.store.get_workload(name).phase == "Pending"
-    assert srv.stats.violations == []
+    assert srv.violations() == []

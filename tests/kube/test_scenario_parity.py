@@ -190,6 +190,13 @@ def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
             "completions": pods,
             "completionMode": "Indexed",
             "backoffLimit": 0,
+            # a pod disrupted by a preemption or a move is not a failure of the Job (as a movable
+            # Job must say, as in KAI: the Job controller counts any other deleted pod)
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+                ]
+            },
             # no run-seconds annotation: the fake kubelet runs the pods until they are deleted
             "template": {"metadata": {"annotations": dict(md.get("annotations") or {})}, "spec": pod_spec},
         },

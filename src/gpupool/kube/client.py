@@ -167,13 +167,20 @@ class KubeApi:
     def list(
         self, res: Resource, namespace: str | None = None, *, params: Mapping[str, Any] | None = None
     ) -> tuple[list[dict[str, Any]], str]:
-        """Every object (following ``continue``) and the list's resourceVersion."""
+        """Every object (following ``continue``) and the list's resourceVersion. Each item gets
+        its ``kind`` and ``apiVersion``: the real server writes them on the list only, not on
+        built-in items, and readers of the caches (the evictor's patches, the workload
+        translation) go by an object's kind (issue 24: a Job listed at start-up could not be
+        suspended on a real cluster)."""
         query = dict(params or {})
         query.setdefault("limit", 500)
         items: list[dict[str, Any]] = []
         while True:
             page = self.request("GET", res.path(namespace), params=query)
-            items.extend(page.get("items") or [])
+            for item in page.get("items") or []:
+                item.setdefault("apiVersion", res.api_version)
+                item.setdefault("kind", res.kind)
+                items.append(item)
             meta = page.get("metadata") or {}
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion", ""))

@@ -31,11 +31,14 @@ def now_rfc3339() -> str:
 
 
 def pod_conditions(pod: Obj, ready: bool) -> list[Obj]:
-    """Initialized/Ready/ContainersReady as a kubelet sets them; ``PodScheduled`` (the
-    scheduler's) is kept."""
+    """Initialized/Ready/ContainersReady as a kubelet sets them; the conditions others own
+    (``PodScheduled``, the scheduler's; ``DisruptionTarget``, a preempting scheduler's or the
+    eviction API's) are kept, as a kubelet keeps them (issue 24: the node agent once dropped a
+    DisruptionTarget written just before it started the pod)."""
     now = now_rfc3339()
     s = "True" if ready else "False"
-    kept = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"]
+    mine = ("Initialized", "Ready", "ContainersReady")
+    kept = [c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") not in mine]
     return kept + [
         {"type": t, "status": v, "lastProbeTime": None, "lastTransitionTime": now}
         for t, v in (("Initialized", "True"), ("Ready", s), ("ContainersReady", s))

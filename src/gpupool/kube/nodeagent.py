@@ -14,7 +14,10 @@ What it does, per node, as a kubelet does:
   device annotation (``hami.io/bind-phase`` set, the node lock released, refusals failed with
   ``UnexpectedAdmissionError``);
 - removes a pod deleted with a grace period once that period is over, by deleting it with
-  ``gracePeriodSeconds=0`` (the uid as precondition), as a kubelet does after its containers stop.
+  ``gracePeriodSeconds=0`` (the uid as precondition), as a kubelet does after its containers stop;
+- ``set_ready(name, False)`` reports a node NotReady (its heartbeats go on with that condition)
+  and parks its pods' steps until ``set_ready(name, True)``, as the fake's kubelet parks the pods
+  of a NotReady node.
 
 Shape, and why: one watch of all bound pods (``spec.nodeName!=``) rather than one per node, so a
 hundred nodes cost one stream; every write is made by one worker thread from a queue of due
@@ -35,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from gpupool.kube import kubelet_status as ks
-from gpupool.kube.client import RESOURCES, ApiError, KubeApi
+from gpupool.kube.client import RESOURCES, STRATEGIC_PATCH, ApiError, KubeApi
 from gpupool.kube.fake import hami
 
 log = logging.getLogger(__name__)
@@ -81,6 +84,8 @@ class NodeAgent:
         self.errors: list[str] = []
         self._seen: set[str] = set()  # pod uids admitted or being admitted
         self._terminating: set[str] = set()
+        self._down: set[str] = set()  # nodes set NotReady
+        self._parked: dict[str, list[Callable[[], None]]] = {}  # their pods' steps, held
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._cv = threading.Condition()
@@ -145,6 +150,49 @@ class NodeAgent:
                     f"nodes not Ready within {timeout_s:.0f} s: {sorted(set(self.nodes) - ready)}"
                 )
             time.sleep(0.2)
+
+    def set_ready(self, name: str, ready: bool) -> Obj:
+        """Report node ``name`` Ready or NotReady, as its kubelet would (the Ready condition in
+        its status, kept by the heartbeats after); a NotReady node's pods are parked until it is
+        Ready again. Returns the node as written."""
+        now = ks.now_rfc3339()
+        ready_cond = {
+            "type": "Ready",
+            "status": "True" if ready else "False",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+            "reason": "KubeletReady" if ready else "KubeletNotReady",
+            "message": "kubelet is posting ready status" if ready else "node agent: node set NotReady",
+        }
+        node = self.nodes[name]
+        conds = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") != "Ready"]
+        status = {**(node.get("status") or {}), "conditions": [*conds, ready_cond]}
+        with self._cv:
+            self.nodes[name] = {**node, "status": status}
+            if ready:
+                self._down.discard(name)
+                held = self._parked.pop(name, [])
+            else:
+                self._down.add(name)
+                held = []
+        made = self.api.patch(
+            NODES, None, name, {"status": {"conditions": status["conditions"]}}, sub="status"
+        )
+        for action in held:
+            self._later(0, action)
+        return made
+
+    def _on_node(self, node_name: str, action: Callable[[], None]) -> Callable[[], None]:
+        """``action``, parked instead while ``node_name`` is NotReady."""
+
+        def step() -> None:
+            with self._cv:
+                if node_name in self._down:
+                    self._parked.setdefault(node_name, []).append(step)
+                    return
+            action()
+
+        return step
 
     # -- registration and heartbeats ------------------------------------------------------------
     def _register(self, name: str, node: Obj) -> None:
@@ -243,17 +291,17 @@ class NodeAgent:
         uid = md.get("uid", "")
         if spec.get("nodeName") not in self.nodes:
             return
-        ns, name = md.get("namespace", ""), md.get("name", "")
+        ns, name, node_name = md.get("namespace", ""), md.get("name", ""), str(spec.get("nodeName"))
         if etype == "DELETED":
             self._later(0, lambda: self._forget(uid))
         elif md.get("deletionTimestamp"):
             if uid not in self._terminating:
                 self._terminating.add(uid)
                 grace = float(md.get("deletionGracePeriodSeconds") or 0) * self.time_scale
-                self._later(grace, lambda: self._remove(ns, name, uid))
+                self._later(grace, self._on_node(node_name, lambda: self._remove(ns, name, uid)))
         elif (pod.get("status") or {}).get("phase", "Pending") == "Pending" and uid not in self._seen:
             self._seen.add(uid)
-            self._later(0, lambda: self._admit(ns, name, uid))
+            self._later(0, self._on_node(node_name, lambda: self._admit(ns, name, uid)))
 
     # -- the worker: every write, one at a time -------------------------------------------------
     def _later(self, delay_s: float, action: Callable[[], None]) -> None:
@@ -326,7 +374,9 @@ class NodeAgent:
         if hold is not None:
             if self._status(pod, ks.creating_status(pod)) is None:
                 return
-            self._later(float(hold) * self.time_scale, lambda: self._run(ns, name, uid))
+            self._later(
+                float(hold) * self.time_scale, self._on_node(node_name, lambda: self._run(ns, name, uid))
+            )
             return
         self._run(ns, name, uid, pod)
 
@@ -338,7 +388,10 @@ class NodeAgent:
             return
         secs = (pod["metadata"].get("annotations") or {}).get(ks.RUN_SECONDS)
         if secs is not None:
-            self._later(float(secs) * self.time_scale, lambda: self._finish(ns, name, uid))
+            node_name = pod["spec"]["nodeName"]
+            self._later(
+                float(secs) * self.time_scale, self._on_node(node_name, lambda: self._finish(ns, name, uid))
+            )
 
     def _finish(self, ns: str, name: str, uid: str) -> None:
         pod = self._current(ns, name, uid)
@@ -348,6 +401,23 @@ class NodeAgent:
         self.ledger.release(uid)
 
     def _remove(self, ns: str, name: str, uid: str) -> None:
+        """The grace period over: the containers stopped (exit 143, SIGTERM) and the pod in a
+        terminal phase, then deleted. Why the phase first, as the kubelet writes it: a Job's pods
+        carry the Job controller's finalizer, and with a ``podFailurePolicy`` that controller
+        judges a deleted pod only once it is terminal; without it the pod stayed Running with its
+        deletionTimestamp and the Job made no replacement (issue 24)."""
+        try:
+            pod = self.api.get(PODS, ns, name)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+            pod = None
+        if (
+            pod is not None
+            and pod["metadata"].get("uid") == uid
+            and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ):
+            self._status(pod, ks.terminated_status(pod, 143))
         body = {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
         try:
             self.api.delete(PODS, ns, name, body)
@@ -364,7 +434,9 @@ class NodeAgent:
 
     def _status(self, pod: Obj, status: Obj) -> Obj | None:
         """Write the pod's status (the uid as precondition); None when the pod changed
-        identity or went away meanwhile."""
+        identity or went away meanwhile. A strategic merge patch, as the kubelet's status
+        manager sends: conditions merge by type, so one another writer added since ``pod`` was
+        read (a DisruptionTarget) is kept, not replaced with the list read."""
         md = pod["metadata"]
         try:
             return self.api.patch(
@@ -373,6 +445,7 @@ class NodeAgent:
                 md["name"],
                 {"metadata": {"uid": md["uid"]}, "status": status},
                 sub="status",
+                content_type=STRATEGIC_PATCH,
             )
         except ApiError as exc:
             if exc.code in (404, 409):

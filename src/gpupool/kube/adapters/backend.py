@@ -271,25 +271,30 @@ class KubernetesBackend:
         if self.leader_gate is not None and not self.leader_gate():
             raise NotLeader("this replica does not hold the lease: it must not move pods")
         decision = decision_of(spec.placement)
-        with self._passing, self._lock:
-            run = self._runs.get(spec.name)
-            if run is None or run.outcome is not None or run.decision == decision:
-                return True
-            obj = self.tracker.owner_object(run.top)
-            if (why := refusal(run.top[0]) or ("" if obj else "its owner is gone")) or obj is None:
-                log.warning("cannot move %s on Kubernetes: %s", spec.name, why)
-                return False
-            run.placement, run.decision = dict(spec.placement), decision
-            run.started_at, run.duration_s = self.clock(), spec.duration_s
-            run.bound, run.ready, run.first_try, run.tries, run.next_try = False, False, None, 0, 0.0
-            fields = {"placement": run.placement, "decision": decision, "startedAt": run.started_at}
-            record = self.mover.record(obj, run.name, fields | {"durationS": run.duration_s})
-        try:
-            self.mover.move(obj, self.elastic.pods(run), record, message or "consolidation")
-        except Exception as exc:
-            raise BackendError(f"moving {spec.name} failed: {exc}") from exc
-        finally:
-            self._wake.set()
+        # The bind pass waits (``_passing``) until the move's writes are done: it would otherwise
+        # see the run's new decision with the old pods still live, take them for a move a restart
+        # cut short and disrupt them itself (``Mover.sweep``), racing the move's own disruption
+        # and its reason (seen on a real API server, issue 24).
+        with self._passing:
+            with self._lock:
+                run = self._runs.get(spec.name)
+                if run is None or run.outcome is not None or run.decision == decision:
+                    return True
+                obj = self.tracker.owner_object(run.top)
+                if (why := refusal(run.top[0]) or ("" if obj else "its owner is gone")) or obj is None:
+                    log.warning("cannot move %s on Kubernetes: %s", spec.name, why)
+                    return False
+                run.placement, run.decision = dict(spec.placement), decision
+                run.started_at, run.duration_s = self.clock(), spec.duration_s
+                run.bound, run.ready, run.first_try, run.tries, run.next_try = False, False, None, 0, 0.0
+                fields = {"placement": run.placement, "decision": decision, "startedAt": run.started_at}
+                record = self.mover.record(obj, run.name, fields | {"durationS": run.duration_s})
+            try:
+                self.mover.move(obj, self.elastic.pods(run), record, message or "consolidation")
+            except Exception as exc:
+                raise BackendError(f"moving {spec.name} failed: {exc}") from exc
+            finally:
+                self._wake.set()
         return True
 
     def poll(self, now: float) -> list[RunState]:
@@ -502,17 +507,24 @@ class KubernetesBackend:
         just_bound: Sequence[Mapping[str, Any]] = (),
         reason: str = "BindFailed",
     ) -> None:
-        """Give up a gang: delete the pods it bound (a suspendable owner is re-suspended by
-        ``forget``) and report it failed with ``reason`` (``BindFailed``: a platform fault;
-        ``PodsReadyTimeout``: counted under the workload's retry policy)."""
+        """Give up a gang and report it failed with ``reason`` (``BindFailed``: a platform fault;
+        ``PodsReadyTimeout``: counted under the workload's retry policy). A suspendable owner is
+        suspended, and its controller removes the pods; other owners' bound pods are deleted.
+        Why not delete a Job's pods: on a real cluster the Job controller counts a deleted pod
+        against ``backoffLimit`` (0: the Job fails, and is never requeued), while the pods of a
+        suspended Job are not counted (issue 24; the fake's Job controller once replaced them uncounted)."""
         bound = {object_key(p): p for p in attempt_pods(self.elastic.pods(run), run.decision)}
         bound.update({object_key(p): p for p in just_bound})
-        try:
-            self.evictor.delete_pods(list(bound.values()))
-        except Exception:
-            log.exception("deleting the bound pods of %s failed", run.name)
-        run.outcome = Outcome("Failed", why, None, reason)
         obj = self.tracker.owner_object(run.top)
+        try:
+            if obj is not None and run.top[0] in SUSPEND_PATH and not self.elastic.is_extra(run):
+                self.evictor.release(obj, suspend=True)
+                self.admission.restore(run, obj)  # after the suspend: never more pods than placed
+            else:
+                self.evictor.delete_pods(list(bound.values()))
+        except Exception:
+            log.exception("removing the bound pods of %s failed", run.name)
+        run.outcome = Outcome("Failed", why, None, reason)
         if obj is not None:
             self.evictor.event(obj, reason, why, "Warning")
         log.warning("%s: %s", run.name, why)

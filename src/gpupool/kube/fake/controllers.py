@@ -56,16 +56,47 @@ class Reconciler(ABC):
 
 
 class JobController(Reconciler):
-    """batch/v1 Job: suspend, parallelism, completions (NonIndexed and Indexed), backoffLimit."""
+    """batch/v1 Job: suspend, parallelism, completions (NonIndexed and Indexed), backoffLimit.
+
+    A pod deleted before it ended counts as a failure, as on a real cluster (issue 24), unless
+    the Job was suspended or had finished (its own deletions) or a ``podFailurePolicy`` rule
+    ignores it (``action: Ignore`` on a condition it has, such as ``DisruptionTarget``); the
+    fake once replaced such a pod without counting it, which hid a backend that failed Jobs
+    on a real cluster by deleting their pods."""
 
     key, kind = "jobs.batch", "Job"
+
+    def __init__(self, ops: Ops) -> None:
+        super().__init__(ops)
+        self.lost: dict[str, set[str]] = {}  # Job uid -> its pods deleted before they ended
+
+    def on_child(self, rt: ResourceType, etype: str, obj: Obj, old: Obj | None) -> None:
+        ref = owners.controller_of(obj, self.kind)
+        md = obj["metadata"]
+        ended = (obj.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if ref is not None and (etype == "DELETED" or md.get("deletionTimestamp")) and not ended:
+            job = self.ops.store.find(self.rt, *ref) if self.key in self.ops.store.types else None
+            if (
+                job is not None
+                and not job["spec"].get("suspend")
+                and not (owners.has_condition(job, "Complete") or owners.has_condition(job, "Failed"))
+                and not _ignored(job, obj)
+                and not _out_of_range(job, obj)
+            ):
+                self.lost.setdefault(job["metadata"]["uid"], set()).add(md["uid"])
+        super().on_child(rt, etype, obj, old)
 
     def reconcile(self, job: Obj) -> None:
         spec, status = job["spec"], dict(job.get("status") or {})
         pods = owners.owned(self.ops, job, "pods")
         live = owners.active(pods)
         succeeded = [p for p in pods if p["status"].get("phase") == "Succeeded"]
-        failed = sum(1 for p in pods if p["status"].get("phase") == "Failed")
+        failed_now = {
+            p["metadata"]["uid"]
+            for p in pods
+            if p["status"].get("phase") == "Failed" and not _ignored(job, p)
+        }
+        failed = len(failed_now | self.lost.get(job["metadata"]["uid"], set()))
         conds = list(status.get("conditions") or [])
         finished = owners.has_condition(job, "Complete") or owners.has_condition(job, "Failed")
         if spec.get("suspend") or finished:
@@ -136,6 +167,35 @@ class JobController(Reconciler):
             labels=extra,
             annotations=extra,
         )
+
+
+def _ignored(job: Obj, pod: Obj) -> bool:
+    """Whether the Job's ``podFailurePolicy`` ignores this pod's failure (an ``Ignore`` rule on
+    a condition the pod has)."""
+    have = {
+        (c.get("type"), c.get("status"))
+        for c in (pod.get("status") or {}).get("conditions") or []
+        if isinstance(c, dict)
+    }
+    for rule in ((job["spec"].get("podFailurePolicy") or {}).get("rules")) or []:
+        if not isinstance(rule, dict) or rule.get("action") != "Ignore":
+            continue
+        for cond in rule.get("onPodConditions") or []:
+            if isinstance(cond, dict) and (cond.get("type"), cond.get("status", "True")) in have:
+                return True
+    return False
+
+
+def _out_of_range(job: Obj, pod: Obj) -> bool:
+    """An Indexed Job's pod whose index its (lowered) completions no longer has: the real
+    controller removes it and counts nothing."""
+    spec = job["spec"]
+    if spec.get("completionMode") != "Indexed" or spec.get("completions") is None:
+        return False
+    try:
+        return int(_index(pod)) >= int(spec["completions"])
+    except ValueError:
+        return False
 
 
 def _index(pod: Obj) -> str:

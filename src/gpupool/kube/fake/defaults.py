@@ -113,6 +113,16 @@ def _replicated(obj: Obj) -> None:
         raise errors.invalid(
             obj.get("kind", "object"), obj["metadata"].get("name", ""), "spec.template", "Required value"
         )
+    # the controllers restart their pods in place: the real server takes only Always (issue 24)
+    tspec = spec["template"].setdefault("spec", {})
+    policy = tspec.setdefault("restartPolicy", "Always")
+    if policy != "Always":
+        raise errors.invalid(
+            f"{obj.get('kind', 'object')}.apps",
+            obj["metadata"].get("name", ""),
+            "spec.template.spec.restartPolicy",
+            f'Unsupported value: "{policy}": supported values: "Always"',
+        )
     obj.setdefault("status", {})
 
 

@@ -20,10 +20,13 @@ from gpupool.kube.fake import discovery, errors, subresources, tables
 from gpupool.kube.fake.errors import ApiError
 from gpupool.kube.fake.faults import FaultConfig
 from gpupool.kube.fake.ops import APPLY, Ops
-from gpupool.kube.fake.resources import ResourceType
+from gpupool.kube.fake.resources import BUILTINS, ResourceType
 from gpupool.kube.fake.selectors import combine, field_selector, label_selector
 from gpupool.kube.fake.storage import Event, Obj, Store
 from gpupool.kube.fake.watch import WatchStream
+
+_BUILTIN_KEYS = frozenset(rt.key for rt in BUILTINS)
+_TYPE_META = ("kind", "apiVersion")
 
 Scope = dict[str, Any]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
@@ -243,6 +246,8 @@ class FakeApp:
         return combine(label_selector(q.get("labelSelector")), field_selector(q.get("fieldSelector")))
 
     def _list(self, t: Target, q: dict[str, str]) -> Obj:
+        """A list as the real server writes it: ``kind``/``apiVersion`` on the list, and on the
+        items only of custom resources (built-in items are encoded without their type)."""
         items, rv = self.store.list(t.rt, t.ns, self._selector(q))
         md: dict[str, Any] = {"resourceVersion": str(rv)}
         if q.get("continue"):
@@ -260,6 +265,8 @@ class FakeApp:
             md["continue"] = base64.urlsafe_b64encode(json.dumps(tok).encode()).decode()
             md["remainingItemCount"] = len(items) - limit
             items = items[:limit]
+        if t.rt.key in _BUILTIN_KEYS:  # the real server types the list, not its items (issue 24)
+            items = [{k: v for k, v in o.items() if k not in _TYPE_META} for o in items]
         return {"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version, "metadata": md, "items": items}
 
     def _delete_collection(self, t: Target, q: dict[str, str]) -> Obj:

@@ -267,6 +267,9 @@ class Ops:
             raise errors.invalid(
                 "Pod", cur["metadata"]["name"], "spec.containers", podspec.CONTAINERS_MESSAGE
             )
+        deadline = podspec.deadline_refusal(old_spec, new_spec)
+        if deadline is not None:
+            raise errors.invalid("Pod", cur["metadata"]["name"], "spec.activeDeadlineSeconds", deadline)
         if not podspec.update_allowed(old_spec, new_spec):
             raise errors.invalid("Pod", cur["metadata"]["name"], "spec", podspec.MESSAGE)
 
