@@ -30,6 +30,20 @@ def now_rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def node_ready_condition(ready: bool, not_ready_message: str) -> Obj:
+    """A node's Ready condition as a kubelet posts it (the fake's kubelet and the node agent
+    both write it; ``not_ready_message`` says who set the node NotReady)."""
+    now = now_rfc3339()
+    return {
+        "type": "Ready",
+        "status": "True" if ready else "False",
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+        "reason": "KubeletReady" if ready else "KubeletNotReady",
+        "message": "kubelet is posting ready status" if ready else not_ready_message,
+    }
+
+
 def pod_conditions(pod: Obj, ready: bool) -> list[Obj]:
     """Initialized/Ready/ContainersReady as a kubelet sets them; the conditions others own
     (``PodScheduled``, the scheduler's; ``DisruptionTarget``, a preempting scheduler's or the

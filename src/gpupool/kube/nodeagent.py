@@ -155,15 +155,7 @@ class NodeAgent:
         """Report node ``name`` Ready or NotReady, as its kubelet would (the Ready condition in
         its status, kept by the heartbeats after); a NotReady node's pods are parked until it is
         Ready again. Returns the node as written."""
-        now = ks.now_rfc3339()
-        ready_cond = {
-            "type": "Ready",
-            "status": "True" if ready else "False",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": now,
-            "reason": "KubeletReady" if ready else "KubeletNotReady",
-            "message": "kubelet is posting ready status" if ready else "node agent: node set NotReady",
-        }
+        ready_cond = ks.node_ready_condition(ready, "node agent: node set NotReady")
         node = self.nodes[name]
         conds = [c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") != "Ready"]
         status = {**(node.get("status") or {}), "conditions": [*conds, ready_cond]}

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpupool.kube.fake.storage import now_rfc3339
+from gpupool.kube.kubelet_status import node_ready_condition
 from gpupool.manifests import ClusterSpec, Document, ManifestErrors, Metadata, NodeGroupSpec, build_nodes
 
 HAMI_REGISTER = "hami.io/node-nvidia-register"
@@ -65,15 +65,7 @@ def _node_info(name: str) -> dict[str, str]:
 
 
 def ready_condition(ready: bool) -> dict[str, Any]:
-    now = now_rfc3339()
-    return {
-        "type": "Ready",
-        "status": "True" if ready else "False",
-        "lastHeartbeatTime": now,
-        "lastTransitionTime": now,
-        "reason": "KubeletReady" if ready else "KubeletNotReady",
-        "message": "kubelet is posting ready status" if ready else "fake: node set NotReady",
-    }
+    return node_ready_condition(ready, "fake: node set NotReady")
 
 
 def gpu_node(
