@@ -509,10 +509,9 @@ class KubernetesBackend:
     ) -> None:
         """Give up a gang and report it failed with ``reason`` (``BindFailed``: a platform fault;
         ``PodsReadyTimeout``: counted under the workload's retry policy). A suspendable owner is
-        suspended, and its controller removes the pods; other owners' bound pods are deleted.
-        Why not delete a Job's pods: on a real cluster the Job controller counts a deleted pod
-        against ``backoffLimit`` (0: the Job fails, and is never requeued), while the pods of a
-        suspended Job are not counted (issue 24; the fake's Job controller once replaced them uncounted)."""
+        suspended and its controller removes the pods (other owners' bound pods are deleted): a
+        real Job controller counts a deleted pod against ``backoffLimit`` (0: the Job fails and
+        is never requeued), not the pods of a suspended Job (issue 24)."""
         bound = {object_key(p): p for p in attempt_pods(self.elastic.pods(run), run.decision)}
         bound.update({object_key(p): p for p in just_bound})
         obj = self.tracker.owner_object(run.top)
