@@ -179,3 +179,21 @@ def test_submit_f_of_a_kai_job_carries_the_share_or_the_located_problem() -> Non
     manifest, problem = to_workload(kai_job("kai", "lots"))
     assert manifest is None and problem is not None
     assert problem.startswith("spec.template.metadata.annotations.gpu-memory: invalid quantity 'lots'")
+
+
+def test_a_memory_only_share_pulled_into_a_cycles_window_is_resolved_too() -> None:
+    """The controller passes pending work in windows and the engine pulls more of a queue
+    through ``more``; a memory-only workload pulled that way is charged its fraction and given
+    a device like one passed from the start (before: placed with no device and 0 milli, a pod
+    with HAMi's memory annotation and no GPU at all; seen on the Kubernetes backend, issue 24)."""
+    from gpupool.engine import Engine
+
+    a, b = _kai("a", 20000), _kai("b", 20000)
+    d = Engine(_snapshot(2000)).cycle([a], more=lambda w: b if w.name == "a" else None)
+    milli = math.ceil(20000 * 1000 / H100_MIB)
+    assert {
+        (x.workload, p.node, p.devices, p.gpu_milli, p.gpu_memory_mib) for x in d.admitted for p in x.pods
+    } == {
+        ("a", "big", (0,), milli, 20000),
+        ("b", "big", (0,), milli, 20000),
+    }

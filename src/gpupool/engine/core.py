@@ -201,6 +201,13 @@ class Engine:
         ssn = self.ssn
         if now is not None:
             ssn.now = now
+        if more is not None:  # what a window pulls in is resolved as what was passed (KAI's shares)
+            pull, shares = more, self.shares
+
+            def more(w: Workload) -> Workload | None:
+                nxt = pull(w)
+                return None if nxt is None else shares.resolve(nxt)
+
         ssn.begin(blocked, more)
         # The cycle creates no reference cycles; pausing the cyclic GC saves ~20% on big cycles.
         gc_was_on = gc.isenabled()
