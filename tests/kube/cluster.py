@@ -205,11 +205,10 @@ class Cluster:
         return self.api.delete(resource(key), ns or None, name, body or None)
 
     # -- nodes -----------------------------------------------------------------------------------
-    def add_nodes(
-        self, count: int, gpus: int = 8, hami: bool = True, labels: dict[str, str] | None = None
-    ) -> list[str]:
-        """More GPU nodes with a kubelet (``KubeTarget.add_kubelet_nodes``); returns their names."""
-        return self.target.add_kubelet_nodes(count, gpus=gpus, hami=hami, labels=labels)
+    def add_nodes(self, count: int, gpus: int = 8, hami: bool = True, **model: Any) -> list[str]:
+        """More GPU nodes with a kubelet (``KubeTarget.add_kubelet_nodes``: ``labels``,
+        ``product``, ``memory_mib``); returns their names."""
+        return self.target.add_kubelet_nodes(count, gpus=gpus, hami=hami, **model)
 
     def set_node_ready(self, name: str, ready: bool) -> None:
         """The node's kubelet reports it Ready or NotReady (its pods are parked while NotReady)."""

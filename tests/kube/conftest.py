@@ -6,8 +6,9 @@
 (tests/kube/cluster.py's ``Cluster``, a server-neutral object API). On the fake server by
 default; a module or test marked ``both_servers`` runs on both (params ``fake`` and ``real``),
 and one marked ``fake_only("reason")`` among them is skipped on the real server with that reason.
-``cluster_nodes(count=, gpus=, hami=, labels=)`` changes the nodes (two HAMi nodes of 8 GPUs,
-no extra labels).
+``cluster_nodes(count=, gpus=, hami=, labels=, product=, memory_mib=)`` changes the nodes (two
+HAMi nodes of 8 H100 80 GB GPUs, no extra labels); ``cluster_nodes(groups=[{...}, {...}])`` builds
+one group of nodes per dict of those keywords, in order (nodes of two GPU models).
 
 ``kube_api``: the same test against both servers, parametrized ``fake`` and ``real`` (issue 24).
 The real one is etcd + kube-apiserver + kube-controller-manager built by ``make kube-bin``
@@ -75,21 +76,28 @@ def cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
 
     kind = getattr(request, "param", "fake")
     shape = request.node.get_closest_marker("cluster_nodes")
-    nodes: dict[str, Any] = {"count": 2, "gpus": 8, "hami": True, "labels": None}
-    nodes.update(shape.kwargs if shape else {})
+    kwargs = dict(shape.kwargs) if shape else {}
+    groups: list[dict[str, Any]] = []
+    for group in kwargs.pop("groups", None) or [kwargs]:
+        nodes: dict[str, Any] = {"count": 2, "gpus": 8, "hami": True, "labels": None}
+        nodes.update(group)
+        groups.append(nodes)
     if kind == "real":
         mark = request.node.get_closest_marker("fake_only")
         if mark is not None:
             pytest.skip(f"fake server only: {mark.args[0]}")
         with _target("real", request, tmp_path) as target:
-            c = Cluster(target, target.add_kubelet_nodes(**nodes))
+            c = Cluster(target, [n for g in groups for n in target.add_kubelet_nodes(**g)])
             try:
                 yield c
             finally:
                 c.close()
         return
     srv: FakeApiServer = request.getfixturevalue("fake_server")
-    c = Cluster(srv, srv.add_gpu_nodes(nodes.pop("count"), **nodes))
+    names: list[str] = []
+    for i, g in enumerate(groups):  # one group: the fake's own node names, as before
+        names += srv.add_gpu_nodes(g.pop("count"), "gpu-node" if len(groups) == 1 else f"gpu-g{i}", **g)
+    c = Cluster(srv, names)
     try:
         yield c
     finally:
@@ -142,17 +150,30 @@ class KubeTarget:
         return self._nodes[-count:] if count else []
 
     def add_kubelet_nodes(
-        self, count: int, gpus: int = 8, hami: bool = True, labels: dict[str, str] | None = None
+        self,
+        count: int,
+        gpus: int = 8,
+        hami: bool = True,
+        labels: dict[str, str] | None = None,
+        product: str | None = None,
+        memory_mib: int | None = None,
     ) -> list[str]:
         """GPU nodes with a kubelet: on the fake, its own nodes (its simulated kubelet runs their
         pods); on the real server, the node agent of ``gpupool kube cluster up`` registers them,
         heartbeats and runs their bound pods the same way (the fake's time scale, 0.01).
-        ``labels`` are added to the nodes' own (a pool's node selector)."""
+        ``labels`` are added to the nodes' own (a pool's node selector); ``product`` and
+        ``memory_mib`` are the GPU model (GFD's product label) and its device memory (the fake's
+        H100 80 GB unless told)."""
         prefix = f"kl-{secrets.token_hex(3)}"
+        model: dict[str, Any] = {"gpus": gpus, "hami": hami, "labels": labels}
+        if product is not None:
+            model["product"] = product
+        if memory_mib is not None:
+            model["memory_mib"] = memory_mib
         if self.fake is not None:
-            names = self.fake.add_gpu_nodes(count, prefix=prefix, gpus=gpus, hami=hami, labels=labels)
+            names = self.fake.add_gpu_nodes(count, prefix=prefix, **model)
         else:
-            objs = node_builders.gpu_nodes(count, prefix, gpus=gpus, hami=hami, labels=labels)
+            objs = node_builders.gpu_nodes(count, prefix, **model)
             agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=0.01)
             self._agents.append(agent)
             agent.start()

@@ -1,5 +1,6 @@
 """A Workload sent to gpupool's API while it runs on Kubernetes (issue 23): refused at submit
-with the reason, so it never preempts anything first and then fails to start."""
+with the reason, so it never preempts anything first and then fails to start. On both the fake
+and the real API server (``kube_api``, issue 24)."""
 
 from __future__ import annotations
 
@@ -10,17 +11,17 @@ from fastapi.testclient import TestClient
 
 from gpupool.kube.adapters.recovery import submit_refusal
 from gpupool.kube.adapters.source import SYSTEM_NAME
-from gpupool.kube.fake import FakeApiServer
 from gpupool.service.config import EXAMPLES, ServiceConfig
+from tests.kube.conftest import KubeTarget
 from tests.kube.test_kubectl_e2e import TRAINING
 
 
 def test_an_api_workload_on_kubernetes_is_refused_naming_what_to_do(
-    fake_server: FakeApiServer, tmp_path: Path
+    kube_api: KubeTarget, tmp_path: Path
 ) -> None:
     from gpupool.kube.wiring import kube_app, kube_options
 
-    fake_server.add_gpu_nodes(1, gpus=8, hami=True, labels=TRAINING)
+    kube_api.add_kubelet_nodes(1, gpus=8, hami=True, labels=TRAINING)
     cfg = ServiceConfig(
         state_dir=tmp_path,
         config_dir=EXAMPLES / "cluster",
@@ -28,7 +29,8 @@ def test_an_api_workload_on_kubernetes_is_refused_naming_what_to_do(
         tick_s=0.05,
         min_interval_s=0.0,
     )
-    opts = kube_options(Path(fake_server.kubeconfig), None, [], False, "default")
+    # the lease in the test's own namespace: the real server is shared by the session's tests
+    opts = kube_options(kube_api.kubeconfig, None, [], False, kube_api.namespace)
     body: dict[str, Any] = {
         "apiVersion": "gpupool.io/v1alpha1",
         "kind": "Workload",

@@ -1,4 +1,5 @@
-"""How a run's end is read from its pods and owner (pure functions, no server)."""
+"""How a run's end is read from its pods and owner (pure functions, no server), and the same over what
+each API server's Job controller and kubelet write (``kube_api``: fake and real, issue 24)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,33 @@ def test_owner_conditions_and_bare_pods() -> None:
     assert ok is not None and ok.outcome == "Succeeded"
     bad = pods_outcome([pod("Succeeded"), pod("Failed", code=1, term="Error")], 2)
     assert bad is not None and bad.exit_code == 1
+
+
+def test_outcomes_read_from_what_each_server_writes(kube_api: Any) -> None:
+    """On both servers (issue 24): the same functions over what the Job controller and a kubelet
+    (the node agent on the real server) write: a Job's Complete condition and its Succeeded pods,
+    a failing Job's Failed condition (BackoffLimitExceeded) and its pod's exit code."""
+    from tests.kube.test_fake_controllers import JOBS, RUN, create, drive, job, listed
+
+    k = kube_api
+    node = k.add_kubelet_nodes(1, gpus=0, hami=False)[0]
+    create(k, "jobs", job("done", parallelism=2, completions=2, annotations={RUN: "1"}), **JOBS)
+    failing = {RUN: "0", "fake.gpupool.io/exit-code": "3"}
+    create(k, "jobs", job("bad", parallelism=1, completions=1, backoff=0, annotations=failing), **JOBS)
+
+    done = drive(k, "done", "Complete", node)
+    got = owner_outcome(done)
+    assert got is not None and got.outcome == "Succeeded"
+    pods = listed(k, "pods", "batch.kubernetes.io/job-name=done")
+    assert [pod_failure(p) for p in pods] == [None, None]
+    ok = pods_outcome(pods, 2)
+    assert ok is not None and ok.outcome == "Succeeded"
+
+    bad = drive(k, "bad", "Failed", node)
+    failed = owner_outcome(bad)
+    assert failed is not None and (failed.outcome, failed.reason) == ("Failed", "BackoffLimitExceeded")
+    (p,) = listed(k, "pods", "batch.kubernetes.io/job-name=bad")
+    why = pod_failure(p)
+    assert why is not None and why.exit_code == 3
+    lost = pods_outcome([p], 1)
+    assert lost is not None and (lost.outcome, lost.exit_code) == ("Failed", 3)

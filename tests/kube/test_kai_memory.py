@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from gpupool.engine import decide
 from gpupool.engine.memory_share import share_milli
 from gpupool.kube.exclusive import overbooked
-from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.workloads import KubeWorkloadError, workload_from_object
 from gpupool.manifests import ManifestError, build, parse_documents
 from gpupool.model import (
@@ -31,52 +30,77 @@ from gpupool.model import (
     Snapshot,
     Workload,
 )
-from tests.kube.test_backend import bound, job, pods_of
+from tests.kube.cluster import Cluster, bound, job, pods_of, wait_for
 from tests.kube.test_backend_controller import TRAINING, Setup
 
 #: the fake nodes' H100 device memory (``kube.fake.nodes.gpu_nodes``)
 H100_MIB = 81559
 
 
-def kai_job(name: str, memory: str) -> dict[str, Any]:
-    """A one-pod Job whose container names no GPU resource: the share is KAI's annotation."""
-    obj = job(name, pods=1, ns="default", run_s=100_000)
+def kai_job(name: str, memory: str, ns: str | None = "default") -> dict[str, Any]:
+    """A one-pod Job whose container names no GPU resource: the share is KAI's annotation
+    (in ``ns``; None: the cluster's namespace, once created there)."""
+    obj = job(name, pods=1, ns=ns, run_s=100_000)
     obj["spec"]["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     obj["spec"]["template"]["metadata"]["annotations"]["gpu-memory"] = memory
     return obj
 
 
+#: a training pool with a node of two 16 GiB devices and a node of two 80 GiB devices
+MIXED = pytest.mark.cluster_nodes(
+    groups=[
+        {"count": 1, "gpus": 2, "labels": TRAINING, "product": "Tesla-T4", "memory_mib": 16384},
+        {"count": 1, "gpus": 2, "labels": TRAINING},
+    ]
+)
+
+
 @pytest.fixture
-def mixed(fake_server: FakeApiServer, tmp_path: Path) -> Iterator[Setup]:
-    """A training pool with a node of 16 GiB devices and a node of 80 GiB devices."""
-    fake_server.add_gpu_nodes(1, "small", gpus=2, product="Tesla-T4", memory_mib=16384, labels=TRAINING)
-    fake_server.add_gpu_nodes(1, "big", gpus=2, labels=TRAINING)
-    s = Setup(fake_server, tmp_path)
+def mixed(cluster: Cluster, tmp_path: Path) -> Iterator[Setup]:
+    """The example config's controller over ``MIXED``'s nodes (``cluster.nodes``: small, big)."""
+    s = Setup(cluster, tmp_path)
     yield s
-    s.cluster.close()
-    s.store.close()
+    s.store.close()  # (the cluster fixture closes the backends)
 
 
+@pytest.mark.both_servers
+@MIXED
 def test_two_memory_only_pods_share_one_80gib_device(mixed: Setup) -> None:
+    """On both servers (issue 24): the pods bound by the backend and run by a kubelet (the node
+    agent on the real server) that checks HAMi's device allocation."""
     srv = mixed.srv
-    first = mixed.submit(kai_job("kai-a", "20000"))
-    second = mixed.submit(kai_job("kai-b", "20000"))
+    small, big = mixed.cluster.nodes
+    assert sorted(n.name for n in mixed.ctl.nodes()) == sorted([small, big])
+    first = mixed.submit(kai_job("kai-a", "20000", ns=None))
+    second = mixed.submit(kai_job("kai-b", "20000", ns=None))
     mixed.cycle_until(
         lambda: (
             len(bound(pods_of(srv, "job-name=kai-a"))) == 1
             and len(bound(pods_of(srv, "job-name=kai-b"))) == 1
         ),
+        timeout=60,
         what="both KAI pods bound",
     )
-    anns = [pods_of(srv, f"job-name={n}")[0]["metadata"]["annotations"] for n in ("kai-a", "kai-b")]
+    pods = [pods_of(srv, f"job-name={n}")[0] for n in ("kai-a", "kai-b")]
+    anns = [p["metadata"]["annotations"] for p in pods]
     # the 16 GiB devices cannot hold 20000 MiB: both on one device of the 80 GiB node
-    assert {(a["gpupool.io/node"], a["gpupool.io/gpu-indices"]) for a in anns} == {("big-0000", "0")}
+    assert {(a["gpupool.io/node"], a["gpupool.io/gpu-indices"]) for a in anns} == {(big, "0")}
+    assert {p["spec"]["nodeName"] for p in pods} == {big}
     milli = math.ceil(20000 * 1000 / H100_MIB)
     assert [(a["gpupool.io/gpu-milli"], a["gpupool.io/gpu-memory-mib"]) for a in anns] == [
         (str(milli), "20000")
     ] * 2
-    assert {mixed.phase(first), mixed.phase(second)} == {"Running"}
-    assert not overbooked(srv.list("pods", "default")) and mixed.cluster.violations() == []
+
+    def running() -> bool:
+        pods = [p for n in ("kai-a", "kai-b") for p in pods_of(srv, f"job-name={n}")]
+        return len(pods) == 2 and all(p["status"].get("phase") == "Running" for p in pods)
+
+    # the kubelet started both: the shared device's allocation accepted, neither failed
+    wait_for(running, 60, "both KAI pods Running on the node")
+    mixed.cycle_until(
+        lambda: {mixed.phase(first), mixed.phase(second)} == {"Running"}, timeout=60, what="both Running"
+    )
+    assert not overbooked(srv.list("pods", srv.ns)) and mixed.cluster.violations() == []
 
 
 def test_a_bad_gpu_memory_value_names_the_annotation() -> None:

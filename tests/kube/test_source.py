@@ -3,7 +3,8 @@ refusals as Warning Events that never block the others, deletes cancel, the name
 
 The translation (gpupool.kube.workloads) is replaced by a small local fake here, so these tests
 pin the source's own behaviour whatever the translation decides; the service path is real in
-``test_service_submitter_*``."""
+``test_service_submitter_*``. One test runs the source over gpupool's informers and the real
+translation on both the fake and the real API server (``kube_api``, issue 24)."""
 
 from __future__ import annotations
 
@@ -455,3 +456,79 @@ def test_a_jobsets_child_job_is_never_a_workload_of_its_own_even_with_a_namespac
     src.process()
     assert [m["metadata"]["name"] for m in sub.manifests] == ["ml-alone"]
     assert ev.got == [] and src.stats["skipped"] == 1
+
+
+def test_on_the_server_a_job_is_submitted_once_refused_once_and_its_delete_cancels(kube_api: Any) -> None:
+    """On both servers (issue 24): the source over gpupool's informers and the real translation,
+    fed by the server's own events (create, a label added, a delete): a Kueue Job submitted once
+    whatever updates follow, a Job of an unknown queue refused with one Warning naming the field
+    (offered again on an update, as its queue may exist by then, but not refused twice), the
+    delete cancelling the submitted workload."""
+    import time
+
+    from gpupool.kube.client import KubeApi, load_config
+    from gpupool.kube.runtime.informer import Informers
+    from tests.kube.cluster import job as kueue_job
+
+    ns = kube_api.namespace
+    api = KubeApi(load_config(str(kube_api.kubeconfig)))
+    infs = Informers(api)
+    sub, ev = Subm(), Events()
+    src = KubeSource(infs.by_kind, sub, ev, None, settle_s=0.0)
+    src.attach()
+    infs.start()
+    jobs = kube_api.path("jobs", group="batch")
+    try:
+        assert infs.wait_synced(30)
+        for name, queue in (("train", "llm-research"), ("lost", "ghost")):
+            obj = kueue_job(name, pods=2)
+            obj["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] = queue
+            r = kube_api.http.post(jobs, json=obj)
+            assert r.status_code == 201, r.text
+
+        def mine() -> list[str]:
+            src.process()
+            return [
+                m["metadata"]["name"] for m in sub.manifests if m["metadata"]["name"].startswith(f"{ns}.")
+            ]
+
+        wait_for(lambda: len(mine()) == 2, 30, "both Jobs submitted")
+        train = src.names[("jobs", ns, "train")]
+        assert train == f"{ns}.job.train" and sorted(mine()) == sorted([train, f"{ns}.job.lost"])
+        assert [(e[0], e[1], e[2]) for e in ev.got] == [("lost", "Warning", REFUSED)]
+        assert "spec.queue: no queue 'ghost'" in ev.got[0][3]
+
+        # updates that change nothing gpupool reads (a label): the Job not submitted again; the
+        # refused one is offered again (its queue may exist by now) but not refused again
+        seen = {n: infs.by_kind["jobs"].get(ns, n)["metadata"]["resourceVersion"] for n in ("train", "lost")}
+        for name in ("train", "lost"):
+            r = kube_api.http.patch(
+                f"{jobs}/{name}",
+                json={"metadata": {"labels": {"team": "x"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            assert r.status_code == 200, r.text
+        wait_for(
+            lambda: all(
+                infs.by_kind["jobs"].get(ns, n)["metadata"]["resourceVersion"] != seen[n] for n in seen
+            ),
+            30,
+            "the updates in the informer's cache",
+        )
+        time.sleep(0.5)  # not a synchronisation: room for late events, then none may count
+        src.process()
+        assert mine().count(train) == 1
+        assert [(e[0], e[2]) for e in ev.got] == [("lost", REFUSED)]  # not refused again
+
+        r = kube_api.http.request("DELETE", f"{jobs}/train", json={"propagationPolicy": "Background"})
+        assert r.status_code == 200, r.text
+
+        def cancelled() -> bool:
+            src.process()
+            return train in sub.cancelled
+
+        wait_for(cancelled, 30, "the deleted Job's workload cancelled")
+        assert ("jobs", ns, "train") not in src.names
+    finally:
+        infs.stop()
+        api.close()

@@ -1,6 +1,9 @@
 """Why a workload waits, on the Kubernetes objects (gpupool.kube.adapters.status): PodScheduled=False
 with explain's reason and position, Events deduplicated and rate-limited as client-go's recorder
-does, Admitted and Preempted Events from the audit."""
+does, Admitted and Preempted Events from the audit. The recorder and writer logic is checked
+against recorded writes (no server); ``KubeWrites``, what gpupool writes with, on both the fake
+and the real API server (``kube_api``, issue 24): conditions, Events, counts and the
+resourceVersion precondition as each server takes them."""
 
 from __future__ import annotations
 
@@ -282,3 +285,142 @@ def test_a_preempted_workload_gets_a_warning_event_naming_the_preemptor(tmp_path
         ev = got[0]
         assert ev["type"] == "Warning" and ev["involvedObject"]["name"] in names
         assert "preempted by urgent" in ev["message"], ev["message"]
+
+
+# -- on the API servers (issue 24) -----------------------------------------------------------
+class _Ctl:
+    """What ``waiting_reasons`` reads of the controller: one pending workload and its reason."""
+
+    def __init__(self, name: str, code: str, reason: str) -> None:
+        import threading
+        from types import SimpleNamespace
+
+        from gpupool.model import PodGroup, PodRequest, Workload
+
+        self.lock = threading.Lock()
+        model = Workload(name, "q", (PodGroup("main", 2, PodRequest(gpus=1)),))
+        self.pending = {name: SimpleNamespace(name=name, queue="q", model=model)}
+        self.reasons = {name: SimpleNamespace(code=code, reason=reason)}
+
+
+class _NoAudit:
+    def audit_head(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def audit_records(self, after_seq: int = 0, limit: int = 0) -> list[Any]:
+        return []
+
+    def list_workloads(self, names: Any = None) -> list[Any]:
+        return []
+
+
+class _NoMirror:
+    def sync(self, *_: Any) -> None:
+        pass
+
+
+class _Listed:
+    """An informer's cache as the server lists it now (its resourceVersions included)."""
+
+    def __init__(self, kube_api: Any, resource: str, group: str = "") -> None:
+        path = kube_api.path(resource, group=group)
+        items = kube_api.http.get(path).json()["items"]
+        self.objs = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in items}
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objs.get((namespace, name))
+
+    def items(self) -> list[dict[str, Any]]:
+        return list(self.objs.values())
+
+
+def test_kube_writes_mark_waiting_pods_and_their_job_on_the_server(kube_api: Any) -> None:
+    """On both servers (issue 24), through ``KubeWrites`` (the writer gpupool runs with): a
+    waiting Job's pods get PodScheduled=False with the reason and position, each pod a
+    FailedScheduling Warning and the Job a Pending Event; a repeat raises the count of the same
+    Event; a pass whose cached pod is stale (written since) is refused by the resourceVersion
+    precondition and leaves the pod's condition as it was."""
+    from gpupool.kube.adapters.status import KubeWrites
+    from gpupool.kube.client import KubeApi, load_config
+    from tests.kube.cluster import wait_for as poll
+
+    ns = kube_api.namespace
+    tpl = {
+        "spec": {
+            "schedulerName": "gpupool",
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+        }
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 0, "template": tpl},
+    }
+    r = kube_api.http.post(kube_api.path("jobs", group="batch"), json=job)
+    assert r.status_code == 201, r.text
+    poll(lambda: len(_Listed(kube_api, "pods").items()) == 2, 60, "the Job controller's two pods")
+    api = KubeApi(load_config(str(kube_api.kubeconfig)))
+    try:
+        writes, clk = KubeWrites(api), Clock()
+        rec = EventRecorder(writes, interval_s=30, clock=clk)
+        source = Source({("jobs", ns, "train"): "w-train"})
+        ctl = _Ctl("w-train", "Quota", "the queue's quota is used")
+
+        def writer() -> StatusWriter:
+            caches = {"jobs": _Listed(kube_api, "jobs", "batch"), "pods": _Listed(kube_api, "pods")}
+            return StatusWriter(ctl, _NoAudit(), source, caches, writes, rec, mirror=_NoMirror(), clock=clk)
+
+        sw = writer()
+        sw.step()
+        assert sw.stats["errors"] == 0 and sw.stats["conditions"] == 2 and rec.stats["errors"] == 0
+        msg = "gpupool: Quota: the queue's quota is used (position 1 of 1 in queue q)"
+
+        def conditions() -> dict[str, dict[str, Any]]:
+            return {
+                p["metadata"]["name"]: next(
+                    c for c in p["status"].get("conditions", []) if c["type"] == "PodScheduled"
+                )
+                for p in _Listed(kube_api, "pods").items()
+            }
+
+        for cond in conditions().values():
+            assert (cond["status"], cond["reason"], cond["message"]) == ("False", "Unschedulable", msg)
+        events = kube_api.http.get(kube_api.path("events")).json()["items"]
+        pending = [e for e in events if e["reason"] == "Pending"]
+        assert len(pending) == 1 and pending[0]["count"] == 1 and pending[0]["message"] == msg
+        assert (
+            pending[0]["involvedObject"]["kind"] == "Job" and pending[0]["involvedObject"]["name"] == "train"
+        )
+        failed = [e for e in events if e["reason"] == "FailedScheduling"]
+        assert sorted(e["involvedObject"]["name"] for e in failed) == sorted(conditions())
+        assert all(e["type"] == "Warning" and e["source"]["component"] == "gpupool" for e in failed)
+
+        # the same Event, counted: a repeat within 30 s held back, written after it
+        rec.event(
+            {"apiVersion": "batch/v1", "kind": "Job", "metadata": pending[0]["involvedObject"]},
+            "Normal",
+            "Pending",
+            msg,
+        )
+        clk.t += 31
+        rec.flush()
+        again = kube_api.http.get(kube_api.path("events", pending[0]["metadata"]["name"])).json()
+        assert again["count"] == 2 and rec.stats["errors"] == 0
+
+        # a stale cache: the pods are written after the writer read them
+        stale = writer()
+        for name in conditions():
+            r = kube_api.http.patch(
+                kube_api.path("pods", name),
+                json={"metadata": {"labels": {"touched": "yes"}}},
+                headers={"Content-Type": "application/merge-patch+json"},
+            )
+            assert r.status_code == 200, r.text
+        ctl.reasons["w-train"].reason = "no node fits"
+        stale.step()
+        assert stale.stats["conditions"] == 0 and stale.stats["errors"] == 2
+        assert {c["message"] for c in conditions().values()} == {msg}  # left as it was
+    finally:
+        api.close()

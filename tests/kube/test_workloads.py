@@ -1,4 +1,6 @@
-"""Kubernetes objects as gpupool workloads: kinds, requests, gangs, slots, names, errors."""
+"""Kubernetes objects as gpupool workloads: kinds, requests, gangs, slots, names, errors. The
+translation of what the API server returns for an object (its defaults, its quantities) is checked
+against the object as written on both the fake and the real API server (``kube_api``, issue 24)."""
 
 from __future__ import annotations
 
@@ -638,3 +640,64 @@ def test_an_objects_max_retries_annotation_is_its_workloads_retry_limit() -> Non
         job["metadata"]["annotations"]["gpupool.io/max-retries"] = bad
         with pytest.raises(KubeWorkloadError, match=r"metadata\.annotations\.gpupool\.io/max-retries"):
             workload_from_object(job)
+
+
+# -- what the API servers return (issue 24) ----------------------------------------------------
+_PLURALS = {
+    "Job": ("jobs", "batch"),
+    "Deployment": ("deployments", "apps"),
+    "StatefulSet": ("statefulsets", "apps"),
+}
+
+
+def _as_created(kube_api: Any, obj: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``obj`` in the test's namespace, and the object the server makes of it (its defaults,
+    quantities as it writes them; a server dry run, so no controller acts on it), the written
+    one given the server's uid so the two differ only by what the server did."""
+    raw = copy.deepcopy(obj)
+    raw["metadata"]["namespace"] = kube_api.namespace
+    raw["metadata"].pop("uid", None)
+    if raw["kind"] == "StatefulSet":  # both servers require a selector and restartPolicy Always
+        raw["spec"]["template"].setdefault("metadata", {})["labels"] = {"app": "kv"}
+        raw["spec"]["template"]["spec"]["restartPolicy"] = "Always"
+        raw["spec"]["selector"] = {"matchLabels": {"app": "kv"}}
+    plural, group = _PLURALS.get(raw["kind"], ("pods", ""))
+    r = kube_api.http.post(kube_api.path(plural, group=group), params={"dryRun": "All"}, json=raw)
+    assert r.status_code == 201, r.text
+    got = r.json()
+    raw["metadata"]["uid"] = got["metadata"]["uid"]
+    return raw, got
+
+
+@pytest.mark.parametrize(
+    "make", [kueue_job, deployment, statefulset], ids=["job", "deployment", "statefulset"]
+)
+def test_the_servers_object_translates_as_the_written_one(kube_api: Any, make: Any) -> None:
+    """On both servers: the translation of what ``kubectl create`` gets back (server defaults:
+    Job completions and pod failure defaults, Deployment strategy, StatefulSet policies, every
+    pod template's restart, DNS and termination fields; quantities as the server writes them)
+    is the translation of the object as written: the same manifest, the same engine model."""
+    raw, got = _as_created(kube_api, make())
+    assert got["metadata"].get("creationTimestamp") and got["spec"] != raw["spec"]  # defaults added
+    want, have = translated(raw), translated(got)
+    assert have.manifest == want.manifest
+    assert (have.pod_count, have.suspendable, have.ref) == (want.pod_count, want.suspendable, want.ref)
+    assert model(have) == model(want)
+
+
+def test_the_servers_bare_pods_translate_as_the_written_ones(kube_api: Any) -> None:
+    """The same for a gang of bare pods (``workload_from_pods``), but for the tolerations the
+    DefaultTolerationSeconds admission adds to every pod (not-ready and unreachable, NoExecute;
+    the fake adds them too): they reach the workload (without their seconds), and match only NoExecute taints
+    (``model.Toleration.tolerates``), so a NotReady node's NoSchedule taint still keeps the pods off."""
+    pairs = [_as_created(kube_api, bare_pod(f"ring-{i}")) for i in range(2)]
+    want = workload_from_pods([raw for raw, _ in pairs])
+    have = workload_from_pods([got for _, got in pairs])
+    assert want is not None and have is not None
+    manifest = copy.deepcopy(have.manifest)
+    defaults = manifest["spec"].pop("tolerations", [])
+    assert sorted((t["key"], t["operator"], t["effect"]) for t in defaults) == [
+        ("node.kubernetes.io/not-ready", "Exists", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "Exists", "NoExecute"),
+    ]
+    assert manifest == want.manifest and have.pod_count == want.pod_count == 2
