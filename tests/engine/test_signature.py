@@ -47,9 +47,9 @@ def test_by_band_keeps_only_the_band_of_the_duration() -> None:
     for k in (0.001, 1.0, 1000.0):
         a, b, c = (_w(expected_duration_s=d * k) for d in (5.0, 9.5, 10.0))
         assert scheduling_signature(a) != scheduling_signature(b)
-        assert scheduling_signature(a, by_band=True) == scheduling_signature(b, by_band=True)
-        assert scheduling_signature(b, by_band=True) != scheduling_signature(c, by_band=True)
-        assert len(scheduling_signature(a, by_band=True)) == len(SIGNATURE_FIELDS)
+        assert scheduling_signature(a, duration="band") == scheduling_signature(b, duration="band")
+        assert scheduling_signature(b, duration="band") != scheduling_signature(c, duration="band")
+        assert len(scheduling_signature(a, duration="band")) == len(SIGNATURE_FIELDS)
 
 
 def test_the_simulator_keeps_workloads_apart_that_prefer_other_pools() -> None:
@@ -72,3 +72,12 @@ def test_the_fail_cache_keys_a_shape_by_placement_only() -> None:
     x, y = _w("x", "a"), _w("y", "b", priority=5)
     assert placement_signature(x) == placement_signature(y)
     assert eng.facts.of(x)[2] == eng.facts.of(y)[2] != eng.facts.of(_w("z", "a", gang_min=1))[2]
+
+
+def test_without_the_duration_only_the_duration_is_left_out() -> None:
+    a, b = _w(expected_duration_s=5.0), _w(expected_duration_s=5000.0)
+    assert scheduling_signature(a, duration="none") == scheduling_signature(b, duration="none")
+    assert scheduling_signature(a, duration="none") != scheduling_signature(
+        replace(b, priority_class="hi"), duration="none"
+    )
+    assert len(scheduling_signature(a, duration="none")) == len(SIGNATURE_FIELDS) - 1

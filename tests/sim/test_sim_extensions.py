@@ -167,7 +167,7 @@ def test_a_class_wait_is_part_of_the_scheduling_shape() -> None:
     w = Workload("w", "q", (PodGroup("main", 1, PodRequest(cpu_milli=1000)),), expected_duration_s=1.0)
 
     def shape(x: Workload) -> tuple[object, ...]:
-        return scheduling_signature(x, by_band=True)
+        return scheduling_signature(x, duration="none")
 
     assert shape(w) != shape(replace(w, preemption_wait_s=0.0))
     assert shape(w) == shape(replace(w, name="other", arrival=5.0))

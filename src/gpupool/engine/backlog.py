@@ -3,8 +3,9 @@ engine's order (``gpupool.engine.windows`` gives a cycle the first members of ea
 
 Why classes: the planner proves that the members it left out would have fared as the witness it
 gave; that needs members of one class to be interchangeable to the engine but for their order,
-which is what ``scheduling_signature`` captures (with the exact declared duration, or only its
-band, ``Backlog.by_band``: then the planner handles backfill by exact durations, ``by_dur``).
+which is what ``scheduling_signature`` captures (with the exact declared duration, only its
+band, or none of it, ``Backlog.durations``: without the exact one the planner handles backfill
+by exact durations, ``by_dur``, and without the band also the wait horizon it fixes).
 The simulator keeps one backlog across cycles and says what changed (``Changes``,
 ``gpupool.sim.pending``); the controller builds one for each cycle (``Backlog.extend``,
 ``gpupool.service.windows``).
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.ordering import workload_order_key
-from gpupool.engine.signature import scheduling_signature
+from gpupool.engine.signature import DurationKey, scheduling_signature
 from gpupool.model import Workload
 
 #: a class member as its class keeps it: the engine's order key, then the name
@@ -38,11 +39,24 @@ class Backlog:
     (and, for backfill, by declared duration). A class is named by a small int: its signature
     (a tuple of dataclasses) is hashed once, when a member is added."""
 
-    __slots__ = ("by_band", "by_class", "by_dur", "by_queue", "class_ids", "cls_of", "count", "shapes", "w")
+    __slots__ = (
+        "by_band",
+        "by_class",
+        "by_dur",
+        "by_queue",
+        "class_ids",
+        "cls_of",
+        "count",
+        "durations",
+        "shapes",
+        "w",
+    )
 
-    def __init__(self, by_band: bool = True, track_shapes: bool = False) -> None:
-        #: classes by the declared duration's band (else by the exact duration)
-        self.by_band = by_band
+    def __init__(self, durations: DurationKey = "band", track_shapes: bool = False) -> None:
+        #: how classes count the declared duration (``signature.scheduling_signature``)
+        self.durations: DurationKey = durations
+        #: the planner handles backfill by exact durations (classes are not by exact duration)
+        self.by_band = durations != "exact"
         self.w: dict[str, Workload] = {}
         self.class_ids: dict[tuple[object, ...], int] = {}
         self.cls_of: dict[str, int] = {}
@@ -58,7 +72,7 @@ class Backlog:
 
     def place(self, w: Workload) -> tuple[int, Member]:
         """``w``'s class and its place in it (nothing is added)."""
-        sig = scheduling_signature(w, by_band=self.by_band)
+        sig = scheduling_signature(w, duration=self.durations)
         return self.class_ids.setdefault(sig, len(self.class_ids)), (workload_order_key(w), w.name)
 
     def insert(self, w: Workload, ck: int, key: Member) -> None:
@@ -85,10 +99,10 @@ class Backlog:
                 gc.enable()
 
     def _extend(self, workloads: Iterable[Workload]) -> None:
-        band = self.by_band
+        band, durations = self.by_band, self.durations
         groups: dict[tuple[object, ...], list[Workload]] = {}
         for w in workloads:
-            groups.setdefault(scheduling_signature(w, by_band=band), []).append(w)
+            groups.setdefault(scheduling_signature(w, duration=durations), []).append(w)
         ids = self.class_ids
         for sig, ws in groups.items():
             ck = ids.setdefault(sig, len(ids))

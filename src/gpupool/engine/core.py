@@ -239,6 +239,7 @@ class Engine:
         self.placer.now = self.ssn.now
         deferred = self.rounds.run(by_queue, out, False, passes.run)
         self.rounds.run(deferred, out, True, passes.run)
+        out.waited = self.ssn.cs.waited
         return out
 
 

@@ -114,6 +114,9 @@ class Decisions:
     #: ``len(pending)`` when the cycle's last preemption was made: the entries from here on were
     #: decided after it, when capacity could only shrink (an incremental caller relies on that).
     pending_after_preemption: int = 0
+    #: Workloads that waited for running work about to end rather than evict (their outcome
+    #: depends on their own wait horizon, i.e. their declared duration).
+    waited: set[str] = field(default_factory=set)
 
     def admitted_names(self) -> list[str]:
         return [a.workload for a in self.admitted]

@@ -7,10 +7,11 @@ added to ``Workload`` reached one of them and not the others); here the signatur
 from the model, so a new field is part of it unless it is named below, with the reason.
 
 - ``scheduling_signature``: every field of ``Workload`` but its name and arrival, which only
-  identify and order it (``ordering.workload_order_key``). With ``by_band`` the declared
-  duration counts only by its band, a third of a decade (``victim_cost.duration_band``, the one thing the
-  preemption wait reads of it): the simulator's classes, whose backfill rule handles the exact
-  durations itself.
+  identify and order it (``ordering.workload_order_key``). With ``duration="band"`` the
+  declared duration counts only by its band, a third of a decade (``victim_cost.duration_band``,
+  the one thing the preemption wait reads of it); with ``duration="none"`` not at all. These are
+  the simulator's classes: its window rule handles backfill by exact durations itself, and with
+  ``"none"`` also the wait horizon, by band (``engine.windows``, "The window rule").
 - ``placement_signature``: the part of it placement reads (``placement.Placer``,
   ``holds.plan_hold``), the fail cache's key with the pool: whether a shape fits in a pool does
   not depend on its queue or priority. Placement also reads the declared duration, for backfill
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 from operator import attrgetter
+from typing import Literal
 
 from gpupool.engine.preemption.victim_cost import duration_band
 from gpupool.model import Workload
@@ -38,14 +40,20 @@ _placement = attrgetter(*PLACEMENT)
 Signature = tuple[object, ...]
 
 
-def scheduling_signature(w: Workload, *, by_band: bool = False) -> Signature:
-    """Everything the engine reads of ``w`` but its name and arrival (``by_band``: the
-    declared duration by its band only)."""
+#: how a signature counts the declared duration: exactly, by its band, or not at all
+DurationKey = Literal["exact", "band", "none"]
+
+
+def scheduling_signature(w: Workload, *, duration: DurationKey = "exact") -> Signature:
+    """Everything the engine reads of ``w`` but its name and arrival (``duration``: the
+    declared duration exactly, by its band only, or not at all)."""
     sig: Signature = _signature(w)
-    if by_band:
-        d = _DURATION
+    if duration == "exact":
+        return sig
+    d = _DURATION
+    if duration == "band":
         return (*sig[:d], duration_band(w.expected_duration_s), *sig[d + 1 :])
-    return sig
+    return (*sig[:d], *sig[d + 1 :])
 
 
 def placement_signature(w: Workload) -> Signature:

@@ -63,6 +63,7 @@ from gpupool.engine.decisions import Decisions, Pending, PendingCode
 from gpupool.engine.fragscore import add_shapes
 from gpupool.engine.holds import Holds
 from gpupool.engine.ordering import workload_order_key
+from gpupool.engine.preemption.victim_cost import duration_band
 from gpupool.model import Workload
 
 #: the codes of a member that was tried and failed: a witness for the rest of its class
@@ -134,7 +135,12 @@ class _Attempts:
     __slots__ = ("bf_horizon", "dirty", "extra", "full_classes", "memo", "use_blocked", "use_more")
 
     def __init__(
-        self, dirty: bool, extra: set[str], bf_horizon: float, use_blocked: bool, use_more: bool
+        self,
+        dirty: bool,
+        extra: set[str],
+        bf_horizon: tuple[float, float],
+        use_blocked: bool,
+        use_more: bool,
     ) -> None:
         self.dirty = dirty
         #: workloads given besides the windows (newcomers, holders, backfill witnesses)
@@ -268,9 +274,10 @@ class WindowPlanner:
         extra.update(n for n in self.holders if n in pend.w)
         return extra
 
-    def _bf_horizon(self, now: float) -> float:
-        """How long a job may run to backfill around the last cycle's holds."""
-        return max(self.last_starts, default=-math.inf) - now
+    def _bf_horizon(self, now: float) -> tuple[float, float]:
+        """How long a job may run to backfill around one of the last cycle's holds, and
+        around all of them."""
+        return max(self.last_starts, default=-math.inf) - now, min(self.last_starts, default=-math.inf) - now
 
     def _windows(
         self,
@@ -311,7 +318,8 @@ class WindowPlanner:
         """The windows of one queue's classes (one call per queue: this loop is the hot one)."""
         by_class, ws, k_class, full = pend.by_class, pend.w, self.k_class, at.full_classes
         passed, seen = win.passed, win.seen
-        bf = at.bf_horizon if pend.by_band else -math.inf  # backfill by exact durations: bands only
+        # backfill by exact durations: bands only
+        bf, bf_all = at.bf_horizon if pend.by_band else (-math.inf, -math.inf)
         for c in classes:
             lst = by_class[c]
             if at.use_blocked and c not in full:
@@ -328,7 +336,10 @@ class WindowPlanner:
                 # under a hold, a short member may backfill where the window could not: give the
                 # first that could (by the last hold) up front, as the check after the cycle would
                 if bf > -math.inf and pend.by_dur[c][0][0] <= bf:
-                    at.extra.update(pend.eligible(c, bf, set(names), 1))
+                    got = pend.eligible(c, bf, set(names), 1)
+                    if bf_all < bf and pend.by_dur[c][0][0] <= bf_all:  # and one that could around every hold
+                        got += pend.eligible(c, bf_all, set(names), 1)
+                    at.extra.update(got)
             seen.update(names)
             passed.extend(ws[n] for n in names)
 
@@ -409,14 +420,28 @@ class WindowPlanner:
         held = bool(starts) and pend.by_band
         bf_any = max(starts, default=-math.inf) - now
         bf_all = min(starts, default=math.inf) - now
-        extra = at.extra
+        extra, waited = at.extra, d.waited
         for c, names in win.c_trunc.items():
             if c in win.done:
                 continue
-            if not any(outcome.get(n) in FAILED and (failed is None or n in failed) for n in names):
+            wit = [n for n in names if outcome.get(n) in FAILED and (failed is None or n in failed)]
+            if not wit:
                 ok = False
                 self.k_class[c] = max(2 * len(names), 2 * self.k_class.get(c, 1))
                 continue
+            if waited and pend.durations == "none" and all(n in waited for n in wit):
+                first = self._band_witnesses(
+                    pend,
+                    c,
+                    win.seen | extra,
+                    {duration_band(pend.w[n].expected_duration_s) for n in wit},
+                    outcome,
+                    failed,
+                )
+                if first:
+                    extra.update(first)
+                    ok = False
+                    continue
             first = pend.eligible(c, bf_any, set(names) | extra, 1) if held else []
             if not first:
                 continue
@@ -437,6 +462,37 @@ class WindowPlanner:
             extra.update(more)
             ok = False
         return ok
+
+    @staticmethod
+    def _band_witnesses(
+        pend: Backlog,
+        c: int,
+        given: set[str],
+        covered: set[int | None],
+        outcome: dict[str, object],
+        failed: set[str] | None,
+    ) -> list[str]:
+        """Every witness of a cut class waited for running work to end: that proves only the
+        members whose wait horizon (their duration's band) is a witness's. The first member
+        left out of each other band, to be given besides the window (it is that band's
+        witness: the rest of its band comes after it); [] when every band is covered. A
+        member given besides the window that failed covers the members of its band after it."""
+        left: dict[int | None, tuple[tuple[int, float, str], str]] = {}  # first left out, per band
+        wit: dict[int | None, tuple[tuple[int, float, str], str]] = {}  # first given that failed
+        for dur, key, n in pend.by_dur[c]:
+            b = duration_band(None if dur == math.inf else dur)
+            if b in covered:
+                continue
+            if n not in given:
+                best = left
+            elif outcome.get(n) in FAILED and (failed is None or n in failed):
+                best = wit
+            else:
+                continue
+            got = best.get(b)
+            if got is None or (key, n) < got:
+                best[b] = (key, n)
+        return sorted(n for b, (key, n) in left.items() if b not in wit or (key, n) < wit[b])
 
     def _learn(
         self, pend: Backlog, win: _Windows, d: Decisions, outcome: dict[str, object], use_more: bool

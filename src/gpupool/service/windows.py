@@ -96,7 +96,7 @@ def _backlog(
             whole.append(w)
         else:
             classed.append(w)
-    backlog = Backlog(by_band=False, track_shapes=engine.mix.on)
+    backlog = Backlog(durations="exact", track_shapes=engine.mix.on)
     backlog.extend(classed)
     if backlog.shapes is not None and hopeless:
         add_shapes(backlog.shapes, hopeless)  # type: ignore[arg-type]

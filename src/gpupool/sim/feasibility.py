@@ -22,7 +22,7 @@ class Feasibility:
     def reject_reason(self, w: Workload, j: JobSpec) -> str:
         # the answer depends on the trace's queue and the workload's shape only (under the single
         # FIFO queue ``w.queue`` is not the trace's queue)
-        key = (j.queue, scheduling_signature(w, by_band=True))
+        key = (j.queue, scheduling_signature(w, duration="band"))
         got = self._cache.get(key)
         if got is None:
             got = self._cache[key] = self._reason(j)

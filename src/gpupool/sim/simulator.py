@@ -221,7 +221,11 @@ class Simulation:
         self.sample_every = span / max(sc.samples, 1)
         self.next_sample = 0.0
         self.eng = self._new_engine(0.0)
-        self.pend = PendingSet(self.one_head, track_shapes=self._uses_shape_mix(self.eng))
+        self.pend = PendingSet(
+            self.one_head,
+            track_shapes=self._uses_shape_mix(self.eng),
+            one_start=all(p.reservations <= 1 for p in self.pools),
+        )
         self.cap = self._capacity()
         self.alloc = 0
         self.series = Series()

@@ -149,10 +149,9 @@ def should_wait(
         return False
     key = (*memo, "wait", horizon)
     failed = ssn.cs.preempt_failed
-    if key in failed:
-        return True
-    if _room_after_ending(ssn, fits_now, w, pool, vec, horizon):
+    if key in failed or _room_after_ending(ssn, fits_now, w, pool, vec, horizon):
         failed.add(key)
+        ssn.cs.waited.add(w.name)
         return True
     return False
 
@@ -168,7 +167,10 @@ def waits_again(ssn: Session, w: Workload, memo: tuple[object, ...]) -> bool:
     at a state no looser (nothing is freed until a preemption, which clears every mark).
     The Philly prefix and the Kueue baseline decide identically with and without it."""
     horizon = wait_horizon(ssn.config, w)
-    return horizon > 0 and (*memo, "wait", horizon) in ssn.cs.preempt_failed
+    if horizon > 0 and (*memo, "wait", horizon) in ssn.cs.preempt_failed:
+        ssn.cs.waited.add(w.name)
+        return True
+    return False
 
 
 def _room_after_ending(

@@ -40,6 +40,8 @@ class CycleState:
     reason_memo: dict[tuple[object, ...], str] = field(default_factory=dict)
     #: (queue, priority, pool, shape) whose preemption search failed
     preempt_failed: set[tuple[object, ...]] = field(default_factory=set)
+    #: workloads that waited for running work to end instead of evicting (``victim_cost``)
+    waited: set[str] = field(default_factory=set)
     #: victims chosen in this cycle
     evicted: set[str] = field(default_factory=set)
     #: (queue, pool, common ancestor) -> was that queue borrowing when the cycle started
