@@ -10,7 +10,8 @@ and one marked ``fake_only("reason")`` among them is skipped on the real server 
 HAMi nodes of 8 H100 80 GB GPUs, no extra labels); ``cluster_nodes(groups=[{...}, {...}])`` builds
 one group of nodes per dict of those keywords, in order (nodes of two GPU models).
 
-``kube_api``: the same test against both servers, parametrized ``fake`` and ``real`` (issue 24).
+``kube_api``: the same test against both servers, parametrized ``fake`` and ``real`` (issue 24);
+``fake_only("reason")`` skips its real case with that reason.
 The real one is etcd + kube-apiserver + kube-controller-manager built by ``make kube-bin``
 (``gpupool.kube.realcluster``), started once per test session (per xdist worker: it costs about
 12 s) and skipped, with the reason, when the binaries are not built. Each test gets its own
@@ -247,7 +248,11 @@ def _real_target(cp: RealControlPlane) -> KubeTarget:
 
 @pytest.fixture(params=BOTH)
 def kube_api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeTarget]:
-    """The test's server, fake or real (see the module docstring)."""
+    """The test's server, fake or real (see the module docstring); a test marked
+    ``fake_only("reason")`` is skipped on the real one with that reason, before it starts."""
+    mark = request.node.get_closest_marker("fake_only")
+    if request.param == "real" and mark is not None:
+        pytest.skip(f"fake server only: {mark.args[0]}")
     with _target(request.param, request, tmp_path) as target:
         yield target
 
