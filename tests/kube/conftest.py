@@ -183,6 +183,21 @@ class KubeTarget:
         self._nodes += names
         return names
 
+    def add_node_objects(self, objs: list[dict[str, Any]]) -> list[str]:
+        """These Node objects (``nodes.gpu_nodes``, ``nodes.nodes_from_cluster``: their names kept)
+        with a kubelet: created on the fake (its kubelet runs them), registered and run by a
+        node agent on the real server (the fake's time scale, 0.01)."""
+        if self.fake is not None:
+            names = [self.fake.create(o)["metadata"]["name"] for o in objs]
+        else:
+            agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=0.01)
+            self._agents.append(agent)
+            agent.start()
+            agent.wait_ready(60)
+            names = list(agent.nodes)
+        self._nodes += names
+        return names
+
     def set_pod_phase(self, name: str, phase: str) -> dict[str, Any]:
         """Write a bound pod's phase through the status subresource, as a kubelet would."""
         r = self.http.patch(
