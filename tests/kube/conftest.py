@@ -10,7 +10,8 @@ and one marked ``fake_only("reason")`` among them is skipped on the real server 
 HAMi nodes of 8 H100 80 GB GPUs, no extra labels); ``cluster_nodes(groups=[{...}, {...}])`` builds
 one group of nodes per dict of those keywords, in order (nodes of two GPU models).
 
-``kube_api``: the same test against both servers, parametrized ``fake`` and ``real`` (issue 24).
+``kube_api``: the same test against both servers, parametrized ``fake`` and ``real`` (issue 24);
+``fake_only("reason")`` skips its real case with that reason.
 The real one is etcd + kube-apiserver + kube-controller-manager built by ``make kube-bin``
 (``gpupool.kube.realcluster``), started once per test session (per xdist worker: it costs about
 12 s) and skipped, with the reason, when the binaries are not built. Each test gets its own
@@ -182,6 +183,21 @@ class KubeTarget:
         self._nodes += names
         return names
 
+    def add_node_objects(self, objs: list[dict[str, Any]]) -> list[str]:
+        """These Node objects (``nodes.gpu_nodes``, ``nodes.nodes_from_cluster``: their names kept)
+        with a kubelet: created on the fake (its kubelet runs them), registered and run by a
+        node agent on the real server (the fake's time scale, 0.01)."""
+        if self.fake is not None:
+            names = [self.fake.create(o)["metadata"]["name"] for o in objs]
+        else:
+            agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=0.01)
+            self._agents.append(agent)
+            agent.start()
+            agent.wait_ready(60)
+            names = list(agent.nodes)
+        self._nodes += names
+        return names
+
     def set_pod_phase(self, name: str, phase: str) -> dict[str, Any]:
         """Write a bound pod's phase through the status subresource, as a kubelet would."""
         r = self.http.patch(
@@ -247,7 +263,11 @@ def _real_target(cp: RealControlPlane) -> KubeTarget:
 
 @pytest.fixture(params=BOTH)
 def kube_api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[KubeTarget]:
-    """The test's server, fake or real (see the module docstring)."""
+    """The test's server, fake or real (see the module docstring); a test marked
+    ``fake_only("reason")`` is skipped on the real one with that reason, before it starts."""
+    mark = request.node.get_closest_marker("fake_only")
+    if request.param == "real" and mark is not None:
+        pytest.skip(f"fake server only: {mark.args[0]}")
     with _target(request.param, request, tmp_path) as target:
         yield target
 

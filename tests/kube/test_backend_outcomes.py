@@ -32,6 +32,30 @@ def test_pod_failures_are_named_as_the_pod_shows_them() -> None:
     assert lost is not None and lost.reason == "NodeFailure"
 
 
+def test_a_replica_deleted_under_its_controller_is_not_a_failure() -> None:
+    """The real kubelet (and the node agent) put a pod being deleted in a terminal phase before
+    it goes: Failed, 143 (SIGTERM). A ReplicaSet's or StatefulSet's replica so stopped is
+    replaced by its controller, and its workload did not fail; a Job's pod so stopped, or one
+    deleted after its node was lost, still counts (issue 24)."""
+
+    def deleted(kind: str, reason: str = "") -> dict[str, Any]:
+        p = pod("Failed", reason=reason, code=143, term="Error")
+        p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        p["metadata"]["ownerReferences"] = [{"kind": kind, "name": "o", "uid": "u", "controller": True}]
+        return p
+
+    assert pod_failure(deleted("ReplicaSet")) is None
+    assert pod_failure(deleted("StatefulSet")) is None
+    assert pods_outcome([deleted("ReplicaSet"), pod("Running")], 2) is None
+    job = pod_failure(deleted("Job"))
+    assert job is not None and (job.exit_code, job.reason) == (143, "Error")
+    lost = pod_failure(deleted("ReplicaSet", reason="NodeLost"))
+    assert lost is not None and lost.reason == "NodeFailure"
+    alive = deleted("ReplicaSet")
+    del alive["metadata"]["deletionTimestamp"]  # failed on its own (evicted, say): still a failure
+    assert pod_failure(alive) is not None
+
+
 def test_owner_conditions_and_bare_pods() -> None:
     job = {"kind": "Job", "metadata": {"name": "j"}, "status": {"conditions": []}}
     assert owner_outcome(job) is None

@@ -209,6 +209,34 @@ def test_deleting_a_pod_whose_node_is_gone_removes_it(fake_server: FakeApiServer
     srv.wait_for(lambda: not srv.list("pods", "default", field_selector="metadata.name=lost"), what="removal")
 
 
+def test_a_deleted_pod_is_failed_143_before_it_goes(fake_server: FakeApiServer) -> None:
+    """At the end of its grace the kubelet stops the containers and writes the terminal phase
+    (Failed, exit 143), then the pod is deleted: a watcher sees the Failed pod first, as from
+    the real kubelet and the node agent (issue 24: a deleted replica read as its workload's
+    failure was found on the real server only)."""
+    srv = fake_server
+    node = srv.add_gpu_nodes(1, hami=False)[0]
+    srv.create(pod("leaving"))
+    srv.bind("default", "leaving", node)
+    srv.wait_for(lambda: phase(srv, "leaving") == "Running", what="run")
+    seen: list[tuple[str, str, Any]] = []
+
+    def on_event(rt: Any, etype: str, obj: dict[str, Any], _old: Any) -> None:
+        if rt.key == "pods" and obj["metadata"]["name"] == "leaving":
+            cs = (obj.get("status") or {}).get("containerStatuses") or [{}]
+            code = ((cs[0].get("state") or {}).get("terminated") or {}).get("exitCode")
+            seen.append((etype, str((obj.get("status") or {}).get("phase")), code))
+
+    srv.store.listeners.append(on_event)
+    srv.delete("pods", "default", "leaving", grace_period_seconds=1)
+    srv.wait_for(
+        lambda: not srv.list("pods", "default", field_selector="metadata.name=leaving"), what="removal"
+    )
+    assert ("MODIFIED", "Failed", 143) in seen, seen
+    assert seen[-1][0] == "DELETED", seen
+    assert seen.index(("MODIFIED", "Failed", 143)) < len(seen) - 1
+
+
 def test_terminating_pod_on_a_not_ready_node_stays(fake_server: FakeApiServer) -> None:
     srv = fake_server
     node = srv.add_gpu_nodes(1, hami=False)[0]

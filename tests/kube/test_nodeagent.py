@@ -247,3 +247,30 @@ def test_a_deleted_pod_ends_in_a_terminal_phase_before_it_goes(agent: Agent) -> 
     assert term["exitCode"] == 143 and done["metadata"]["deletionTimestamp"]
     api.patch(PODS, ns, "held", {"metadata": {"finalizers": None}})
     wait(lambda: not _exists(api, PODS, ns, "held"), "held gone once its finalizer is")
+
+
+def test_complete_ends_a_running_pod_now_with_its_exit_code(agent: Agent) -> None:
+    """``NodeAgent.complete``, as the fake kubelet's: a pod with no run time (it runs until
+    deleted) ended on demand, Succeeded or Failed with the code, its devices released; a pod
+    not running here (Pending, unknown) is left alone (False)."""
+    api, ns, (n0, n1) = agent.api, agent.ns, agent.nodes
+    api.create(PODS, ns, _pod("ok", {}))
+    api.create(PODS, ns, _pod("bad", {}))
+    api.create(PODS, ns, _pod("unbound", {}))
+    assert agent.na.complete(ns, "unbound") is False
+    assert agent.na.complete(ns, "no-such-pod") is False
+    _bind(agent, "ok", n0)
+    _bind(agent, "bad", n1)
+    wait(lambda: _phase(agent, "ok", "Running"), "ok Running")
+    wait(lambda: _phase(agent, "bad", "Running"), "bad Running")
+    assert agent.na.complete(ns, "ok") is True
+    assert agent.na.complete(ns, "bad", exit_code=3) is True
+    done = api.get(PODS, ns, "ok")
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    failed = api.get(PODS, ns, "bad")
+    assert failed["status"]["phase"] == "Failed"
+    assert failed["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+    assert agent.na.complete(ns, "ok") is False  # ended already
+    with pytest.raises(ValueError, match="exit_code"):
+        agent.na.complete(ns, "ok", exit_code=256)

@@ -1,23 +1,25 @@
 """Issue 12, "Tests", first bullet: the YAML scenario suite (tests/scenarios) run through the
-Kubernetes backend over HTTP against the fake API server gives the same decisions as through the
-virtual backend.
+Kubernetes backend over HTTP against the fake API server, and against the real control plane
+(``kube_api``, issue 24), gives the same decisions as through the virtual backend.
 
 Each scenario is built twice from its manifests (tests/scenarios/_base.yaml merged as the
 scenario runner merges it): (a) the controller with the virtual backend, the nodes from the
-Cluster manifest; (b) the controller with the Kubernetes backend on a fresh fake server whose
-nodes are built from the same Cluster manifest (``add_nodes_from_cluster_manifest``), the
-workloads created as Kueue-style ``batch/v1`` Jobs and submitted by ``gpupool.kube.adapters.source``.
+Cluster manifest; (b) the controller with the Kubernetes backend on a fresh fake server, or on
+the session's real one in a namespace of the test's own, whose nodes are built from the same
+Cluster manifest (``nodes_from_cluster``: the fake's kubelet runs them, on the real server a node
+agent registers and runs them under the manifest's names), the workloads created as Kueue-style
+``batch/v1`` Jobs and submitted by ``gpupool.kube.adapters.source``.
 Both get the same workloads in the same order and one controller cycle per scenario cycle, at
 the scenario's times (a clock the test sets), so every difference is the backend's. A cycle's
 ``finish`` (work that ends between cycles) ends the run on both sides before the cycle: (a)
-marks it Succeeded; (b) has the fake kubelet end the Job's pods (Succeeded, exit 0), its Job
-controller mark the Job Complete, and waits until the backend reports the run finished. Per cycle
+marks it Succeeded; (b) has the kubelet (the fake's, or the node agent's ``complete``) end the
+Job's pods (Succeeded, exit 0), the server's Job controller mark the Job Complete, and waits until the backend reports the run finished. Per cycle
 the admitted set (with each pod's node, devices, share and borrowing), the preempted set (by
 whom, which rule), the shrunk elastic gangs (pods removed, count kept), the consolidation moves
 (for whom, the reason, the reserved placement) and the pending reasons' codes must be equal (a
 shrunk Job runs with its parallelism lowered; a moved Job's replacement pods are re-bound where
 the move reserved); on (b) the pods bound over HTTP must carry the decided nodes and devices,
-and the fake HAMi plug-in must record no violation.
+and the kubelets' HAMi checks must record no violation.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from gpupool.kube import workloads
 from gpupool.kube.adapters.backend import KubernetesBackend
 from gpupool.kube.adapters.source import SYSTEM_NAME, KubeSource, Outcome
 from gpupool.kube.annotations import GPU_INDICES, GPU_MEMORY_MIB, GPU_MILLI, NODE, POD_INDEX, PODSET, WORKLOAD
-from gpupool.kube.fake import FakeApiServer
 from gpupool.kube.fake.kubelet import kubelet_of
 from gpupool.kube.fake.nodes import nodes_from_cluster
 from gpupool.kube.inventory import InventoryOptions, node_inventory
@@ -51,13 +52,20 @@ from gpupool.service.backends.virtual import VirtualBackend
 from gpupool.service.config import EXAMPLES
 from gpupool.service.controller import Controller
 from gpupool.store import OBJECT_KINDS, Store
-from tests.kube.test_backend import Cluster, bare_pod
+from tests.kube.cluster import Cluster
+from tests.kube.conftest import KubeTarget
+from tests.kube.test_backend import bare_pod
 
 HERE = Path(__file__).resolve().parents[1] / "scenarios"
 SCENARIOS = sorted(p for p in HERE.glob("*.yaml") if not p.name.startswith("_"))
-NS = "default"
-#: the workload name the source gives a Job's workload is ``<namespace>.job.<name>``
-PREFIX = f"{NS}.job."
+NS = "default"  # a Job's namespace unless told
+
+
+def prefix(ns: str) -> str:
+    """The source names a Job's workload ``<namespace>.job.<name>``: this is its beginning."""
+    return f"{ns}.job."
+
+
 #: the spec fields a Job's labels, annotations and template carry (workloads.py), and the
 #: resources its containers can ask for; anything else cannot be written as a Job
 SPEC_FIELDS = {
@@ -142,7 +150,7 @@ def _gpu_limits(res: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
+def as_job(manifest: Mapping[str, Any], ns: str = NS) -> dict[str, Any] | str:
     """The workload as a Kueue-style Job (queue label, ``suspend: true``, Indexed, a
     ``gang.minMember`` as Kueue's ``job-min-parallelism``), or why a Job cannot say it."""
     spec, md = manifest["spec"], manifest.get("metadata") or {}
@@ -183,7 +191,7 @@ def as_job(manifest: Mapping[str, Any]) -> dict[str, Any] | str:
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": md["name"], "namespace": NS, "labels": labels, "annotations": ann},
+        "metadata": {"name": md["name"], "namespace": ns, "labels": labels, "annotations": ann},
         "spec": {
             "suspend": True,
             "parallelism": pods,
@@ -378,7 +386,9 @@ def node_shape(nodes: Sequence[Node]) -> list[tuple[Any, ...]]:
     )
 
 
-def wait_for(fn: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+def wait_for(fn: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Poll ``fn`` to a deadline (60 s: the real Job controller makes a moved pod's replacement
+    after its pod backoff, about 10 s, on a loaded machine more)."""
     end = time.monotonic() + timeout
     while not (v := fn()):
         if time.monotonic() > end:
@@ -387,10 +397,10 @@ def wait_for(fn: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
     return v
 
 
-def bound_pods(srv: FakeApiServer, job: str) -> list[tuple[str, int, str, tuple[int, ...], int]]:
+def bound_pods(c: Cluster, job: str) -> list[tuple[str, int, str, tuple[int, ...], int]]:
     """The pods of a Job bound over HTTP, as (pod set, index, node, devices, GPU milli)."""
     out = []
-    for p in srv.list("pods", NS, label_selector=f"job-name={job}"):
+    for p in c.list("pods", c.ns, label_selector=f"job-name={job}"):
         node, ann = p["spec"].get("nodeName"), p["metadata"].get("annotations") or {}
         if node and not p["metadata"].get("deletionTimestamp"):
             devs = tuple(int(i) for i in ann.get(GPU_INDICES, "").split(",") if i)
@@ -434,48 +444,54 @@ def run_virtual(scn: Scenario, tmp: Path) -> tuple[list[dict[str, Any]], list[No
         s.store.close()
 
 
-def submit_jobs(
-    srv: FakeApiServer, be: KubernetesBackend, src: KubeSource, s: Side, names: list[str]
-) -> None:
+def submit_jobs(c: Cluster, be: KubernetesBackend, src: KubeSource, s: Side, names: list[str]) -> None:
     """Create the Jobs in order, let the source submit them (one batch, in creation order) and
     wait until the backend's cache knows each one."""
+    pre = prefix(c.ns)
     for x in names:
-        job = as_job(s.sub.scenario.workloads[x])
+        job = as_job(s.sub.scenario.workloads[x], c.ns)
         assert not isinstance(job, str), job  # unexpressible() said it has a Job form
-        srv.create(job)
+        c.create(job)
     jobs = be.informers.by_kind["jobs"]
-    wait_for(lambda: all(jobs.get(NS, x) for x in names), "the Jobs in the cache")
+    wait_for(lambda: all(jobs.get(c.ns, x) for x in names), "the Jobs in the cache")
     while src.process():
         pass
-    assert s.sub.names[len(s.sub.names) - len(names) :] == [PREFIX + x for x in names]
-    wait_for(lambda: all(be.tracker.top_by_name(PREFIX + x) for x in names), "the backend's view")
+    assert s.sub.names[len(s.sub.names) - len(names) :] == [pre + x for x in names]
+    wait_for(lambda: all(be.tracker.top_by_name(pre + x) for x in names), "the backend's view")
 
 
-def finish_jobs(srv: FakeApiServer, be: KubernetesBackend, clock: Clock, names: Sequence[str]) -> None:
-    """End the Jobs' pods as their containers exiting 0 would (the fake kubelet), and wait until
-    the Job controller marks each Job Complete and the backend reports the run Succeeded, so the
+def complete(c: Cluster, pod: str) -> bool:
+    """End a running pod now, exit 0: the fake's kubelet, or the node agent running it."""
+    if c.fake is not None:
+        return kubelet_of(c.fake).complete(c.ns, pod)
+    return any(agent.complete(c.ns, pod) for agent in c.target._agents)
+
+
+def finish_jobs(c: Cluster, be: KubernetesBackend, clock: Clock, names: Sequence[str]) -> None:
+    """End the Jobs' pods as their containers exiting 0 would (the kubelet), and wait until the
+    Job controller marks each Job Complete and the backend reports the run Succeeded, so the
     next cycle starts with the work ended, as the scenario runner's ``finish`` does."""
-    kubelet, runs = kubelet_of(srv), be.runs()
+    runs, pre = be.runs(), prefix(c.ns)
     for x in names:
-        want = len(runs[PREFIX + x].placement.get("pods") or ())
+        want = len(runs[pre + x].placement.get("pods") or ())
         assert want, f"finish {x}: the backend placed no pod of it"
-        running = wait_for(partial(running_pods, srv, x, want), f"{x}'s {want} pods running, to end them")
-        assert all(kubelet.complete(NS, p) for p in running), f"{x}: a pod stopped running"
+        running = wait_for(partial(running_pods, c, x, want), f"{x}'s {want} pods running, to end them")
+        assert all(complete(c, p) for p in running), f"{x}: a pod stopped running"
     for x in names:
-        wait_for(partial(job_complete, srv, x), f"the Job {x} Complete")
+        wait_for(partial(job_complete, c, x), f"the Job {x} Complete")
 
     def seen() -> bool:
         done = {r.name: r for r in be.poll(clock())}
-        return all(succeeded(done.get(PREFIX + x)) for x in names)
+        return all(succeeded(done.get(pre + x)) for x in names)
 
     wait_for(seen, f"the backend to see {names} finished")
 
 
-def running_pods(srv: FakeApiServer, job: str, want: int) -> list[str]:
+def running_pods(c: Cluster, job: str, want: int) -> list[str]:
     """The Job's ``want`` pods, all Running (empty until they are: the placement's pods)."""
     pods = [
         p
-        for p in srv.list("pods", NS, label_selector=f"job-name={job}")
+        for p in c.list("pods", c.ns, label_selector=f"job-name={job}")
         if not p["metadata"].get("deletionTimestamp")
     ]
     if len(pods) != want or any(p["status"].get("phase") != "Running" for p in pods):
@@ -483,9 +499,9 @@ def running_pods(srv: FakeApiServer, job: str, want: int) -> list[str]:
     return [p["metadata"]["name"] for p in pods]
 
 
-def job_complete(srv: FakeApiServer, name: str) -> bool:
-    """The fake Job controller counted the Job's pods and marked it Complete."""
-    conds = (srv.get("jobs.batch", NS, name).get("status") or {}).get("conditions") or []
+def job_complete(c: Cluster, name: str) -> bool:
+    """The server's Job controller counted the Job's pods and marked it Complete."""
+    conds = (c.get("jobs.batch", c.ns, name).get("status") or {}).get("conditions") or []
     return any(c["type"] == "Complete" and c["status"] == "True" for c in conds)
 
 
@@ -493,36 +509,37 @@ def succeeded(run: RunState | None) -> bool:
     return run is not None and run.finished and run.outcome == "Succeeded"
 
 
-def pods_are(srv: FakeApiServer, job: str, want: list[Any]) -> Callable[[], bool]:
-    return lambda: bound_pods(srv, job) == want
+def pods_are(c: Cluster, job: str, want: list[Any]) -> Callable[[], bool]:
+    return lambda: bound_pods(c, job) == want
 
 
-def check_bound(srv: FakeApiServer, d: Sequence[Decisions], s: Side) -> None:
+def check_bound(c: Cluster, d: Sequence[Decisions], s: Side) -> None:
     """Every pod admitted this cycle is bound over HTTP on its node and devices; preempted and
-    pending work has no pod bound; HAMi's plug-in saw nothing wrong."""
+    pending work has no pod bound; the kubelets' HAMi checks saw nothing wrong."""
+    pre = prefix(c.ns)
     for a in (a for x in d for a in x.admitted):
         want = sorted((p.group, p.index, p.node, p.devices, p.gpu_milli) for p in a.pods)
-        job = a.workload.removeprefix(PREFIX)
-        wait_for(pods_are(srv, job, want), f"{job}'s pods bound as decided ({want})")
+        job = a.workload.removeprefix(pre)
+        wait_for(pods_are(c, job, want), f"{job}'s pods bound as decided ({want})")
     for sh in (sh for x in d for p in x.preempted for sh in p.shrinks):  # elastic gangs shrunk
         r = s.ctl.engine.running[sh.workload]
         want = sorted((p.group, p.index, p.node, p.devices, p.gpu_milli) for p in r.admission.pods)
-        job = sh.workload.removeprefix(PREFIX)
-        wait_for(pods_are(srv, job, want), f"{job}'s pods after its shrink ({want})")
-        assert srv.get("jobs.batch", NS, job)["spec"]["parallelism"] == sh.replicas
+        job = sh.workload.removeprefix(pre)
+        wait_for(pods_are(c, job, want), f"{job}'s pods after its shrink ({want})")
+        assert c.get("jobs.batch", c.ns, job)["spec"]["parallelism"] == sh.replicas
     for m in (m for x in d for m in x.moved):  # consolidation: re-bound where reserved
         want = sorted((p.group, p.index, p.node, p.devices, p.gpu_milli) for p in m.pods)
-        job = m.workload.removeprefix(PREFIX)
-        wait_for(pods_are(srv, job, want), f"{job}'s pods re-bound after its move ({want})")
+        job = m.workload.removeprefix(pre)
+        wait_for(pods_are(c, job, want), f"{job}'s pods re-bound after its move ({want})")
     for q in s.ctl.pending:
-        job = q.removeprefix(PREFIX)
-        wait_for(pods_are(srv, job, []), f"{job} (pending) without a bound pod")
-    assert srv.stats.violations == []
+        job = q.removeprefix(pre)
+        wait_for(pods_are(c, job, []), f"{job} (pending) without a bound pod")
+    assert c.violations() == []
 
 
-def run_kube(scn: Scenario, srv: FakeApiServer, tmp: Path, nodes: Sequence[Node]) -> list[dict[str, Any]]:
-    srv.add_nodes_from_cluster_manifest(scn.cluster)
-    cluster = Cluster(srv)
+def run_kube(scn: Scenario, k: KubeTarget, tmp: Path, nodes: Sequence[Node]) -> list[dict[str, Any]]:
+    cluster = Cluster(k, k.add_node_objects(nodes_from_cluster(scn.cluster)))
+    pre = prefix(cluster.ns)
     # the Cluster manifest's racks are the nodes' gpupool.io/rack labels (the fake's zone label
     # keeps its own naming)
     be = cluster.fresh(inventory_options=InventoryOptions(rack_label="gpupool.io/rack"))
@@ -540,12 +557,12 @@ def run_kube(scn: Scenario, srv: FakeApiServer, tmp: Path, nodes: Sequence[Node]
             assert want_labels[node.name] <= set(node.labels), node.name
         history = []
         for n, cycle in enumerate(scn.cycles):
-            finish_jobs(srv, be, clock, finished_in(cycle))
-            submit_jobs(srv, be, src, s, submitted_in(scn, cycle))
+            finish_jobs(cluster, be, clock, finished_in(cycle))
+            submit_jobs(cluster, be, src, s, submitted_in(scn, cycle))
             d = cycle_once(s, clock, n, cycle)
-            history.append(decisions(d, s.ctl, PREFIX))
-            check_finished(s, finished_in(cycle), PREFIX)
-            check_bound(srv, d, s)
+            history.append(decisions(d, s.ctl, pre))
+            check_finished(s, finished_in(cycle), pre)
+            check_bound(cluster, d, s)
         assert events.seen == []  # the source refused nothing and found nothing unreadable
         return history
     finally:
@@ -578,7 +595,7 @@ def check_scenario(scn: Scenario, history: Sequence[Mapping[str, Any]]) -> None:
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_the_kubernetes_backend_decides_as_the_virtual_one(
-    path: Path, fake_server: FakeApiServer, tmp_path: Path
+    path: Path, kube_api: KubeTarget, tmp_path: Path
 ) -> None:
     scn = load(path)
     why = unexpressible(scn)
@@ -586,7 +603,7 @@ def test_the_kubernetes_backend_decides_as_the_virtual_one(
         pytest.skip(f"{scn.name}: a Kubernetes object cannot express {why}")
     virtual, nodes = run_virtual(scn, tmp_path)
     check_scenario(scn, virtual)
-    kube = run_kube(scn, fake_server, tmp_path, nodes)
+    kube = run_kube(scn, kube_api, tmp_path, nodes)
     assert any(c["admitted"] for c in virtual), "a scenario that admits nothing proves nothing"
     for n, (a, b) in enumerate(zip(virtual, kube, strict=True)):
         assert b == a, f"{scn.name} cycle {n}: kubernetes {b} != virtual {a}"
@@ -607,22 +624,34 @@ def test_the_fake_builds_the_nodes_its_cluster_manifest_describes() -> None:
     assert all(set(n.labels) <= labels[n.name] for n in want)
 
 
-def test_a_bind_the_watch_confirmed_first_is_counted_once(fake_server: FakeApiServer) -> None:
+def test_a_bind_the_watch_confirmed_first_is_counted_once(kube_api: KubeTarget) -> None:
     """kube/runtime/tracker.py: when the watch shows a pod bound before the binder records its
     assumption, the late assumption is dropped; before the fix it stayed, so a half-GPU pod
-    counted twice and the next pod sharing its device never bound (fractional.yaml above)."""
-    node = fake_server.add_gpu_nodes(1, gpus=8, hami=False)[0]
-    cluster = Cluster(fake_server)
+    counted twice and the next pod sharing its device never bound (fractional.yaml above). On
+    both servers: the pod bound through ``pods/binding`` with the annotations, as the binder
+    binds, on a node without HAMi."""
+    node = kube_api.add_gpu_nodes(1, gpus=8)[0]
+    cluster = Cluster(kube_api, [node])
+    ns = cluster.ns
     be = cluster.fresh()
     try:
-        fake_server.create(bare_pod("shared", run_s=100_000))
-        ann = {WORKLOAD: "default.pod.shared", PODSET: "main", POD_INDEX: "0", NODE: node}
+        cluster.create(bare_pod("shared", run_s=100_000))
+        ann = {WORKLOAD: f"{ns}.pod.shared", PODSET: "main", POD_INDEX: "0", NODE: node}
         ann |= {GPU_INDICES: "0", GPU_MILLI: "500", GPU_MEMORY_MIB: "40960"}
-        fake_server.bind(NS, "shared", node, ann)
+        binding = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": "shared", "annotations": ann},
+            "target": {"kind": "Node", "name": node},
+        }
+        r = kube_api.http.post(kube_api.path("pods", "shared/binding"), json=binding)
+        assert r.status_code == 201, r.text
         wait_for(lambda: be.tracker.device_use(node) == {0: 500}, "the bound pod in the tracker")
-        pod = be.informers.pods.get(NS, "shared")
+        pod = be.informers.pods.get(ns, "shared")
         assert pod is not None
         be.tracker.assume(pod, node, (0,), 500)  # the binder's record, after the watch event
         assert be.tracker.device_use(node) == {0: 500}
     finally:
+        # no kubelet on the node: the pod is removed now, before the next test's backend sees it
+        cluster.delete("pods", ns, "shared", grace_period_seconds=0)
         cluster.close()

@@ -392,6 +392,44 @@ class NodeAgent:
         self._status(pod, ks.terminated_status(pod, ks.exit_code(pod)))
         self.ledger.release(uid)
 
+    def complete(self, ns: str, name: str, exit_code: int = 0, timeout_s: float = 10.0) -> bool:
+        """End a running pod of these nodes now, as if its containers exited with ``exit_code``
+        (``Succeeded``, else ``Failed``), its devices released: the fake kubelet's ``complete``,
+        for a test that ends work between two cycles it drives. False, changing nothing, when
+        the pod is not running here (missing, Pending, terminating, ended). The worker makes the
+        write, one at a time with the agent's own."""
+        if isinstance(exit_code, bool) or not isinstance(exit_code, int) or not 0 <= exit_code <= 255:
+            raise ValueError(f"exit_code must be an integer from 0 to 255, got {exit_code!r}")
+        done, ended = threading.Event(), []
+
+        def end() -> None:
+            try:
+                ended.append(self._complete(ns, name, exit_code))
+            finally:
+                done.set()
+
+        self._later(0, end)
+        if not done.wait(timeout_s):
+            raise TimeoutError(f"complete {ns}/{name}: no answer from the agent within {timeout_s:g} s")
+        return bool(ended and ended[0])
+
+    def _complete(self, ns: str, name: str, code: int) -> bool:
+        try:
+            pod = self.api.get(PODS, ns, name)
+        except ApiError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        md = pod["metadata"]
+        if pod["spec"].get("nodeName") not in self.nodes or md.get("deletionTimestamp"):
+            return False
+        if (pod.get("status") or {}).get("phase") != "Running":
+            return False
+        if self._status(pod, ks.terminated_status(pod, code)) is None:
+            return False
+        self.ledger.release(str(md.get("uid", "")))
+        return True
+
     def _remove(self, ns: str, name: str, uid: str) -> None:
         """The grace period over: the containers stopped (exit 143, SIGTERM) and the pod in a
         terminal phase, then deleted. Why the phase first, as the kubelet writes it: a Job's pods

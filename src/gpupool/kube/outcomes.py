@@ -18,6 +18,8 @@ from gpupool.kube import annotations as kube_ann
 
 #: pod status reasons of the node lifecycle controller and the kubelet for a lost node
 NODE_LOST = frozenset({"NodeLost", "NodeShutdown", "Terminated", "Shutdown"})
+#: the controllers that replace a pod deleted under them
+REPLICATING = frozenset({"ReplicaSet", "StatefulSet"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +63,13 @@ def pod_failure(pod: Mapping[str, Any]) -> Outcome | None:
         return None
     if reason in NODE_LOST:
         return Outcome("Failed", f"pod {name}: its node was lost ({reason})", None, "NodeFailure")
+    if isinstance(md, Mapping) and md.get("deletionTimestamp") and _replaced_by_controller(md):
+        # a replica deleted under its ReplicaSet or StatefulSet (a scale-down, ``kubectl delete``):
+        # the kubelet stops it and writes a terminal phase (Failed, 143) before it goes, and its
+        # controller makes a replacement. Not the workload failing: on the real server this had
+        # the run requeued and re-admitted, its other replicas stale and the replacement never
+        # bound (issue 24)
+        return None
     for cs in [*(st.get("initContainerStatuses") or ()), *(st.get("containerStatuses") or ())]:
         term = ((cs or {}).get("state") or {}).get("terminated") or {}
         code = term.get("exitCode")
@@ -74,6 +83,14 @@ def pod_failure(pod: Mapping[str, Any]) -> Outcome | None:
             )
     return Outcome(
         "Failed", f"pod {name} failed" + (f": {reason}" if reason else ""), None, reason or "Error"
+    )
+
+
+def _replaced_by_controller(md: Mapping[str, Any]) -> bool:
+    """The pod's controller replaces it when it is deleted: a ReplicaSet's or StatefulSet's."""
+    return any(
+        isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") in REPLICATING
+        for ref in md.get("ownerReferences") or ()
     )
 
 

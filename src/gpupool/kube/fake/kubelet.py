@@ -104,6 +104,12 @@ class Kubelet:
             if node is not None and not _ready(node):
                 self.parked.setdefault(pod["spec"].get("nodeName", ""), set()).add((ns, name))
                 return
+            if node is not None and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                # its containers stopped (143, SIGTERM) and the pod in a terminal phase before it
+                # goes, as the real kubelet (and the node agent) write it: a watcher sees a
+                # deleted replica Failed first (issue 24)
+                done = {**pod, "status": _terminated_status(pod, 143)}
+                self.store.commit(self.store.types["pods"], "MODIFIED", done, pod)
             # a node that is gone cannot stop the pod; the real pod garbage collector removes it
             self.ops.delete(self.store.types["pods"], ns, name, 0)
 
