@@ -9,8 +9,9 @@ The window rule
 ---------------
 The engine's cost grows with the pending list, and most of a long backlog cannot move. Pending
 workloads are grouped per queue into *classes* of identical scheduling shape
-(``gpupool.engine.signature.scheduling_signature``: the exact declared duration, or only its
-band, ``Backlog.by_band``), each class ordered by the engine's own order key. A cycle is given:
+(``gpupool.engine.signature.scheduling_signature``: with the exact declared duration, only its
+band, or without it, ``Backlog.durations``), each class ordered by the engine's own order key.
+A cycle is given:
 
 * the workloads a caller passes ``whole`` (the controller's StrictFIFO queues and over-quota
   trees);
@@ -35,6 +36,13 @@ windows could not have changed the outcome, and otherwise enlarges them and runs
   too, and a failure changes no state. Where a pool plans more than one start, the witness must
   also have taken no hold (a failure that took a hold changed the state). A window that grew to
   its whole class needs no witness.
+* wait horizon, for classes without the duration: a witness that waited for running work to end
+  instead of evicting (``Decisions.waited``) proves only the members of its duration band (the
+  horizon is a function of the band; a member with a shorter one might evict). The first member
+  left out of each other band is given besides the window, as that band's witness, and the
+  cycle runs again (``WindowPlanner._band_witnesses``). A witness that did not wait proves every
+  member: its search failed (the class is marked for the cycle whatever the duration) or never
+  ran.
 * backfill, for classes by duration band only: while nodes are held, a member short enough to
   backfill around a hold needs a failed witness that was short enough too; otherwise such
   members are given up front. (A class of one exact duration has every member as short as its
