@@ -183,6 +183,8 @@ class CandidateFinder:
             if fair_on and pol.reclaim_within_cohort is not ReclaimPolicy.NEVER:
                 ab = (fair_sharing.side(q, w.queue, lca), fair_sharing.side(q, other, lca))
                 sides = ab if fair_sharing.below_victims(q, w, pool, vec, [ab]) else None
+            if not reclaim and not borrow and sides is None:
+                continue  # no rule lets w take this queue's work (each check below would fail)
             for r in rs.values():
                 v = r.workload
                 if v.name in evicted or v.name in now or not v.preemptible:
