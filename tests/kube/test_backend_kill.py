@@ -114,6 +114,7 @@ def test_kill9_in_the_middle_of_a_gang(cluster: Cluster, tmp_path: Path) -> None
                 child.wait(10)
     at_kill = uids(pods_of(cluster, "job-name=big"))
     partial = len(at_kill)
+    print(f"killed after {partial} of 8 binds")
     assert 1 <= partial < 8, f"the kill came too late to test anything ({partial} of 8 bound)"
     be = cluster.fresh()
     assert name in be.runs()  # adopted from the admission recorded on the Job
