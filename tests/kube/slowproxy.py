@@ -5,8 +5,8 @@ The fake server slows its requests by fault injection (``FaultConfig(latency_s=.
 kube-apiserver cannot be told to, so a process that must be slow talks to it through this proxy.
 It forwards bytes, TLS included, unchanged: the client verifies the apiserver's own certificate,
 valid for 127.0.0.1 whatever the port, and authenticates with the same token. ``delay_s`` may be
-changed while connections are open (0: no delay); ``kubeconfig`` writes a copy of a kubeconfig
-pointing at the proxy.
+changed while connections are open (0: no delay); ``drop()`` cuts every open connection;
+``kubeconfig`` writes a copy of a kubeconfig pointing at the proxy.
 """
 
 from __future__ import annotations
@@ -81,6 +81,18 @@ class SlowProxy:
             for s in (src, dst):
                 with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
+
+    def drop(self) -> int:
+        """Cut every connection open now (as a network fault does: requests in flight fail,
+        watches end); returns how many sockets were closed. New connections are accepted."""
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+        return len(socks)
 
     def close(self) -> None:
         self._closed = True

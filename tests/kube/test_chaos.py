@@ -6,6 +6,8 @@ the fake's fault injection."""
 
 from __future__ import annotations
 
+import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,8 @@ import pytest
 from gpupool.bench.chaos import COUNTS, Tally, format_chaos, run_chaos
 from gpupool.bench.serving import LABELS
 from tests.kube.cluster import Cluster
-from tests.kube.conftest import _target
+from tests.kube.conftest import KubeTarget, _target
+from tests.kube.slowproxy import SlowProxy
 
 
 def _pod(
@@ -73,7 +76,40 @@ def test_a_short_chaos_run_counts_zero_everywhere() -> None:
 class RealTarget(Cluster):
     """The chaos run's cluster on the real control plane: nodes labelled for the bench pool, one
     node agent each (at time scale 1, as the fake's kubelet runs the bench's pods), so a node can
-    go as a machine does: its kubelet stopped, then its Node deleted."""
+    go as a machine does: its kubelet stopped, then its Node deleted. The gpupool server reaches
+    the apiserver through a ``SlowProxy`` (no delay), whose connections the ``api`` fault cuts
+    again and again: its requests in flight fail and its watches end, as in a network fault."""
+
+    def __init__(self, target: KubeTarget, nodes: list[str], tmp_path: Path) -> None:
+        super().__init__(target, nodes)
+        self.proxy = SlowProxy(str(target.http.base_url).rstrip("/"))
+        self.proxied = self.proxy.kubeconfig(target.kubeconfig, tmp_path / "proxied.kubeconfig")
+        self._cutting: threading.Event | None = None
+        self.cuts = 0
+
+    @property
+    def kubeconfig(self) -> Path:  # what the gpupool server is given
+        return self.proxied
+
+    def api_faults(self, seed: int | None) -> str:
+        if self._cutting is not None:
+            self._cutting.set()
+            self._cutting = None
+        if seed is not None:
+            stop, rng = threading.Event(), random.Random(seed)
+            self._cutting = stop
+
+            def cut() -> None:
+                while not stop.wait(rng.uniform(0.2, 0.8)):
+                    self.cuts += 1 if self.proxy.drop() else 0
+
+            threading.Thread(target=cut, daemon=True, name="chaos-cut").start()
+        return "connections cut (requests failed, watches dropped)"
+
+    def close(self) -> None:
+        self.api_faults(None)
+        self.proxy.close()
+        super().close()
 
     def delete_node(self, name: str) -> None:
         for agent in self.target._agents:
@@ -86,7 +122,7 @@ class RealTarget(Cluster):
 def real_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RealTarget]:
     with _target("real", request, tmp_path) as target:
         names = [n for _ in range(4) for n in target.add_kubelet_nodes(1, labels=LABELS, time_scale=1.0)]
-        c = RealTarget(target, names)
+        c = RealTarget(target, names, tmp_path)
         try:
             yield c
         finally:
@@ -97,14 +133,16 @@ def real_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Real
 def test_a_short_chaos_run_on_the_real_control_plane_counts_zero_everywhere(real_target: RealTarget) -> None:
     """The chaos run against etcd + kube-apiserver + kube-controller-manager, node agents as
     kubelets (issue 24): Jobs and gangs flow while nodes flap NotReady and back and are deleted,
-    and the leader is killed with SIGKILL and frozen with SIGSTOP; no device is ever held by two
-    pods (the pods' annotations every 0.2 s, and the node agents' HAMi ledgers), and nothing is
-    lost, bound late or restarted without a decision. API errors and dropped watches stay on the
-    fake (its fault injection: the real apiserver cannot be made to fail requests)."""
-    faults = frozenset({"flap", "kill9", "freeze", "delete_node"})
-    r = run_chaos(40.0, seed=133, target=real_target, faults=faults)
+    the leader is killed with SIGKILL and frozen with SIGSTOP, and its connections to the
+    apiserver are cut (requests failed, watches dropped); no device is ever held by two pods (the
+    pods' annotations every 0.2 s, and the node agents' HAMi ledgers), and nothing is lost, bound
+    late or restarted without a decision. The fake's own API faults (errors and 409 conflicts
+    answered by the server itself) cannot be asked of a real apiserver: those stay on the fake."""
+    r = run_chaos(40.0, seed=389, target=real_target)
     out = format_chaos(r)
     print(out)
     assert r["jobs"] > 0 and r["ran"] > 0 and r["samples"] > 10, out
-    assert r["faults"].get("node NotReady/Ready flaps") and r["faults"].get("kill -9 of the leader"), out
+    faults = r["faults"]
+    assert faults.get("node NotReady/Ready flaps") and faults.get("kill -9 of the leader"), out
+    assert real_target.cuts > 0, out
     assert {k: r[k] for k in COUNTS} == dict.fromkeys(COUNTS, 0), out

@@ -72,6 +72,11 @@ class ChaosTarget(Protocol):
 
     def violations(self) -> list[str]: ...
 
+    def api_faults(self, seed: int | None) -> str:
+        """Start failing the gpupool server's requests and dropping its watches (seeded), or stop
+        (``None``); returns what the fault is called (the ``api`` fault only)."""
+        ...
+
     def list(self, key: str, ns: str = "", label_selector: str = "", field_selector: str = "") -> Any: ...
 
 
@@ -95,6 +100,16 @@ class FakeTarget:
 
     def violations(self) -> list[str]:
         return list(self.srv.stats.violations)
+
+    def api_faults(self, seed: int | None) -> str:
+        from gpupool.kube.fake.faults import FaultConfig
+
+        self.srv.faults = (
+            FaultConfig()
+            if seed is None
+            else FaultConfig(conflict_rate=0.05, error_rate=0.05, drop_watches_after_s=2.0, seed=seed)
+        )
+        return "API errors and dropped watches"
 
     def close(self) -> None:
         self.srv.stop()
@@ -251,15 +266,9 @@ class Chaos:
         os.kill(self.proc.pid, signal.SIGCONT)
 
     def _api_faults(self) -> None:
-        from gpupool.kube.fake.faults import FaultConfig
-
-        srv = self.srv.srv  # the fake's own fault injection
-        srv.faults = FaultConfig(
-            conflict_rate=0.05, error_rate=0.05, drop_watches_after_s=2.0, seed=self.rng.randrange(1 << 30)
-        )
-        self.tally.fault("API errors and dropped watches")
+        self.tally.fault(self.srv.api_faults(self.rng.randrange(1 << 30)))
         time.sleep(self.rng.uniform(1.0, 3.0))
-        srv.faults = FaultConfig()
+        self.srv.api_faults(None)
 
     def _delete_node(self) -> None:
         node = self.nodes.pop(self.rng.randrange(len(self.nodes)))
