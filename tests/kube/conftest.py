@@ -158,10 +158,12 @@ class KubeTarget:
         labels: dict[str, str] | None = None,
         product: str | None = None,
         memory_mib: int | None = None,
+        time_scale: float = 0.01,
     ) -> list[str]:
         """GPU nodes with a kubelet: on the fake, its own nodes (its simulated kubelet runs their
         pods); on the real server, the node agent of ``gpupool kube cluster up`` registers them,
-        heartbeats and runs their bound pods the same way (the fake's time scale, 0.01).
+        heartbeats and runs their bound pods the same way (at ``time_scale``: the fake fixtures'
+        0.01 unless told; on the fake its server's own).
         ``labels`` are added to the nodes' own (a pool's node selector); ``product`` and
         ``memory_mib`` are the GPU model (GFD's product label) and its device memory (the fake's
         H100 80 GB unless told)."""
@@ -175,7 +177,7 @@ class KubeTarget:
             names = self.fake.add_gpu_nodes(count, prefix=prefix, **model)
         else:
             objs = node_builders.gpu_nodes(count, prefix, **model)
-            agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=0.01)
+            agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=time_scale)
             self._agents.append(agent)
             agent.start()
             agent.wait_ready(60)

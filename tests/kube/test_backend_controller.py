@@ -122,3 +122,36 @@ def test_a_node_going_not_ready_requeues_its_work(setup: Setup) -> None:
     assert srv.get("jobs.batch", srv.ns, "lost")["spec"]["suspend"] is True
     setup.ctl.cycle()
     assert setup.phase(name) == "Pending"  # nothing new on a NotReady node
+
+
+def test_a_node_flapped_not_ready_and_back_never_gives_a_device_twice(setup: Setup) -> None:
+    """The node of a running Job flaps NotReady and comes back: the Job is requeued and bound
+    again on the same devices, but only once its old pod (parked while the node was NotReady,
+    then ended by the kubelet) is gone; no device is ever held by two pods (the pods'
+    annotations read every cycle, and the kubelet's HAMi ledger)."""
+    from gpupool.kube.exclusive import overbooked
+
+    srv, seen = setup.srv, []
+
+    def sampled(cond: Any) -> Any:
+        def check() -> Any:
+            seen.extend(o.message() for o in overbooked(srv.list("pods", srv.ns)))
+            return cond()
+
+        return check
+
+    name = setup.submit(job("flap", pods=1, run_s=100_000, gpus=8))
+    setup.cycle_until(sampled(lambda: len(bound(pods_of(srv, "job-name=flap"))) == 1), what="bound")
+    (first,) = [p["metadata"]["uid"] for p in pods_of(srv, "job-name=flap")]
+    node = srv.nodes[0]
+    srv.set_node_ready(node, False)
+    setup.cycle_until(sampled(lambda: setup.phase(name) == "Pending"), what="requeued")
+    srv.set_node_ready(node, True)
+
+    def running_again() -> bool:
+        pods = pods_of(srv, "job-name=flap")
+        return any(p["metadata"]["uid"] != first and p["status"].get("phase") == "Running" for p in pods)
+
+    setup.cycle_until(sampled(running_again), 60, "the Job running again on its node")
+    assert seen == []
+    assert srv.violations() == []

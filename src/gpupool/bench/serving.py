@@ -71,14 +71,19 @@ def config_dir(root: Path, nodes: int, *, cluster: bool) -> Path:
     return d
 
 
-def serve(kubeconfig: Path, state: Path, cfg: Path, log: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """``gpupool serve --backend kubernetes`` in its own process group; (process, port)."""
+def serve(
+    kubeconfig: Path, state: Path, cfg: Path, log: Path, lease_namespace: str | None = None
+) -> tuple[subprocess.Popen[bytes], int]:
+    """``gpupool serve --backend kubernetes`` in its own process group; (process, port); its
+    leader Lease in ``lease_namespace`` when given."""
     port = free_port()
     cmd = [
         sys.executable, "-m", "gpupool.cli.main", "serve", "--backend", "kubernetes",
         "--kubeconfig", str(kubeconfig), "--config", str(cfg), "--state-dir", str(state),
         "--port", str(port), "--tick", "0.2", "--log-level", "warning",
     ]  # fmt: skip
+    if lease_namespace:
+        cmd += ["--lease-namespace", lease_namespace]
     env = server_env(state.parent)
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
