@@ -176,14 +176,17 @@ class KubeTarget:
         if self.fake is not None:
             names = self.fake.add_gpu_nodes(count, prefix=prefix, **model)
         else:
-            objs = node_builders.gpu_nodes(count, prefix, **model)
-            agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=time_scale)
-            self._agents.append(agent)
-            agent.start()
-            agent.wait_ready(60)
-            names = list(agent.nodes)
+            names = self._run_agent(node_builders.gpu_nodes(count, prefix, **model), time_scale)
         self._nodes += names
         return names
+
+    def _run_agent(self, objs: list[dict[str, Any]], time_scale: float) -> list[str]:
+        """A node agent registering and running these Node objects on the real server, Ready."""
+        agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=time_scale)
+        self._agents.append(agent)
+        agent.start()
+        agent.wait_ready(60)
+        return list(agent.nodes)
 
     def add_node_objects(self, objs: list[dict[str, Any]]) -> list[str]:
         """These Node objects (``nodes.gpu_nodes``, ``nodes.nodes_from_cluster``: their names kept)
@@ -192,11 +195,7 @@ class KubeTarget:
         if self.fake is not None:
             names = [self.fake.create(o)["metadata"]["name"] for o in objs]
         else:
-            agent = NodeAgent(KubeApi(load_config(str(self.kubeconfig))), objs, time_scale=0.01)
-            self._agents.append(agent)
-            agent.start()
-            agent.wait_ready(60)
-            names = list(agent.nodes)
+            names = self._run_agent(objs, 0.01)
         self._nodes += names
         return names
 

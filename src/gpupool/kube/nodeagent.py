@@ -327,14 +327,20 @@ class NodeAgent:
         self._seen.discard(uid)
         self._terminating.discard(uid)
 
-    def _current(self, ns: str, name: str, uid: str) -> Obj | None:
-        """The pod if it is still the one (same uid) and not being deleted."""
+    def _get_pod(self, ns: str, name: str) -> Obj | None:
+        """The pod as the server has it now, None when it is gone."""
         try:
-            pod = self.api.get(PODS, ns, name)
+            return self.api.get(PODS, ns, name)
         except ApiError as exc:
             if exc.code == 404:
                 return None
             raise
+
+    def _current(self, ns: str, name: str, uid: str) -> Obj | None:
+        """The pod if it is still the one (same uid) and not being deleted."""
+        pod = self._get_pod(ns, name)
+        if pod is None:
+            return None
         md = pod["metadata"]
         return None if md.get("uid") != uid or md.get("deletionTimestamp") else pod
 
@@ -414,12 +420,9 @@ class NodeAgent:
         return bool(ended and ended[0])
 
     def _complete(self, ns: str, name: str, code: int) -> bool:
-        try:
-            pod = self.api.get(PODS, ns, name)
-        except ApiError as exc:
-            if exc.code == 404:
-                return False
-            raise
+        pod = self._get_pod(ns, name)
+        if pod is None:
+            return False
         md = pod["metadata"]
         if pod["spec"].get("nodeName") not in self.nodes or md.get("deletionTimestamp"):
             return False
